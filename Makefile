@@ -1,0 +1,25 @@
+# The README's commands. Each creates .venv on a fresh machine and installs what it needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO_ARGS ?=
+
+.PHONY: test demo install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[aggregator,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/ldp-telemetry simulate $(DEMO_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,226 @@
+"""Reports: randomising a record on the device, and validating a report on the aggregator.
+
+Both directions live in this one module so that the client and the server can never disagree on
+what a valid report is. A report is the only thing that ever leaves a device::
+
+    {"id": "b1c2...", "schema": "app-usage", "version": 1, "window": "2026-11-21",
+     "epsilon": 2.0, "values": {"dark_mode": true, "os": "macos"}}
+
+Error messages about a *record* never repeat the value the app passed: it may be a true answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterator, Mapping, Union
+
+from . import mechanisms, windows
+from .schema import Attribute, Schema, parse_schema
+
+REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
+ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
+EPSILON_TOLERANCE = 1e-9
+
+SchemaLookup = Callable[[str, int], Union[Schema, None]]
+
+
+class ReportError(ValueError):
+    """A report is invalid; ``field`` names where (``values.os``, ``window``, ...)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Report:
+    """A validated report."""
+
+    id: str
+    schema: Schema
+    window: str
+    values: dict[str, Any]
+
+    def hits(self) -> Iterator[tuple[Attribute, int]]:
+        """``(attribute, value index)`` for every estimate value this report hits.
+
+        Every attribute in ``values`` adds one to ``n`` of each of its estimate values; the
+        pairs yielded here also add one to ``hits``.
+        """
+        for name, reported in self.values.items():
+            attribute = self.schema.attribute(name)
+            for index in mechanisms.hit_indices(attribute.mechanism, reported, attribute.index_of):
+                yield attribute, index
+
+
+def new_report_id() -> str:
+    """A fresh random id (32 url-safe characters) that makes retries idempotent."""
+    return secrets.token_urlsafe(24)
+
+
+def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
+    """Check a record of true values against ``schema``.
+
+    Returns each attribute's true value as the encoders take it (a bool, or a category index).
+    Raises ``ValueError`` for an unknown or missing attribute, a wrong type, an unknown category.
+    """
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a record must be a dict of attribute values, got {type(record).__name__}")
+    names = set(schema.attribute_names)
+    unknown = sorted(str(k) for k in record if k not in names)
+    if unknown:
+        raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
+    missing = [n for n in schema.attribute_names if n not in record]
+    if missing:
+        raise ValueError(f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
+    truth: dict[str, int | bool] = {}
+    for attribute in schema.attributes:
+        value = record[attribute.name]
+        if attribute.type == "boolean":
+            if not isinstance(value, bool):
+                raise ValueError(f"{attribute.name} must be True or False, got a {type(value).__name__}")
+            truth[attribute.name] = value
+        else:
+            if not isinstance(value, str):
+                raise ValueError(f"{attribute.name} must be a category name (str), got a {type(value).__name__}")
+            index = attribute.index_of.get(value)
+            if index is None:
+                raise ValueError(
+                    f"{attribute.name} must be one of the schema's categories "
+                    f"({_list(attribute.categories)}); the value given is not"
+                )
+            truth[attribute.name] = index
+    return truth
+
+
+def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
+              window: str | datetime | None = None) -> dict[str, Any]:
+    """Randomise a record of true values into a report, on the device, with the OS CSPRNG.
+
+    ``schema`` is a :class:`Schema` or the schema JSON as the server serves it. ``window`` is a
+    window name or a time in it (default: now, UTC). Under ``split: "sample"`` one attribute,
+    chosen uniformly, is randomised with the whole ε; otherwise every attribute is, with its own ε.
+    No ledger here: limiting reports per window is :class:`TelemetryClient`'s job.
+    """
+    schema = parse_schema(schema)
+    truth = validate_record(schema, record)
+    if window is None or isinstance(window, datetime):
+        window_name = windows.current_window(schema.window, window)
+    else:
+        windows.window_start(window, schema.window)
+        window_name = window
+    attributes = schema.attributes
+    if schema.split == "sample":
+        attributes = (attributes[secrets.randbelow(len(attributes))],)
+    return {
+        "id": new_report_id(),
+        "schema": schema.name,
+        "version": schema.version,
+        "window": window_name,
+        "epsilon": schema.epsilon,
+        "values": {a.name: _encode(a, truth[a.name]) for a in attributes},
+    }
+
+
+def _encode(attribute: Attribute, true_value: int | bool) -> Any:
+    if attribute.mechanism == "rr":
+        return mechanisms.encode_rr(bool(true_value), attribute.p)
+    d = len(attribute.categories)
+    if attribute.mechanism == "grr":
+        return attribute.categories[mechanisms.encode_grr(int(true_value), d, attribute.p)]
+    return mechanisms.encode_oue(int(true_value), d, attribute.p, attribute.q)
+
+
+def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
+    """Validate one report exactly as DESIGN.md specifies it; raise :class:`ReportError` if not.
+
+    ``schemas`` is the schema the report must belong to, or a lookup ``(name, version) ->
+    Schema | None``. Time bounds on the window (clock skew, retention) are the server's policy and
+    are checked there; the window's form is checked here.
+    """
+    if not isinstance(obj, Mapping):
+        raise ReportError("report", "must be a JSON object")
+    unknown = sorted(str(k) for k in obj if k not in REPORT_FIELDS)
+    if unknown:
+        raise ReportError(unknown[0], f"unknown field (a report has only {', '.join(REPORT_FIELDS)})")
+    for field in REPORT_FIELDS:
+        if field not in obj:
+            raise ReportError(field, "is required")
+    report_id = obj["id"]
+    if not isinstance(report_id, str) or not ID_RE.fullmatch(report_id):
+        raise ReportError("id", "must be 16 to 64 url-safe characters (A-Z, a-z, 0-9, _ and -)")
+    name, version = obj["schema"], obj["version"]
+    if not isinstance(name, str):
+        raise ReportError("schema", "must be a schema name (a string)")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ReportError("version", "must be an integer")
+    schema = _resolve(schemas, name, version)
+    try:
+        windows.window_start(obj["window"], schema.window)
+    except ValueError as exc:
+        raise ReportError("window", str(exc)) from None
+    epsilon = obj["epsilon"]
+    if not _is_number(epsilon) or not abs(epsilon - schema.epsilon) <= EPSILON_TOLERANCE:
+        raise ReportError("epsilon", f"must equal the schema's total epsilon {schema.epsilon}")
+    values = obj["values"]
+    if not isinstance(values, Mapping):
+        raise ReportError("values", "must be a JSON object of attribute values")
+    for key in values:
+        if key not in schema.attribute_names:
+            raise ReportError(f"values.{key}"[:80], f"unknown attribute for schema {schema.name!r} version {schema.version}")
+    if schema.split == "sample":
+        if len(values) != 1:
+            raise ReportError("values", "must carry exactly one attribute under split 'sample'")
+    else:
+        missing = [n for n in schema.attribute_names if n not in values]
+        if missing:
+            raise ReportError(f"values.{missing[0]}", "is required (the schema's split is 'equal')")
+    for key, reported in values.items():
+        _check_value(schema.attribute(key), reported)
+    return Report(report_id, schema, obj["window"], dict(values))
+
+
+def _resolve(schemas: Schema | SchemaLookup, name: str, version: int) -> Schema:
+    if isinstance(schemas, Schema):
+        if (name, version) != (schemas.name, schemas.version):
+            raise ReportError("schema", f"must be {schemas.name!r} version {schemas.version}")
+        return schemas
+    schema = schemas(name, version)
+    if schema is None:
+        raise ReportError("schema", f"no published schema {name[:70]!r} version {version}")
+    return schema
+
+
+def _check_value(attribute: Attribute, reported: Any) -> None:
+    field = f"values.{attribute.name}"
+    if attribute.mechanism == "rr":
+        if not isinstance(reported, bool):
+            raise ReportError(field, "must be JSON true or false")
+    elif attribute.mechanism == "grr":
+        if not isinstance(reported, str) or reported not in attribute.index_of:
+            raise ReportError(field, f"must be one of the categories {_list(attribute.categories)}")
+    else:
+        d = len(attribute.categories)
+        if (
+            not isinstance(reported, list)
+            or len(reported) != d
+            or any(type(bit) is not int or bit not in (0, 1) for bit in reported)
+        ):
+            raise ReportError(field, f"must be a list of {d} integers, each 0 or 1 (OUE)")
+
+
+def _is_number(value: Any) -> bool:
+    # A JSON integer can be huge; one beyond a float's range is no epsilon either.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < 1e300 and math.isfinite(value)
+
+
+def _list(categories: tuple[str, ...], limit: int = 8) -> str:
+    shown = ", ".join(repr(c) for c in categories[:limit])
+    return shown + (f", ... ({len(categories)} in all)" if len(categories) > limit else "")

@@ -1,0 +1,278 @@
+"""The schema model: parse, validate and derive a telemetry schema.
+
+A schema names the attributes a report carries and fixes how each is randomised. The operator
+publishes it; the server answers with the *derived* form (per-attribute ``epsilon``, resolved
+``mechanism``, ``p`` and ``q`` filled in); clients randomise with exactly those parameters.
+Parsing the derived form again gives the same schema, so a derived schema can be re-published.
+
+Every invalid schema raises ``ValueError`` with one sentence naming the field and the bad value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import mechanisms
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+MAX_EPSILON = 20.0
+MAX_ATTRIBUTES = 64
+MIN_CATEGORIES = 2
+MAX_CATEGORIES = 1024
+MAX_CATEGORY_LENGTH = 64
+MAX_DESCRIPTION_LENGTH = 10_000
+MAX_VERSION = 2**31 - 1
+EPSILON_SUM_TOLERANCE = 1e-9
+# p and q given back in a re-posted derived schema must match what we derive.
+PARAMETER_TOLERANCE = 1e-9
+
+WINDOWS = ("hour", "day")
+SPLITS = ("equal", "sample")
+BOOLEAN_MECHANISMS = ("auto", "rr")
+CATEGORICAL_MECHANISMS = ("auto", "grr", "oue")
+
+_SCHEMA_FIELDS = {"name", "version", "epsilon", "window", "split", "description", "attributes"}
+_ATTRIBUTE_FIELDS = {"name", "type", "categories", "mechanism", "epsilon", "p", "q"}
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of a schema, with its derived randomisation parameters.
+
+    ``p`` is the probability that a report "hits" a value given the device's true value is that
+    value, ``q`` the probability given it is another; see :mod:`ldp_telemetry.shared.mechanisms`.
+    """
+
+    name: str
+    type: str  # "boolean" or "categorical"
+    epsilon: float
+    mechanism: str  # "rr", "grr" or "oue"
+    p: float
+    q: float
+    categories: tuple[str, ...] = ()
+    # category -> index, for O(1) validation and decoding of reports
+    index_of: dict[str, int] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index_of", {c: i for i, c in enumerate(self.categories)})
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """The values an estimate is made for: ``True`` for a boolean, else each category."""
+        return (True,) if self.type == "boolean" else self.categories
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.type == "categorical":
+            out["categories"] = list(self.categories)
+        out.update(epsilon=self.epsilon, mechanism=self.mechanism, p=self.p, q=self.q)
+        return out
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A parsed, validated and derived schema. Build one with :func:`parse_schema`."""
+
+    name: str
+    version: int
+    epsilon: float
+    window: str
+    split: str
+    description: str
+    attributes: tuple[Attribute, ...]
+
+    def attribute(self, name: str) -> Attribute:
+        """The attribute called ``name``; ``KeyError`` if there is none."""
+        for attribute in self.attributes:
+            if attribute.name == name:
+                return attribute
+        raise KeyError(name)
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The derived schema as the server serves it (JSON-ready)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "epsilon": self.epsilon,
+            "window": self.window,
+            "split": self.split,
+            "description": self.description,
+            "attributes": [a.to_dict() for a in self.attributes],
+        }
+
+
+def parse_schema(obj: Any) -> Schema:
+    """Validate a schema (as decoded from JSON, or a :class:`Schema`) and derive its parameters.
+
+    Raises ``ValueError`` with a sentence naming the field and the bad value.
+    """
+    if isinstance(obj, Schema):
+        return obj
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"a schema must be a JSON object, got {_kind(obj)}")
+    _reject_unknown(obj, _SCHEMA_FIELDS, "schema")
+    name = _name(obj.get("name"), "name")
+    version = obj.get("version")
+    if not _is_int(version) or not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"version must be an integer from 1 to {MAX_VERSION}, got {_show(version)}")
+    epsilon = _epsilon(obj.get("epsilon"), "epsilon")
+    window = obj.get("window", "day")
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, got {_show(window)}")
+    split = obj.get("split", "equal")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {_show(split)}")
+    description = obj.get("description", "")
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_LENGTH:
+        raise ValueError(
+            f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
+            f"got {_show(description)}"
+        )
+    raw_attributes = obj.get("attributes")
+    if not isinstance(raw_attributes, list) or not 1 <= len(raw_attributes) <= MAX_ATTRIBUTES:
+        raise ValueError(
+            f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {_show(raw_attributes)}"
+        )
+    epsilons = _split_budget(raw_attributes, epsilon, split)
+    attributes = tuple(
+        _attribute(raw, eps, f"attributes[{i}]") for i, (raw, eps) in enumerate(zip(raw_attributes, epsilons))
+    )
+    seen: set[str] = set()
+    for attribute in attributes:
+        if attribute.name in seen:
+            raise ValueError(f"attribute names must be distinct, {attribute.name!r} appears twice")
+        seen.add(attribute.name)
+    return Schema(name, version, epsilon, window, split, description, attributes)
+
+
+def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]:
+    """Each attribute's ε: given explicitly for all (or none), else ε/k or the whole ε (sample)."""
+    for i, raw in enumerate(raw_attributes):
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"attributes[{i}] must be a JSON object, got {_kind(raw)}")
+    given = [raw.get("epsilon") for raw in raw_attributes]
+    if all(e is None for e in given):
+        share = total if split == "sample" else total / len(raw_attributes)
+        return [share] * len(raw_attributes)
+    if any(e is None for e in given):
+        raise ValueError("attributes[].epsilon must be given for every attribute or for none")
+    values = [_epsilon(e, f"attributes[{i}].epsilon") for i, e in enumerate(given)]
+    if split == "sample":
+        # Each report carries one attribute with the whole budget.
+        for i, e in enumerate(values):
+            if abs(e - total) > EPSILON_SUM_TOLERANCE:
+                raise ValueError(
+                    f"attributes[{i}].epsilon must equal the total epsilon {total} under split "
+                    f"'sample', got {e}"
+                )
+    elif abs(math.fsum(values) - total) > EPSILON_SUM_TOLERANCE:
+        raise ValueError(
+            f"attributes[].epsilon must sum to the total epsilon {total}, got {math.fsum(values)}"
+        )
+    return values
+
+
+def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
+    _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
+    name = _name(raw.get("name"), f"{where}.name")
+    kind = raw.get("type")
+    mechanism = raw.get("mechanism", "auto")
+    if kind == "boolean":
+        if "categories" in raw:
+            raise ValueError(f"{where}.categories is not allowed on a boolean attribute")
+        if mechanism not in BOOLEAN_MECHANISMS:
+            raise ValueError(
+                f"{where}.mechanism must be one of {', '.join(BOOLEAN_MECHANISMS)} for a boolean, "
+                f"got {_show(mechanism)}"
+            )
+        categories: tuple[str, ...] = ()
+        resolved = "rr"
+    elif kind == "categorical":
+        categories = _categories(raw.get("categories"), f"{where}.categories")
+        if mechanism not in CATEGORICAL_MECHANISMS:
+            raise ValueError(
+                f"{where}.mechanism must be one of {', '.join(CATEGORICAL_MECHANISMS)}, "
+                f"got {_show(mechanism)}"
+            )
+        resolved = mechanisms.choose(epsilon, len(categories)) if mechanism == "auto" else mechanism
+    else:
+        raise ValueError(f"{where}.type must be 'boolean' or 'categorical', got {_show(kind)}")
+    p, q = mechanisms.parameters(resolved, epsilon, len(categories))
+    for field, derived in (("p", p), ("q", q)):
+        if field in raw:
+            given = raw[field]
+            if not _is_number(given) or abs(given - derived) > PARAMETER_TOLERANCE:
+                raise ValueError(
+                    f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
+                    f"got {_show(given)}"
+                )
+    return Attribute(name, kind, epsilon, resolved, p, q, categories)
+
+
+def _categories(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not MIN_CATEGORIES <= len(raw) <= MAX_CATEGORIES:
+        raise ValueError(
+            f"{where} must be a list of {MIN_CATEGORIES} to {MAX_CATEGORIES} strings, got {_show(raw)}"
+        )
+    seen: set[str] = set()
+    for i, category in enumerate(raw):
+        if not isinstance(category, str) or not 1 <= len(category) <= MAX_CATEGORY_LENGTH:
+            raise ValueError(
+                f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
+                f"characters, got {_show(category)}"
+            )
+        if category in seen:
+            raise ValueError(f"{where} must be distinct, {category!r} appears twice")
+        seen.add(category)
+    return tuple(raw)
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise ValueError(
+            f"{field} must match [a-z0-9][a-z0-9_-]{{0,63}} (lower-case letters, digits, _ and -), "
+            f"got {_show(value)}"
+        )
+    return value
+
+
+def _epsilon(value: Any, field: str) -> float:
+    if not _is_number(value) or not 0 < value <= MAX_EPSILON:
+        raise ValueError(f"{field} must be a number in (0, {MAX_EPSILON:g}], got {_show(value)}")
+    return float(value)
+
+
+def _reject_unknown(obj: Mapping, allowed: set[str], where: str) -> None:
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        raise ValueError(f"{where} has unknown field(s): {', '.join(unknown)}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    # An int is finite however large; math.isfinite() would overflow on a huge one.
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number" if _is_number(value) else type(value).__name__
+    )
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short, safe rendering of a bad value for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,155 @@
+"""Vectorised simulation of a population of devices (numpy; never used on a device).
+
+The bulk encoders draw the same output distributions as the device encoders in
+:mod:`.mechanisms`, but from a seeded numpy generator, so that a million simulated devices take
+seconds and a statistical test is repeatable. Devices randomise with the OS CSPRNG instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .estimators import DEFAULT_CONFIDENCE, Estimate, estimate
+from .schema import Attribute, Schema, parse_schema
+
+# OUE vectors are built this many devices at a time, to bound memory at d = 1024.
+_CHUNK = 1 << 16
+
+
+def encode_rr_bulk(truth: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
+    """Binary RR for a boolean array: each entry kept with probability ``p``, else negated."""
+    keep = rng.random(truth.shape[0]) < p
+    return np.where(keep, truth, ~truth)
+
+
+def encode_grr_bulk(truth: np.ndarray, d: int, p: float, rng: np.random.Generator) -> np.ndarray:
+    """GRR for an array of category indices: kept w.p. ``p``, else one of the other d-1."""
+    keep = rng.random(truth.shape[0]) < p
+    other = rng.integers(0, d - 1, size=truth.shape[0])
+    other += other >= truth
+    return np.where(keep, truth, other)
+
+
+def encode_oue_bulk(truth: np.ndarray, d: int, p: float, q: float, rng: np.random.Generator) -> np.ndarray:
+    """OUE for an array of category indices: an (n, d) array of 0/1, true bit 1 w.p. ``p``, others ``q``."""
+    n = truth.shape[0]
+    bits = (rng.random((n, d)) < q).astype(np.uint8)
+    bits[np.arange(n), truth] = rng.random(n) < p
+    return bits
+
+
+def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Randomise ``truth`` (bools or category indices) and count the hits of each estimate value."""
+    if attribute.mechanism == "rr":
+        return np.array([np.count_nonzero(encode_rr_bulk(truth, attribute.p, rng))])
+    d = len(attribute.categories)
+    if attribute.mechanism == "grr":
+        return np.bincount(encode_grr_bulk(truth, d, attribute.p, rng), minlength=d)
+    counts = np.zeros(d, dtype=np.int64)
+    for start in range(0, truth.shape[0], _CHUNK):
+        chunk = truth[start : start + _CHUNK]
+        counts += encode_oue_bulk(chunk, d, attribute.p, attribute.q, rng).sum(axis=0, dtype=np.int64)
+    return counts
+
+
+@dataclass(frozen=True)
+class SimulatedEstimate:
+    attribute: str
+    value: object  # True for a boolean, else the category
+    truth: float  # the population's true share
+    estimate: Estimate
+
+    @property
+    def covered(self) -> bool:
+        return self.estimate.ci_low <= self.truth <= self.estimate.ci_high
+
+
+def true_values(
+    attribute: Attribute, shares: Sequence[float], n: int, rng: np.random.Generator, *, sampled: bool
+) -> np.ndarray:
+    """``n`` devices' true values (bools, or category indices) for the given shares.
+
+    ``sampled=True``: each device drawn independently from ``shares`` (the population is a random
+    sample; the estimator targets ``shares`` and the binomial variance holds exactly).
+    ``sampled=False``: exactly the given shares (rounded) in random order: the population is fixed
+    and only the randomisation is random (Wang et al.'s conditional setting; intervals are then
+    conservative, since the conditional variance is smaller).
+    """
+    if sampled:
+        values = rng.choice(len(shares), size=n, p=shares)
+    else:
+        counts = np.floor(np.asarray(shares) * n).astype(np.int64)
+        counts[np.argmax(shares)] += n - counts.sum()  # the remainder goes to the largest share
+        values = np.repeat(np.arange(len(counts)), counts)
+        rng.shuffle(values)
+    return values == 0 if attribute.type == "boolean" else values
+
+
+def population_shares(attribute: Attribute, share: float | Sequence[float]) -> list[float]:
+    """Normalise a share spec: a boolean's share of True, or one share per category summing to 1."""
+    if attribute.type == "boolean":
+        if not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"{attribute.name}: the share of True must be a number in [0, 1], got {share!r}")
+        return [float(share), 1.0 - float(share)]
+    shares = list(share) if not isinstance(share, (int, float)) else []
+    if len(shares) != len(attribute.categories) or any(s < 0 for s in shares) or abs(sum(shares) - 1) > 1e-9:
+        raise ValueError(
+            f"{attribute.name}: give {len(attribute.categories)} non-negative shares summing to 1, got {share!r}"
+        )
+    return shares
+
+
+def simulate(
+    schema: Schema | Mapping,
+    shares: Mapping[str, float | Sequence[float]],
+    n: int,
+    *,
+    rng: np.random.Generator,
+    confidence: float = DEFAULT_CONFIDENCE,
+    sampled: bool = True,
+) -> list[SimulatedEstimate]:
+    """Simulate ``n`` devices reporting under ``schema`` and estimate every value's share.
+
+    ``shares`` gives each attribute's true shares (see :func:`population_shares`). Under
+    ``split: "sample"`` each device reports one attribute chosen uniformly at random.
+    ``sampled`` chooses how the population is drawn (see :func:`true_values`); each result's
+    ``truth`` is what the estimate targets: the given share, or the fixed population's share.
+    """
+    schema = parse_schema(schema)
+    if n < 1:
+        raise ValueError(f"the number of devices must be at least 1, got {n}")
+    missing = [a.name for a in schema.attributes if a.name not in shares]
+    if missing:
+        raise ValueError(f"no true shares given for: {', '.join(missing)}")
+    if schema.split == "sample":
+        carriers = np.bincount(rng.integers(0, len(schema.attributes), size=n), minlength=len(schema.attributes))
+    else:
+        carriers = np.full(len(schema.attributes), n)
+    results = []
+    for attribute, reporting in zip(schema.attributes, carriers):
+        spec = population_shares(attribute, shares[attribute.name])
+        reporting = int(reporting)
+        if reporting == 0:
+            continue
+        truth = true_values(attribute, spec, reporting, rng, sampled=sampled)
+        hits = hit_counts(attribute, truth, rng)
+        target = spec[: len(attribute.values)] if sampled else _realised_shares(attribute, truth)
+        for index, value in enumerate(attribute.values):
+            results.append(
+                SimulatedEstimate(
+                    attribute.name,
+                    value,
+                    target[index],
+                    estimate(int(hits[index]), reporting, attribute.p, attribute.q, confidence),
+                )
+            )
+    return results
+
+
+def _realised_shares(attribute: Attribute, truth: np.ndarray) -> list[float]:
+    if attribute.type == "boolean":
+        return [float(truth.mean())]
+    return list(np.bincount(truth, minlength=len(attribute.categories)) / truth.shape[0])

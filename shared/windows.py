@@ -1,0 +1,48 @@
+"""Aggregation windows: the UTC hour or day a report was made in.
+
+A window is named by its start: ``YYYY-MM-DD`` for a day, ``YYYY-MM-DDTHH`` for an hour. The
+window is the finest time the server ever learns about a report.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+_FORMATS = {"day": ("%Y-%m-%d", re.compile(r"\d{4}-\d{2}-\d{2}")), "hour": ("%Y-%m-%dT%H", re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}"))}
+LENGTH = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
+
+
+def window_of(moment: datetime, kind: str) -> str:
+    """The name of the ``kind`` window (``"hour"`` or ``"day"``) containing ``moment``.
+
+    A naive ``moment`` is taken as UTC.
+    """
+    fmt, _ = _format(kind)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.strftime(fmt)
+
+
+def current_window(kind: str, now: datetime | None = None) -> str:
+    """The window containing ``now`` (default: the current UTC time)."""
+    return window_of(now or datetime.now(timezone.utc), kind)
+
+
+def window_start(name: str, kind: str) -> datetime:
+    """The aware UTC start of the window called ``name``; ``ValueError`` if it is not one."""
+    fmt, pattern = _format(kind)
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        shape = "YYYY-MM-DD" if kind == "day" else "YYYY-MM-DDTHH"
+        raise ValueError(f"window must be a {kind} window of the form {shape} (UTC), got {name!r:.40}")
+    try:
+        return datetime.strptime(name, fmt).replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ValueError(f"window {name!r} is not a real date and hour") from None
+
+
+def _format(kind: str) -> tuple[str, re.Pattern[str]]:
+    try:
+        return _FORMATS[kind]
+    except KeyError:
+        raise ValueError(f"window kind must be 'hour' or 'day', got {kind!r}") from None
