@@ -71,8 +71,7 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
     """
     if not isinstance(record, Mapping):
         raise ValueError(f"a record must be a dict of attribute values, got {type(record).__name__}")
-    names = set(schema.attribute_names)
-    unknown = sorted(str(k) for k in record if k not in names)
+    unknown = sorted(str(k) for k in record if k not in schema.by_name)
     if unknown:
         raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
     missing = [n for n in schema.attribute_names if n not in record]
@@ -171,17 +170,17 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     if not isinstance(values, Mapping):
         raise ReportError("values", "must be a JSON object of attribute values")
     for key in values:
-        if key not in schema.attribute_names:
+        if key not in schema.by_name:
             raise ReportError(f"values.{key}"[:80], f"unknown attribute for schema {schema.name!r} version {schema.version}")
     if schema.split == "sample":
         if len(values) != 1:
             raise ReportError("values", "must carry exactly one attribute under split 'sample'")
     else:
-        missing = [n for n in schema.attribute_names if n not in values]
-        if missing:
+        if len(values) != len(schema.by_name):
+            missing = [n for n in schema.by_name if n not in values]
             raise ReportError(f"values.{missing[0]}", "is required (the schema's split is 'equal')")
     for key, reported in values.items():
-        _check_value(schema.attribute(key), reported)
+        _check_value(schema.by_name[key], reported)
     return Report(report_id, schema, obj["window"], dict(values))
 
 

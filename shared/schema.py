@@ -83,17 +83,19 @@ class Schema:
     split: str
     description: str
     attributes: tuple[Attribute, ...]
+    # name -> attribute, built once: reports are validated against it on the ingest hot path
+    by_name: dict[str, Attribute] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {a.name: a for a in self.attributes})
 
     def attribute(self, name: str) -> Attribute:
         """The attribute called ``name``; ``KeyError`` if there is none."""
-        for attribute in self.attributes:
-            if attribute.name == name:
-                return attribute
-        raise KeyError(name)
+        return self.by_name[name]
 
     @property
     def attribute_names(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.attributes)
+        return tuple(self.by_name)
 
     def to_dict(self) -> dict[str, Any]:
         """The derived schema as the server serves it (JSON-ready)."""

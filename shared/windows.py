@@ -7,6 +7,7 @@ window is the finest time the server ever learns about a report.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
 _FORMATS = {"day": ("%Y-%m-%d", re.compile(r"\d{4}-\d{2}-\d{2}")), "hour": ("%Y-%m-%dT%H", re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}"))}
@@ -31,8 +32,15 @@ def current_window(kind: str, now: datetime | None = None) -> str:
 
 def window_start(name: str, kind: str) -> datetime:
     """The aware UTC start of the window called ``name``; ``ValueError`` if it is not one."""
+    if not isinstance(name, str):
+        raise ValueError(f"window must be a string naming a {kind} window, got {type(name).__name__}")
+    return _window_start(name, kind)
+
+
+@lru_cache(maxsize=4096)  # reports name few distinct windows; strptime costs ~10 µs a call
+def _window_start(name: str, kind: str) -> datetime:
     fmt, pattern = _format(kind)
-    if not isinstance(name, str) or not pattern.fullmatch(name):
+    if not pattern.fullmatch(name):
         shape = "YYYY-MM-DD" if kind == "day" else "YYYY-MM-DDTHH"
         raise ValueError(f"window must be a {kind} window of the form {shape} (UTC), got {name!r:.40}")
     try:
