@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[aggregator,dev]'
+	$(PY) -m pip install --quiet -e '.[aggregator,dev,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)

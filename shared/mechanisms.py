@@ -20,15 +20,16 @@ Each is :math:`\varepsilon`-LDP: for RR and GRR the ratio of output probabilitie
 :math:`p/q = e^\varepsilon`; for OUE two inputs differ in two bits, giving
 :math:`\frac{p(1-q)}{q(1-p)} = e^\varepsilon`.
 
-The device encoders here draw from the operating system's CSPRNG (:mod:`secrets`): a
-predictable coin would undo randomised response. Bulk simulation lives in
+The device encoders here draw from the operating system's CSPRNG (``os.urandom``, the source
+of :mod:`secrets`): a predictable coin would undo randomised response. Bulk simulation lives in
 :mod:`ldp_telemetry.shared.simulation` (numpy) and is never used on a device.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
+import os
+import threading
 from array import array
 from typing import Iterator, Mapping
 
@@ -97,9 +98,59 @@ def variance(p: float, q: float, n: int, theta: float | None = None, *, conditio
 # --- on-device encoders (CSPRNG) ---------------------------------------------------------
 
 
+class _EntropyPool:
+    """Bytes from the OS CSPRNG (``os.urandom``, what :mod:`secrets` uses), read 4 KiB at a time.
+
+    One system call then serves hundreds of coins, which makes the device encoders several times
+    faster. Every byte is used once; a forked child starts with an empty pool, so a parent and its
+    child never share coins.
+    """
+
+    _SIZE = 4096
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self._buffer = b""
+        self._position = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            start = self._position
+            if start + n > len(self._buffer):
+                self._buffer = os.urandom(max(self._SIZE, n))
+                start = 0
+            self._position = start + n
+            return self._buffer[start : start + n]
+
+
+_POOL = _EntropyPool()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POOL.reset)
+
+
+def _uniform53() -> int:
+    """A uniform integer in [0, 2**53) from the CSPRNG."""
+    return int.from_bytes(_POOL.take(7), "little") >> 3
+
+
+def randbelow(n: int) -> int:
+    """A uniform integer in [0, n) from the CSPRNG (rejection sampling, no modulo bias)."""
+    bits = (n - 1).bit_length()
+    if bits == 0:
+        return 0
+    mask, size = (1 << bits) - 1, (bits + 7) // 8
+    while True:
+        value = int.from_bytes(_POOL.take(size), "little") & mask
+        if value < n:
+            return value
+
+
 def bernoulli(probability: float) -> bool:
     """True with ``probability``, from the OS CSPRNG."""
-    return secrets.randbits(_BITS) < int(probability * _SCALE)
+    return _uniform53() < int(probability * _SCALE)
 
 
 def encode_rr(value: bool, p: float) -> bool:
@@ -111,15 +162,15 @@ def encode_grr(index: int, d: int, p: float) -> int:
     """GRR: the true category index with probability ``p``, else one of the other d-1 uniformly."""
     if bernoulli(p):
         return index
-    other = secrets.randbelow(d - 1)
+    other = randbelow(d - 1)
     return other + 1 if other >= index else other
 
 
 def encode_oue(index: int, d: int, p: float, q: float) -> list[int]:
     """OUE: bit ``index`` is 1 with probability ``p``, every other bit with probability ``q``."""
-    # One read of the CSPRNG for the whole vector: d draws of 53 bits from 8 bytes each.
+    # d draws of 53 bits, from 8 bytes each, in one read of the pool.
     words = array("Q")
-    words.frombytes(secrets.token_bytes(8 * d))
+    words.frombytes(_POOL.take(8 * d))
     low, high = int(q * _SCALE), int(p * _SCALE)
     bits = [1 if (w >> 11) < low else 0 for w in words]
     bits[index] = 1 if (words[index] >> 11) < high else 0

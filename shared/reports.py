@@ -71,11 +71,11 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
     """
     if not isinstance(record, Mapping):
         raise ValueError(f"a record must be a dict of attribute values, got {type(record).__name__}")
-    unknown = sorted(str(k) for k in record if k not in schema.by_name)
-    if unknown:
-        raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
-    missing = [n for n in schema.attribute_names if n not in record]
-    if missing:
+    if len(record) != len(schema.by_name) or any(k not in schema.by_name for k in record):
+        unknown = sorted(str(k) for k in record if k not in schema.by_name)
+        if unknown:
+            raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
+        missing = [n for n in schema.by_name if n not in record]
         raise ValueError(f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
     truth: dict[str, int | bool] = {}
     for attribute in schema.attributes:
@@ -115,7 +115,7 @@ def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
         window_name = window
     attributes = schema.attributes
     if schema.split == "sample":
-        attributes = (attributes[secrets.randbelow(len(attributes))],)
+        attributes = (attributes[mechanisms.randbelow(len(attributes))],)
     return {
         "id": new_report_id(),
         "schema": schema.name,

@@ -7,6 +7,7 @@ window is the finest time the server ever learns about a report.
 from __future__ import annotations
 
 import re
+import time
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
@@ -27,7 +28,15 @@ def window_of(moment: datetime, kind: str) -> str:
 
 def current_window(kind: str, now: datetime | None = None) -> str:
     """The window containing ``now`` (default: the current UTC time)."""
-    return window_of(now or datetime.now(timezone.utc), kind)
+    if now is not None:
+        return window_of(now, kind)
+    seconds = int(LENGTH[kind].total_seconds()) if kind in LENGTH else 1
+    return _window_by_index(int(time.time()) // seconds, kind)
+
+
+@lru_cache(maxsize=64)  # formatting a date costs microseconds; the window changes once an hour
+def _window_by_index(index: int, kind: str) -> str:
+    return window_of(datetime.fromtimestamp(index * LENGTH[kind].total_seconds(), timezone.utc), kind)
 
 
 def window_start(name: str, kind: str) -> datetime:
@@ -46,7 +55,7 @@ def _window_start(name: str, kind: str) -> datetime:
     try:
         return datetime.strptime(name, fmt).replace(tzinfo=timezone.utc)
     except ValueError:
-        raise ValueError(f"window {name!r} is not a real date and hour") from None
+        raise ValueError(f"window {name!r} names no real {'day' if kind == 'day' else 'hour'} (UTC)") from None
 
 
 def _format(kind: str) -> tuple[str, re.Pattern[str]]:
