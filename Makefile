@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 DEMO_ARGS ?=
 
 .PHONY: test demo install clean
@@ -10,8 +11,12 @@ DEMO_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[aggregator,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[aggregator,dev]'
 	touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[aggregator,dev,bench]'
+	touch $(BENCH_STAMP)
 
 install: $(STAMP)
 
