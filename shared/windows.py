@@ -11,7 +11,10 @@ import time
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
-_FORMATS = {"day": ("%Y-%m-%d", re.compile(r"\d{4}-\d{2}-\d{2}")), "hour": ("%Y-%m-%dT%H", re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}"))}
+# [0-9], not \d: \d also matches non-ASCII digits, which strptime accepts ("2026-11-2\u0661"),
+# and the same window would then be stored under a second name.
+_FORMATS = {"day": ("%Y-%m-%d", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")),
+            "hour": ("%Y-%m-%dT%H", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}"))}
 LENGTH = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 
 
@@ -30,7 +33,8 @@ def current_window(kind: str, now: datetime | None = None) -> str:
     """The window containing ``now`` (default: the current UTC time)."""
     if now is not None:
         return window_of(now, kind)
-    seconds = int(LENGTH[kind].total_seconds()) if kind in LENGTH else 1
+    _format(kind)  # an unknown kind is a ValueError, not a KeyError
+    seconds = int(LENGTH[kind].total_seconds())
     return _window_by_index(int(time.time()) // seconds, kind)
 
 
