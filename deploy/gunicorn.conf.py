@@ -1,0 +1,70 @@
+"""Gunicorn settings for the ldp-telemetry aggregator.
+
+    gunicorn -c deploy/gunicorn.conf.py 'ldp_telemetry.aggregator:create_app()'
+
+The aggregator promises to keep nothing that could link a report to a person, and a web
+server's logs are the usual leak: by default gunicorn logs every client's address, user agent
+and referer. Here the access log holds the method, the path (without the query string, which
+may carry a read token), the status, the size and the duration; no time stamp either (journald
+or Docker add their own, to the second, which says nothing about a report: stored reports carry
+no receive time). The logger below also blanks those fields if someone changes the format, and
+redacts the one error line gunicorn writes with a client address (a malformed request).
+The aggregator's own settings come from LDP_* variables (see deploy/README.md).
+"""
+
+import logging
+import os
+import re
+
+from gunicorn import glogging
+
+# Inside a container bind 0.0.0.0 (LDP_BIND) and publish the port to the host's loopback only.
+bind = os.environ.get("LDP_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("LDP_WORKERS", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("LDP_THREADS", "4"))
+timeout = 30
+graceful_timeout = 20
+# Restart workers now and then so that no leak can grow for ever.
+max_requests = 10_000
+max_requests_jitter = 1_000
+forwarded_allow_ips = ""  # never take a client address from X-Forwarded-For
+proxy_protocol = False
+
+accesslog = os.environ.get("LDP_ACCESS_LOG", "-")
+errorlog = os.environ.get("LDP_ERROR_LOG", "-")
+loglevel = os.environ.get("LDP_LOG_LEVEL", "info")
+access_log_format = '"%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
+
+# Atoms of gunicorn's access-log format that name or fingerprint the client.
+_CLIENT_ATOMS = {"h": "-", "a": "-", "f": "-", "q": "-", "u": "-", "l": "-"}
+_ADDRESS = re.compile(r"ip=\S+")
+
+
+def _redact_address(record: logging.LogRecord) -> bool:
+    """Filter: rewrite "Invalid request from ip=1.2.3.4: ..." without the address."""
+    message = record.getMessage()
+    if "ip=" in message:
+        record.msg, record.args = _ADDRESS.sub("ip=-", message), ()
+    return True
+
+
+class NoClientAddressLogger(glogging.Logger):
+    """Gunicorn's logger, unable to write a client's address, agent, referer or query."""
+
+    def setup(self, cfg):
+        super().setup(cfg)
+        if _redact_address not in self.error_log.filters:
+            self.error_log.addFilter(_redact_address)
+
+    def atoms(self, resp, req, environ, request_time):
+        atoms = super().atoms(resp, req, environ, request_time)
+        atoms.update(_CLIENT_ATOMS)
+        atoms["r"] = f"{atoms['m']} {atoms['U']} {atoms['H']}"
+        # request headers ({x-forwarded-for}i, {cookie}i, ...) and the WSGI environ ({remote_addr}e)
+        for key in [k for k in atoms if k.endswith("}i") or k.endswith("}e")]:
+            del atoms[key]
+        return atoms
+
+
+logger_class = NoClientAddressLogger
