@@ -210,7 +210,8 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
     for field, derived in (("p", p), ("q", q)):
         if field in raw:
             given = raw[field]
-            if not _is_number(given) or abs(given - derived) > PARAMETER_TOLERANCE:
+            # 0 <= given <= 1 first: subtracting a float from a huge JSON int overflows.
+            if not _is_number(given) or not 0 <= given <= 1 or abs(given - derived) > PARAMETER_TOLERANCE:
                 raise ValueError(
                     f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {_show(given)}"
