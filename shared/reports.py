@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterator, Mapping, Union
 
 from . import mechanisms, windows
-from .schema import Attribute, Schema, parse_schema
+from .schema import MAX_VERSION, Attribute, Schema, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
@@ -156,8 +156,9 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     name, version = obj["schema"], obj["version"]
     if not isinstance(name, str):
         raise ReportError("schema", "must be a schema name (a string)")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ReportError("version", "must be an integer")
+    # Bounded like a schema's version, so a lookup never gets an int SQLite cannot hold.
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
+        raise ReportError("version", f"must be an integer from 1 to {MAX_VERSION}")
     schema = _resolve(schemas, name, version)
     try:
         windows.window_start(obj["window"], schema.window)
