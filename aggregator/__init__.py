@@ -1,1 +1,46 @@
-"""aggregator"""
+"""The aggregator: a Flask app that ingests randomised reports and serves debiased estimates.
+
+``create_app(config)`` builds it: settings from ``LDP_*`` variables overridden by ``config``
+(see :mod:`.settings`), the database migrated, the API, dashboard and operations blueprints,
+and, when ``LDP_SCHEDULER`` is on, the background jobs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from flask import Flask
+
+from . import errors, jobs, settings
+from .catalog import Catalog
+from .context import system_clock
+from .metrics import Metrics
+from .store import Store
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """The aggregator app. Raises :class:`settings.SettingsError` for a bad setting."""
+    config = dict(config or {})
+    values = settings.load(config)
+    # An explicit instance path: Flask cannot find one for our namespace-style package layout.
+    app = Flask(__name__, instance_path=str(Path(values["LDP_DB"]).resolve().parent))
+    app.config.update(values)
+    app.config.update({k: v for k, v in config.items() if not k.startswith("LDP_")})  # Flask's own, e.g. TESTING
+    app.config["LDP_CLOCK"] = config.get("LDP_CLOCK", system_clock)
+    # Werkzeug enforces it on Content-Length and while reading a chunked body: 413 either way.
+    app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
+    app.json.sort_keys = False  # fields in the documented order
+
+    store = Store(app.config["LDP_DB"])
+    store.migrate()
+    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics()}
+
+    from . import api, dashboard, ops
+
+    app.register_blueprint(api.bp)
+    app.register_blueprint(dashboard.bp)
+    app.register_blueprint(ops.bp)
+    errors.init_app(app)
+    jobs.init_app(app)
+    return app

@@ -114,5 +114,105 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
                f"simulated in {elapsed:.2f} s ({devices / elapsed:,.0f} devices/s)")
 
 
+def _setting_options(command):
+    """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
+    from .settings import SETTINGS
+
+    for setting in reversed(SETTINGS):
+        default = "unset" if setting.default is None else setting.default
+        command = click.option(setting.flag, setting.name.lower(), default=None, metavar="VALUE",
+                               help=f"{setting.help} [env {setting.name}; default: {default}]")(command)
+    return command
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Gunicorn worker processes.")
+@_setting_options
+def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
+    """Run the aggregator under gunicorn (a production WSGI server).
+
+    Every setting comes from its flag, else its LDP_* environment variable, else its default.
+    Prefer the environment for tokens: flags show up in the process list.
+    """
+    from .server import serve as run_server
+    from .settings import SettingsError, load
+
+    config = {name.upper(): value for name, value in flags.items() if value is not None}
+    try:
+        load(config)  # a bad setting stops here, before any worker starts
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    run_server(config, host=host, port=port, workers=workers)
+
+
+def _endpoint_options(token_help: str):
+    def decorate(command):
+        command = click.option("--db", type=click.Path(dir_okay=False),
+                               help="Work on this database file directly instead of a running server.")(command)
+        command = click.option("--token", envvar="LDP_ADMIN_TOKEN", help=token_help)(command)
+        return click.option("--url", default="http://127.0.0.1:8000", show_default=True, envvar="LDP_URL",
+                            help="Base URL of a running aggregator.")(command)
+    return decorate
+
+
+@main.group()
+def schema() -> None:
+    """Manage schemas."""
+
+
+@schema.command("publish")
+@click.argument("file", type=click.File("r"))
+@_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
+def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
+    """Publish the schema in FILE (JSON; - for stdin), over HTTP or straight into --db."""
+    from .remote import call
+
+    try:
+        body = json.load(file)
+    except ValueError as exc:
+        raise click.ClickException(f"{file.name} is not JSON: {exc}") from None
+    status, answer = call("POST", "/api/v1/schemas", url=url, db=db, token=token, body=body)
+    if status not in (200, 201):
+        raise click.ClickException(f"{status}: {answer.get('error', answer)}")
+    click.echo(f"{'published' if status == 201 else 'already published, identical'}: "
+               f"{answer['name']} version {answer['version']}")
+    click.echo(json.dumps(answer, indent=2))
+
+
+@main.command()
+@click.argument("schema_name", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@click.option("--attribute", help="Only this attribute.")
+@click.option("--window", "windows", type=click.Choice(["all", "each"]), default="all", show_default=True,
+              help="The rollup over all windows, or every window.")
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_ADMIN_TOKEN].")
+def estimates(schema_name: str, schema_version: int | None, attribute: str | None, windows: str, url: str,
+              token: str | None, db: str | None) -> None:
+    """Print the latest estimates of SCHEMA as a table."""
+    from urllib.parse import urlencode
+
+    from .remote import call
+
+    query = {"schema": schema_name, "version": schema_version, "attribute": attribute}
+    path = "/api/v1/estimates?" + urlencode({k: v for k, v in query.items() if v is not None})
+    status, answer = call("GET", path, url=url, db=db, token=token)
+    if status != 200:
+        raise click.ClickException(f"{status}: {answer.get('error', answer)}")
+    rows = [e for e in answer["estimates"] if (e["window"] == "all") == (windows == "all")]
+    click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
+    if not rows:
+        click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds)")
+        return
+    header = f"{'window':<13} {'attribute':<16} {'value':<16} {'estimate':>9} {'interval':>17} {'n':>9} {'eps':>6}"
+    click.echo(header)
+    click.echo("-" * len(header))
+    for e in rows:
+        value = "true" if e["value"] is True else e["value"]
+        click.echo(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} {e['estimate']:>9.4f} "
+                   f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,42 @@
+"""Published schemas: publishing (idempotent, immutable) and a per-process cache of parsed ones.
+
+A published schema never changes (any change is a new version), so caching the parsed
+:class:`Schema` in each worker process is safe; unknown names are not cached, so a schema
+published through another worker is seen at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..shared.schema import Schema, parse_schema
+from .store import Store
+
+
+class Catalog:
+    def __init__(self, store: Store):
+        self.store = store
+        self._parsed: dict[tuple[str, int], Schema] = {}
+
+    def schema(self, name: str, version: int | None = None) -> Schema | None:
+        """The published schema ``name`` at ``version`` (latest if None), or None."""
+        if version is not None and (name, version) in self._parsed:
+            return self._parsed[(name, version)]
+        definition = self.store.get_schema(name, version)
+        if definition is None:
+            return None
+        schema = parse_schema(definition)
+        self._parsed[(schema.name, schema.version)] = schema
+        return schema
+
+    def lookup(self, name: str, version: int) -> Schema | None:
+        """``(name, version) -> Schema | None``, as :func:`validate_report` takes it."""
+        return self.schema(name, version)
+
+    def publish(self, raw: Any, published_at: str) -> tuple[str, dict[str, Any]]:
+        """Parse and store a schema: ``("created" | "identical" | "conflict", derived definition)``.
+
+        Raises ``ValueError`` (from :func:`parse_schema`) for an invalid schema.
+        """
+        derived = parse_schema(raw).to_dict()
+        return self.store.publish_schema(derived, published_at), derived

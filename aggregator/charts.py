@@ -1,0 +1,215 @@
+"""Chart geometry for the dashboard: data in, pixel coordinates out.
+
+The dashboard draws its charts as inline SVG in the page (no JavaScript library, no CDN, works
+offline). This module only computes numbers (coordinates, tick positions); the templates write
+the SVG, so every label passes through Jinja's autoescape like any other text on the page.
+All charts share one coordinate system, a ``viewBox`` of WIDTH × HEIGHT that the browser scales
+to the page width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+WIDTH, HEIGHT = 520, 220
+LEFT, RIGHT, TOP, BOTTOM = 52, 24, 12, 34  # margins for the axis labels
+MAX_X_LABELS = 5
+NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float  # pixel position along the axis
+    label: str
+    minor: bool = False  # hidden on narrow screens, where long labels would overlap
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A linear map from data values ``[lo, hi]`` to pixels ``[start, end]``."""
+
+    lo: float
+    hi: float
+    start: float
+    end: float
+
+    def __call__(self, value: float) -> float:
+        span = self.hi - self.lo or 1.0
+        return round(self.start + (value - self.lo) / span * (self.end - self.start), 2)
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+    low: float  # y of the interval's lower end
+    high: float  # y of the interval's upper end
+    label: str  # shown as the point's tooltip
+
+
+@dataclass(frozen=True)
+class LineChart:
+    """A line with an optional band (the interval) and its axes."""
+
+    points: list[Point]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    band: bool
+    markers: list[Tick] = field(default_factory=list)  # vertical reference lines
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    top: int = TOP
+    right_edge: int = WIDTH - RIGHT
+    bottom_edge: int = HEIGHT - BOTTOM
+
+    @property
+    def line(self) -> str:
+        return " ".join(f"{p.x},{p.y}" for p in self.points)
+
+    @property
+    def band_polygon(self) -> str:
+        upper = [f"{p.x},{p.high}" for p in self.points]
+        lower = [f"{p.x},{p.low}" for p in reversed(self.points)]
+        return " ".join(upper + lower)
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    low: float  # whisker ends (y)
+    high: float
+    series: int  # colour index
+    label: str
+
+
+@dataclass(frozen=True)
+class BarChart:
+    """Groups of bars (one group per window, one bar per category) with interval whiskers."""
+
+    bars: list[Bar]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    series: list[str]  # legend labels, in colour order
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    top: int = TOP
+    right_edge: int = WIDTH - RIGHT
+    bottom_edge: int = HEIGHT - BOTTOM
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One estimate to draw: the value and its interval (shares in [0, 1])."""
+
+    estimate: float
+    low: float
+    high: float
+
+
+def nice_ticks(lo: float, hi: float, target: int = 5) -> tuple[float, float, list[float]]:
+    """A rounded range covering ``[lo, hi]`` and its ticks at a step from :data:`NICE_STEPS`."""
+    if hi <= lo:
+        hi = lo + 1e-3
+    step = next((s for s in NICE_STEPS if (hi - lo) / s <= target), NICE_STEPS[-1])
+    start = math.floor(lo / step + 1e-9) * step
+    stop = math.ceil(hi / step - 1e-9) * step
+    count = int(round((stop - start) / step))
+    return start, stop, [round(start + i * step, 10) for i in range(count + 1)]
+
+
+def share_scale(values: Sequence[float], *, from_zero: bool) -> tuple[Scale, list[Tick]]:
+    """A y scale for shares covering ``values`` (within [0, 1]) and its tick labels in percent."""
+    lo = 0.0 if from_zero or not values else max(0.0, min(values))
+    hi = max(values, default=1.0)
+    lo, hi, ticks = nice_ticks(lo, max(hi, lo + 0.01))
+    scale = Scale(lo, hi, HEIGHT - BOTTOM, TOP)
+    return scale, [Tick(scale(t), _percent(t)) for t in ticks]
+
+
+def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tick]:
+    """At most :data:`MAX_X_LABELS` window labels, evenly spread, always the first and last.
+
+    Only the first and the last stay on a narrow screen (the others are ``minor``).
+    """
+    if not windows:
+        return []
+    if len(windows) <= MAX_X_LABELS:
+        chosen = list(range(len(windows)))
+    else:
+        chosen = sorted({round(i * (len(windows) - 1) / (MAX_X_LABELS - 1)) for i in range(MAX_X_LABELS)})
+    ends = {chosen[0], chosen[-1]}
+    return [Tick(positions[i], windows[i], minor=i not in ends) for i in chosen]
+
+
+def band_chart(windows: Sequence[str], values: Sequence[Interval]) -> LineChart:
+    """A boolean attribute over windows: the estimate as a line, the interval as a band."""
+    scale, y_ticks = share_scale([v.low for v in values] + [v.high for v in values], from_zero=False)
+    xs = _spread(len(windows))
+    points = [
+        Point(x, scale(v.estimate), scale(v.low), scale(v.high),
+              f"{w}: {_percent(v.estimate)} ({_percent(v.low)} to {_percent(v.high)})")
+        for x, w, v in zip(xs, windows, values)
+    ]
+    return LineChart(points, window_ticks(windows, xs), y_ticks, band=True)
+
+
+def bar_chart(windows: Sequence[str], categories: Sequence[str], values: Sequence[Sequence[Interval | None]]) -> BarChart:
+    """A categorical attribute over windows: ``values[w][c]`` as grouped bars with whiskers.
+
+    A missing estimate (``None``) leaves a gap in its group.
+    """
+    present = [v for row in values for v in row if v is not None]
+    scale, y_ticks = share_scale([v.high for v in present], from_zero=True)
+    plot = (WIDTH - RIGHT) - LEFT
+    group = plot / max(1, len(windows))
+    bar = group * 0.8 / max(1, len(categories))
+    bars = []
+    centres = []
+    for w, (window, row) in enumerate(zip(windows, values)):
+        first = LEFT + w * group + group * 0.1
+        centres.append(round(first + bar * len(categories) / 2, 2))
+        for c, (category, v) in enumerate(zip(categories, row)):
+            if v is None:
+                continue
+            top = scale(max(0.0, v.estimate))
+            bars.append(Bar(round(first + c * bar, 2), top, round(bar * 0.9, 2), round(scale(0.0) - top, 2),
+                            scale(v.low), scale(v.high), c,
+                            f"{window} · {category}: {_percent(v.estimate)} ({_percent(v.low)} to {_percent(v.high)})"))
+    return BarChart(bars, window_ticks(windows, centres), y_ticks, list(categories))
+
+
+def profile_chart(curve: Sequence[tuple[float, float]], epsilon: float) -> LineChart:
+    """The privacy profile δ(ε') against ε', with a reference line at the mechanism's ε."""
+    top = max((d for _, d in curve), default=1.0)
+    lo_y, hi_y, y_values = nice_ticks(0.0, max(top, 0.01))
+    y = Scale(lo_y, hi_y, HEIGHT - BOTTOM, TOP)
+    x_max = max((e for e, _ in curve), default=epsilon)
+    _, x_hi, x_values = nice_ticks(0.0, x_max)
+    x = Scale(0.0, x_hi, LEFT, WIDTH - RIGHT)
+    points = [Point(x(e), y(d), y(d), y(d), f"ε' = {e:.2f}: δ = {d:.3g}") for e, d in curve]
+    return LineChart(
+        points,
+        [Tick(x(v), f"{v:g}") for v in x_values],
+        [Tick(y(v), f"{v:g}") for v in y_values],
+        band=False,
+        markers=[Tick(x(epsilon), f"ε = {epsilon:.3g}")],
+    )
+
+
+def _spread(count: int) -> list[float]:
+    """``count`` x positions across the plot; a single one sits in the middle."""
+    if count == 1:
+        return [round((LEFT + WIDTH - RIGHT) / 2, 2)]
+    x = Scale(0, count - 1, LEFT + 6, WIDTH - RIGHT - 6)
+    return [x(i) for i in range(count)]
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.1f}%"

@@ -1,0 +1,40 @@
+"""The current app's parts, for code running in a request or a job: store, catalog, clock, metrics."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from flask import Flask, current_app
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .metrics import Metrics
+    from .store import Store
+
+
+def store(app: Flask | None = None) -> "Store":
+    return (app or current_app).extensions["ldp"]["store"]
+
+
+def catalog(app: Flask | None = None) -> "Catalog":
+    return (app or current_app).extensions["ldp"]["catalog"]
+
+
+def metrics(app: Flask | None = None) -> "Metrics":
+    return (app or current_app).extensions["ldp"]["metrics"]
+
+
+def now(app: Flask | None = None) -> datetime:
+    """The app's clock (``LDP_CLOCK``, injectable for tests) as an aware UTC time."""
+    moment = (app or current_app).config["LDP_CLOCK"]()
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+def system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 UTC to the second, e.g. ``2026-11-21T11:30:00Z``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,71 @@
+"""The estimation job: turn changed counters into debiased estimates with Wilson intervals.
+
+Only windows whose counters changed since the last refresh are recomputed (the ``dirty`` marks
+ingest leaves), plus the ``all`` rollup of each schema version they belong to; every window is
+recomputed when ``LDP_CONFIDENCE`` changed. Everything is read from the counters, never from the
+raw reports, and written in one transaction, so concurrent refreshes (the scheduler, an admin's
+``POST /api/v1/estimates/refresh``, another worker) simply take turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any, Iterable
+
+from flask import Flask
+
+from ..shared.estimators import estimate
+from ..shared.schema import Schema
+from . import context
+from .ingest import window_policy
+
+ROLLUP = "all"
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    written: int  # estimate rows written
+    windows: int  # windows recomputed (not counting the rollups)
+
+
+def refresh(app: Flask) -> RefreshResult:
+    """Recompute the estimates of every stale window and their schema versions' rollups."""
+    store, catalog = context.store(app), context.catalog(app)
+    confidence = app.config["LDP_CONFIDENCE"]
+    computed_at = context.iso(context.now(app))
+    with context.metrics(app).refresh_seconds.time(), store.write():
+        stale = store.stale_windows(confidence)
+        rows: list[dict[str, Any]] = []
+        for (name, version), keys in groupby(stale, key=lambda key: key[:2]):
+            schema = catalog.schema(name, version)
+            assert schema is not None, "counters exist only for published schemas"
+            for _, _, window in keys:
+                rows += estimate_rows(schema, window, store.window_counters(name, version, window),
+                                      confidence, computed_at)
+            rows += estimate_rows(schema, ROLLUP, store.rollup_counters(name, version), confidence, computed_at)
+        store.save_estimates(rows, stale, confidence)
+    return RefreshResult(len(rows), len(stale))
+
+
+def estimate_rows(schema: Schema, window: str, counters: Iterable[tuple[str, str, int, int]], confidence: float,
+                  computed_at: str) -> list[dict[str, Any]]:
+    """One estimate row per ``(attribute, value, n, hits)`` counter, with the shared estimator."""
+    rows = []
+    for name, value, n, hits in counters:
+        attribute = schema.attribute(name)
+        e = estimate(hits, n, attribute.p, attribute.q, confidence)
+        rows.append({"schema": schema.name, "version": schema.version, "window": window, "attribute": name,
+                     "value": value, "estimate": e.estimate, "estimate_clipped": e.estimate_clipped,
+                     "ci_low": e.ci_low, "ci_high": e.ci_high, "n": n, "hits": hits,
+                     "epsilon": attribute.epsilon, "computed_at": computed_at})
+    return rows
+
+
+def delete_expired_reports(app: Flask) -> int:
+    """The retention job: delete raw reports of windows past ``LDP_RETENTION_DAYS`` (counters stay).
+
+    Ingest rejects those same windows, so a retried old report cannot be counted twice.
+    """
+    policy = window_policy(app)
+    return context.store(app).delete_reports_ended_by(int(policy.retention_cutoff.timestamp()))

@@ -1,0 +1,132 @@
+"""Ingesting a batch of reports: validate all, then store the new ones exactly once.
+
+The batch is all-or-nothing: every report is validated (the shared validator, then the server's
+window policy) before anything is written, and one invalid report rejects the request with a
+detail per bad index. Then the reports and their counter increments are written in one
+transaction (:meth:`Store.ingest`); an id repeated in the batch, or already stored, is a
+duplicate and changes no counter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Sequence
+
+from flask import Flask
+
+from ..shared.reports import Report, ReportError, validate_report
+from ..shared.windows import LENGTH, window_start
+from . import context
+from .catalog import Catalog
+from .errors import ApiError, detail
+from .store import CounterRow, ReportRow, Store
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """Which windows the server accepts now: not in the future, not past retention."""
+
+    now: datetime
+    clock_skew: float  # seconds
+    retention_days: float
+
+    @property
+    def retention_cutoff(self) -> datetime:
+        """A window that ended at or before this is past retention (its raw reports are deleted)."""
+        return self.now - timedelta(days=self.retention_days)
+
+    def check(self, report: Report) -> int:
+        """The window's end (Unix seconds); :class:`ReportError` if the window is not accepted."""
+        start = window_start(report.window, report.schema.window)
+        end = start + LENGTH[report.schema.window]
+        if start > self.now + timedelta(seconds=self.clock_skew):
+            raise ReportError("window", f"{report.window} is in the future (server time "
+                                        f"{self.now:%Y-%m-%dT%H:%M}Z, allowed clock skew {self.clock_skew:g} s)")
+        if end <= self.retention_cutoff:
+            raise ReportError("window", f"{report.window} is older than the retention period "
+                                        f"({self.retention_days:g} days)")
+        return int(end.timestamp())
+
+
+def window_policy(app: Flask) -> WindowPolicy:
+    """The app's window policy at the app's current time."""
+    return WindowPolicy(context.now(app), app.config["LDP_CLOCK_SKEW"], app.config["LDP_RETENTION_DAYS"])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    accepted: int
+    duplicates: int
+
+
+def parse_batch(body: dict[str, Any], catalog: Catalog, policy: WindowPolicy, max_batch: int,
+                ) -> tuple[list[Report], list[int]]:
+    """Validate a ``{"reports": [...]}`` body: the reports and each one's window end, or :class:`ApiError`."""
+    unknown = sorted(k for k in body if k != "reports")
+    if unknown:
+        raise ApiError(400, "the body has unknown fields", [detail(unknown[0][:80], "unknown field (the body is {\"reports\": [...]})")])
+    raw = body.get("reports")
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, "reports must be a non-empty list of reports", [detail("reports", "must be a non-empty list")])
+    if len(raw) > max_batch:
+        raise ApiError(400, f"too many reports in one batch: {len(raw)}, at most {max_batch} (LDP_MAX_BATCH)",
+                       [detail("reports", f"at most {max_batch} reports per batch")])
+    reports: list[Report] = []
+    window_ends: list[int] = []
+    errors = []
+    for index, obj in enumerate(raw):
+        try:
+            report = validate_report(obj, catalog.lookup)
+            window_ends.append(policy.check(report))
+            reports.append(report)
+        except ReportError as exc:
+            errors.append(detail(exc.field, exc.message, index))
+    if errors:
+        raise ApiError(400, f"{len(errors)} of {len(raw)} reports are invalid; the batch was rejected and "
+                            "nothing was stored", errors)
+    return reports, window_ends
+
+
+def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:
+    """Store the valid ``reports``: each id once, counters from the new ones only."""
+    unique: dict[str, int] = {}
+    for i, report in enumerate(reports):
+        unique.setdefault(report.id, i)  # the first of an id repeated in the batch wins
+    kept = [reports[i] for i in unique.values()]
+    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, window_ends[i],
+                      json.dumps(r.values, separators=(",", ":")))
+            for r, i in zip(kept, unique.values())]
+    accepted = store.ingest(rows, lambda new: counter_rows([kept[i] for i in new]))
+    return Outcome(accepted, len(reports) - accepted)
+
+
+def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
+    """The counter increments of ``reports``, pre-aggregated: one row per counter touched.
+
+    Every attribute a report carries adds one to ``n`` of each of that attribute's values; each
+    value it hits (:meth:`Report.hits`) also gets one ``hit``.
+    """
+    n: Counter[tuple[str, int, str, str]] = Counter()
+    hits: Counter[tuple[str, int, str, str, int]] = Counter()
+    for report in reports:
+        s = report.schema
+        for name in report.values:
+            n[(s.name, s.version, report.window, name)] += 1
+        for attribute, index in report.hits():
+            hits[(s.name, s.version, report.window, attribute.name, index)] += 1
+    schemas = {(r.schema.name, r.schema.version): r.schema for r in reports}
+    rows: list[CounterRow] = []
+    for (schema, version, window, name), count in n.items():
+        attribute = schemas[(schema, version)].attribute(name)
+        for index, value in enumerate(attribute.values):
+            rows.append((schema, version, window, name, value_key(value), count,
+                         hits[(schema, version, window, name, index)]))
+    return rows
+
+
+def value_key(value: str | bool) -> str:
+    """How an estimate value is stored: the category name, or ``"true"`` for a boolean."""
+    return "true" if value is True else value

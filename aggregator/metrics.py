@@ -1,0 +1,41 @@
+"""Prometheus metrics: reports accepted, rejected and duplicate; batch sizes; refresh durations.
+
+Each app has its own ``CollectorRegistry`` (tests build many apps in one process). Under
+``ldp-telemetry serve --workers N`` every worker process counts its own requests; when
+``PROMETHEUS_MULTIPROC_DIR`` is set (``serve`` sets it for N > 1) prometheus-client keeps the
+values in files there and ``/metrics`` sums them over all workers. Without it, each scrape
+sees only the worker that answered.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.accepted = Counter("ldp_reports_accepted", "Reports stored and counted.", registry=self.registry)
+        self.duplicates = Counter("ldp_reports_duplicate", "Reports whose id was already stored or repeated in the batch.",
+                                  registry=self.registry)
+        self.rejected = Counter("ldp_reports_rejected", "Invalid reports (each rejects its whole batch).",
+                                registry=self.registry)
+        self.rejected_batches = Counter("ldp_batches_rejected", "POST /api/v1/reports requests rejected with a 4xx.",
+                                        registry=self.registry)
+        self.batch_size = Histogram("ldp_batch_size", "Reports per accepted batch.", buckets=BATCH_BUCKETS,
+                                    registry=self.registry)
+        self.refresh_seconds = Histogram("ldp_refresh_duration_seconds", "Duration of estimate refreshes.",
+                                         registry=self.registry)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The Prometheus text format and its content type: all workers' values in multiprocess mode."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

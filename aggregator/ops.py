@@ -1,0 +1,27 @@
+"""Operations endpoints: ``/healthz`` (liveness and a database check) and ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from flask import Blueprint, Response, current_app, jsonify
+
+from . import context
+
+bp = Blueprint("ops", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    try:
+        context.store().check()
+    except sqlite3.Error as exc:
+        current_app.logger.error("health check failed: %s", exc)
+        return jsonify({"status": "error", "database": str(exc)}), 503
+    return jsonify({"status": "ok", "database": "ok"}), 200
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    body, content_type = context.metrics().exposition()
+    return Response(body, content_type=content_type)

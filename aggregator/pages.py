@@ -1,0 +1,192 @@
+"""What each dashboard page shows, computed from a schema and its stored estimate rows.
+
+Pure functions from data to plain objects the templates render: no Flask, no SQL, so the
+numbers on a page can be tested without a server. Estimate rows have the store's shape
+(``window``, ``attribute``, ``value``, ``estimate``, ``estimate_clipped``, ``ci_low``, ``ci_high``,
+``n``, ``epsilon``, ``computed_at``); ``value`` is the category, or ``"true"`` for a boolean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..shared import privacy
+from ..shared.estimators import z_value
+from ..shared.schema import Attribute, Schema
+from . import charts
+from .estimation import ROLLUP
+
+# A categorical chart draws the largest categories only; the table and the CSV have them all.
+MAX_CHART_CATEGORIES = 8
+MAX_TABLE_VALUES = 50
+# Grouped bars stay readable for this many windows; a line takes every window of the range.
+MAX_BAR_WINDOWS = 12
+MAX_LINE_WINDOWS = 400
+# How many windows the budget table shows, per window kind.
+BUDGET_WINDOWS = {"day": (1, 7, 30, 365), "hour": (1, 24, 24 * 7, 24 * 30)}
+MECHANISM_NAMES = {"rr": "binary randomised response", "grr": "generalised randomised response",
+                   "oue": "optimised unary encoding"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One stored estimate, as shown."""
+
+    estimate: float  # unbiased, may fall outside [0, 1]
+    estimate_clipped: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    @property
+    def clipped(self) -> bool:
+        return self.estimate != self.estimate_clipped
+
+    @property
+    def interval(self) -> charts.Interval:
+        return charts.Interval(self.estimate_clipped, self.ci_low, self.ci_high)
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    label: str  # "true" for a boolean's share, else the category
+    latest: Cell | None
+    rollup: Cell | None
+
+
+@dataclass(frozen=True)
+class AttributePrivacy:
+    """The privacy of one attribute's randomisation, in numbers the panel puts into words."""
+
+    epsilon: float
+    mechanism: str
+    mechanism_name: str
+    p: float
+    q: float
+    categories: int
+    posterior: float  # most an observer of one report believes, from a 50/50 prior
+    profile: charts.LineChart
+    delta_at_zero: float  # δ(0): the total variation distance of the worst pair
+    comparison: privacy.LocalVsCentral | None  # None until there is data
+    z: float
+
+    @property
+    def local_half_width(self) -> float | None:
+        return None if self.comparison is None else self.z * self.comparison.local_se
+
+    @property
+    def central_half_width(self) -> float | None:
+        return None if self.comparison is None else self.z * self.comparison.central_se
+
+
+@dataclass(frozen=True)
+class AttributeView:
+    attribute: Attribute
+    rows: list[ValueRow]
+    hidden_rows: int  # values beyond MAX_TABLE_VALUES
+    latest_window: str | None
+    n: int  # reports that carried the attribute, over every window (the rollup's n)
+    chart: charts.LineChart | charts.BarChart | None
+    chart_note: str
+    privacy: AttributePrivacy
+
+
+@dataclass(frozen=True)
+class SchemaPrivacy:
+    epsilon: float
+    split: str
+    window: str
+    posterior: float
+    budget: list[tuple[int, float]]  # (windows, at most this ε spent)
+
+
+@dataclass(frozen=True)
+class SchemaPage:
+    schema: Schema
+    attributes: list[AttributeView]
+    windows: list[str]  # windows in range that have estimates, oldest first
+    computed_at: str | None
+    privacy: SchemaPrivacy
+
+    @property
+    def empty(self) -> bool:
+        return not self.attributes or all(a.n == 0 for a in self.attributes)
+
+
+def cell(row: dict[str, Any]) -> Cell:
+    return Cell(row["estimate"], row["estimate_clipped"], row["ci_low"], row["ci_high"], row["n"])
+
+
+def schema_page(schema: Schema, rows: Sequence[dict[str, Any]], confidence: float) -> SchemaPage:
+    """Everything the schema page shows, from the estimate rows of one schema version."""
+    by_attribute: dict[str, dict[str, dict[str, Cell]]] = {a.name: {} for a in schema.attributes}
+    for row in rows:
+        if row["attribute"] in by_attribute:
+            by_attribute[row["attribute"]].setdefault(row["window"], {})[str(row["value"])] = cell(row)
+    windows = sorted({r["window"] for r in rows if r["window"] != ROLLUP})
+    computed = max((r["computed_at"] for r in rows), default=None)
+    z = z_value(confidence)
+    views = [attribute_view(a, by_attribute[a.name], z) for a in schema.attributes]
+    return SchemaPage(schema, views, windows, computed, schema_privacy(schema))
+
+
+def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], z: float) -> AttributeView:
+    """One attribute's table, chart and privacy from its cells by window and value."""
+    keys = ["true"] if attribute.type == "boolean" else list(attribute.categories)
+    windows = sorted(w for w in cells if w != ROLLUP)
+    latest = windows[-1] if windows else None
+    rollup = cells.get(ROLLUP, {})
+    rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k)) for k in keys]
+    n = max((c.n for c in rollup.values()), default=0)
+    if attribute.type == "categorical":
+        # Largest first: with many categories, what matters is at the top.
+        rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
+    chart, note = _chart(attribute, windows, cells, [r.label for r in rows])
+    shown = rows[:MAX_TABLE_VALUES]
+    return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
+                         attribute_privacy(attribute, n, z))
+
+
+def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, Cell]],
+           ranked: list[str]) -> tuple[charts.LineChart | charts.BarChart | None, str]:
+    if not windows:
+        return None, ""
+    notes = []
+    if attribute.type == "boolean":
+        shown = [w for w in windows if "true" in cells[w]][-MAX_LINE_WINDOWS:]
+        if len(shown) < len(windows):
+            notes.append(f"the last {len(shown)} windows of the range")
+        return charts.band_chart(shown, [cells[w]["true"].interval for w in shown]), "; ".join(notes)
+    shown = windows[-MAX_BAR_WINDOWS:]
+    if len(shown) < len(windows):
+        notes.append(f"the last {len(shown)} of {len(windows)} windows in the range")
+    categories = ranked[:MAX_CHART_CATEGORIES]
+    if len(categories) < len(ranked):
+        notes.append(f"the {len(categories)} largest of {len(ranked)} categories")
+    values = [[cells[w][c].interval if c in cells[w] else None for c in categories] for w in shown]
+    return charts.bar_chart(shown, categories, values), "; ".join(notes)
+
+
+def attribute_privacy(attribute: Attribute, n: int, z: float) -> AttributePrivacy:
+    p, q, epsilon = attribute.p, attribute.q, attribute.epsilon
+    curve = privacy.profile_curve(attribute.mechanism, p, q, epsilon)
+    return AttributePrivacy(
+        epsilon=epsilon,
+        mechanism=attribute.mechanism,
+        mechanism_name=MECHANISM_NAMES[attribute.mechanism],
+        p=p,
+        q=q,
+        categories=len(attribute.categories),
+        posterior=privacy.posterior_bound(epsilon),
+        profile=charts.profile_chart(curve, epsilon),
+        delta_at_zero=curve[0][1],
+        comparison=privacy.local_vs_central(p, q, epsilon, n) if n > 0 else None,
+        z=z,
+    )
+
+
+def schema_privacy(schema: Schema) -> SchemaPrivacy:
+    budget = [(w, privacy.window_budget(schema.epsilon, w)) for w in BUDGET_WINDOWS[schema.window]]
+    return SchemaPrivacy(schema.epsilon, schema.split, schema.window, privacy.posterior_bound(schema.epsilon),
+                         budget)

@@ -1,0 +1,63 @@
+"""``ldp-telemetry serve``: the aggregator under gunicorn, configured from our settings.
+
+No access log: gunicorn's would record client IP addresses and user agents, which the
+aggregator promises never to keep. Each worker process builds its own app (no preloading), so
+the scheduler threads start after the fork; the jobs themselves make sure only one worker runs
+them at a time (:mod:`.jobs`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+
+class AggregatorServer(BaseApplication):
+    def __init__(self, config: dict[str, Any], *, host: str, port: int, workers: int, timeout: int = 60):
+        self.app_config = config
+        self.options = {
+            "bind": f"{host}:{port}",
+            "workers": workers,
+            "worker_class": "sync",
+            "timeout": timeout,
+            "graceful_timeout": 10,
+            "accesslog": None,
+            "proc_name": "ldp-telemetry",
+            "child_exit": _child_exit,
+        }
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self):  # type: ignore[no-untyped-def]
+        from . import create_app
+
+        return create_app(self.app_config)
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    # A dead worker's live gauges must not linger in the shared metrics files.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def serve(config: dict[str, Any], *, host: str, port: int, workers: int) -> None:
+    """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
+    metrics_dir = None
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Must be set before prometheus_client is imported: the workers then share their counts.
+        metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        AggregatorServer(config, host=host, port=port, workers=workers).run()
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)

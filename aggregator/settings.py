@@ -1,0 +1,146 @@
+"""The aggregator's settings: each declared once, read from ``LDP_*`` variables or a config dict.
+
+A setting has a name (its environment variable, also its Flask config key), a default, a help
+line (the README's configuration table and ``ldp-telemetry serve --help`` show it) and a parser
+that turns text into a checked value. A bad value stops start-up with :class:`SettingsError`
+naming the setting, rather than failing on first use.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value, or an unknown setting was given."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # the environment variable and Flask config key, e.g. LDP_MAX_BATCH
+    default: Any
+    help: str
+    parse: Callable[[Any], Any]  # text or a Python value -> checked value; ValueError if bad
+
+    @property
+    def flag(self) -> str:
+        """The ``ldp-telemetry serve`` flag: ``LDP_MAX_BATCH`` -> ``--max-batch``."""
+        return "--" + self.name.removeprefix("LDP_").lower().replace("_", "-")
+
+
+def _integer(low: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"must be an integer, got {value!r}")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"must be an integer, got {value!r}") from None
+        if number < low:
+            raise ValueError(f"must be an integer of at least {low}, got {number}")
+        return number
+
+    return parse
+
+
+def _number(low: float, high: float = math.inf, *, open_low: bool = False, open_high: bool = False,
+            ) -> Callable[[Any], float]:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"must be a number, got {value!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"must be a number, got {value!r}") from None
+        below = number <= low if open_low else number < low
+        above = number >= high if open_high else number > high
+        if not math.isfinite(number) or below or above:
+            bounds = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+            raise ValueError(f"must be a finite number in {bounds}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _optional_token(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) < 8 or not value.isprintable() or " " in value:
+        raise ValueError("must be at least 8 printable characters without spaces")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"must be true or false (1/0, yes/no, on/off), got {value!r}")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("LDP_DB", "ldp-telemetry.db", "Path of the SQLite database file (created if missing).", _text),
+    Setting("LDP_ADMIN_TOKEN", None,
+            "Bearer token for the admin calls (publish schemas, refresh estimates); unset disables them.",
+            _optional_token),
+    Setting("LDP_READ_TOKEN", None,
+            "When set, reading estimates and the dashboard needs this bearer token (or the admin one).",
+            _optional_token),
+    Setting("LDP_ESTIMATE_INTERVAL", 60.0, "Seconds between scheduled estimate refreshes.",
+            _number(0, 86400 * 7, open_low=True)),
+    Setting("LDP_MAX_BATCH", 1000, "Most reports accepted in one POST /api/v1/reports.", _integer(1)),
+    Setting("LDP_MAX_BODY", 1 << 20, "Largest request body in bytes; larger gets 413.", _integer(1)),
+    Setting("LDP_CONFIDENCE", 0.95, "Confidence level of the estimate intervals, in (0, 1).",
+            _number(0, 1, open_low=True, open_high=True)),
+    Setting("LDP_RETENTION_DAYS", 30.0,
+            "Days raw reports are kept (counters stay); older windows are rejected at ingest.",
+            _number(0, 36500, open_low=True)),
+    Setting("LDP_CLOCK_SKEW", 300.0, "Seconds a report's window may start in the future (device clock skew).",
+            _number(0, 86400)),
+    Setting("LDP_SCHEDULER", True,
+            "Run the scheduled jobs (estimate refresh, retention) in this process; tests turn it off.",
+            _boolean),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+# Config keys that are no setting but may be passed to create_app(): Flask's own, and
+# LDP_CLOCK, a callable returning the aware UTC now (tests inject a fixed clock).
+EXTRA_KEYS = {"LDP_CLOCK"}
+
+
+def load(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every setting's checked value: ``config`` over ``LDP_*`` variables over the defaults.
+
+    Raises :class:`SettingsError` for a bad value or an unknown ``LDP_*`` key in ``config``.
+    """
+    config = dict(config or {})
+    environ = os.environ if environ is None else environ
+    unknown = sorted(k for k in config if k.startswith("LDP_") and k not in BY_NAME and k not in EXTRA_KEYS)
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.name in config:
+            raw, source = config[setting.name], "config"
+        elif setting.name in environ:
+            raw, source = environ[setting.name], "environment"
+        else:
+            values[setting.name] = setting.default
+            continue
+        try:
+            values[setting.name] = setting.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{setting.name} (from the {source}) {exc}") from None
+    return values

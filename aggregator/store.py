@@ -1,0 +1,253 @@
+"""The aggregator's database: the only module that speaks SQL (SQLite through sqlite-utils).
+
+Tables (versioned with sqlite-utils ``Migrations``):
+
+- ``schemas``: name, version, the derived definition (JSON).
+- ``reports``: the randomised reports as received, id primary key; the window is the finest time
+  kept (no receive time, no IP, no user agent). ``window_end`` (Unix seconds) drives retention.
+- ``counters``: per (schema, version, window, attribute, value) ``n`` and ``hits``, updated in the
+  transaction that stores the reports, so estimation costs O(counters), never O(reports).
+- ``dirty``: the (schema, version, window) whose counters changed since the last refresh.
+- ``estimates``: the latest estimate per (schema, version, window or ``all``, attribute, value).
+- ``meta``: key/value facts, e.g. the confidence level the stored estimates were computed at.
+
+Every write runs in ``BEGIN IMMEDIATE``: it takes SQLite's write lock before reading, so a
+transaction never has to upgrade a read lock (which SQLite refuses without waiting when another
+process writes), and a read inside it (which ids are already stored?) cannot go stale before the
+commit. Each thread gets its own connection. Keeping all SQL here leaves room for a PostgreSQL
+backend later.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from sqlite_utils import Database, Migrations
+
+from ..shared.schema import MAX_VERSION, NAME_RE
+
+# Seconds a writer waits for another process's write lock before "database is locked".
+BUSY_TIMEOUT = 10.0
+# SQLite's limit on bound variables is 32766; stay well below it.
+_CHUNK = 500
+
+MIGRATIONS = Migrations("ldp-telemetry-aggregator")
+
+
+@MIGRATIONS()
+def m001_initial(db: Database) -> None:
+    db["schemas"].create({"name": str, "version": int, "definition": str, "published_at": str},
+                         pk=("name", "version"))
+    db["reports"].create({"id": str, "schema": str, "version": int, "window": str, "window_end": int,
+                          "values": str}, pk="id")
+    db["reports"].create_index(["window_end"])
+    key = {"schema": str, "version": int, "window": str, "attribute": str, "value": str}
+    db["counters"].create({**key, "n": int, "hits": int}, pk=tuple(key))
+    db["dirty"].create({"schema": str, "version": int, "window": str}, pk=("schema", "version", "window"))
+    db["estimates"].create({**key, "estimate": float, "estimate_clipped": float, "ci_low": float,
+                            "ci_high": float, "n": int, "hits": int, "epsilon": float,
+                            "computed_at": str}, pk=tuple(key))
+    db["meta"].create({"key": str, "value": str}, pk="key")
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A validated report as stored."""
+
+    id: str
+    schema: str
+    version: int
+    window: str
+    window_end: int  # Unix seconds
+    values: str  # JSON
+
+
+# (schema, version, window, attribute, value, n, hits): an increment of one counter.
+CounterRow = tuple[str, int, str, str, str, int, int]
+WindowKey = tuple[str, int, str]  # (schema, version, window)
+
+
+class Store:
+    """The database at ``path``; safe to share between threads (one connection per thread)."""
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        self._local = threading.local()
+
+    # -- connections and transactions -------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: no implicit transactions; every write opens its own.
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit is on disk before the 202 goes out, even across a power cut.
+            conn.execute("PRAGMA synchronous=FULL")
+            self._local.conn = conn
+        return conn
+
+    @property
+    def db(self) -> Database:
+        return Database(self.conn, execute_plugins=False)
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their thread's objects go)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def migrate(self) -> None:
+        """Bring the tables up to date; safe when several processes start at once."""
+        with self.write():
+            MIGRATIONS.apply(self.db)
+
+    def check(self) -> None:
+        """Raise ``sqlite3.Error`` unless the database answers and is migrated."""
+        if MIGRATIONS.pending(self.db):
+            raise sqlite3.DatabaseError("the database has pending migrations")
+        self.conn.execute("SELECT count(*) FROM schemas").fetchone()
+
+    # -- schemas -----------------------------------------------------------------------------
+
+    def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        """The definition of ``name`` at ``version`` (latest if None), or None if unpublished."""
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            return None
+        if version is None:
+            row = self.conn.execute("SELECT definition FROM schemas WHERE name = ? ORDER BY version DESC LIMIT 1",
+                                    (name,)).fetchone()
+        elif not 1 <= version <= MAX_VERSION:
+            return None
+        else:
+            row = self.conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?",
+                                    (name, version)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def latest_schemas(self) -> list[dict[str, Any]]:
+        """The latest version of every schema, by name."""
+        rows = self.conn.execute(
+            "SELECT definition FROM schemas s WHERE version = "
+            "(SELECT max(version) FROM schemas WHERE name = s.name) ORDER BY name")
+        return [json.loads(definition) for (definition,) in rows]
+
+    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
+        """Store a derived schema: ``"created"``, ``"identical"`` (already stored) or ``"conflict"``."""
+        name, version = definition["name"], definition["version"]
+        with self.write() as conn:
+            row = conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?",
+                               (name, version)).fetchone()
+            if row is not None:
+                return "identical" if json.loads(row[0]) == definition else "conflict"
+            conn.execute("INSERT INTO schemas (name, version, definition, published_at) VALUES (?, ?, ?, ?)",
+                         (name, version, json.dumps(definition), published_at))
+        return "created"
+
+    # -- ingest ------------------------------------------------------------------------------
+
+    def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], list[CounterRow]]) -> int:
+        """Store the reports whose id is new, and add ``count(new indices)`` to the counters.
+
+        One transaction: under the write lock no other process can store an id between our check
+        and our insert, so an id is stored and counted exactly once. ``rows`` must have distinct
+        ids. Returns how many reports were new.
+        """
+        with self.write() as conn:
+            stored: set[str] = set()
+            for start in range(0, len(rows), _CHUNK):
+                ids = [r.id for r in rows[start:start + _CHUNK]]
+                marks = ",".join("?" * len(ids))
+                stored.update(i for (i,) in conn.execute(f"SELECT id FROM reports WHERE id IN ({marks})", ids))
+            new = [i for i, r in enumerate(rows) if r.id not in stored]
+            conn.executemany(
+                'INSERT INTO reports (id, schema, version, "window", window_end, "values") VALUES (?, ?, ?, ?, ?, ?)',
+                [(r.id, r.schema, r.version, r.window, r.window_end, r.values) for r in (rows[i] for i in new)])
+            counters = count(new)
+            conn.executemany(
+                'INSERT INTO counters (schema, version, "window", attribute, value, n, hits) '
+                'VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (schema, version, "window", attribute, value) '
+                "DO UPDATE SET n = n + excluded.n, hits = hits + excluded.hits",
+                counters)
+            conn.executemany('INSERT OR IGNORE INTO dirty (schema, version, "window") VALUES (?, ?, ?)',
+                             {c[:3] for c in counters})
+        return len(new)
+
+    def report_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+
+    def delete_reports_ended_by(self, cutoff: int) -> int:
+        """Delete raw reports whose window ended at or before ``cutoff`` (Unix seconds); counters stay."""
+        with self.write() as conn:
+            return conn.execute("DELETE FROM reports WHERE window_end <= ?", (cutoff,)).rowcount
+
+    # -- estimation (call these inside ``write()``) --------------------------------------------
+
+    def stale_windows(self, confidence: float) -> list[WindowKey]:
+        """Windows whose estimates are out of date: counters changed, or computed at another confidence."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'confidence'").fetchone()
+        if row is not None and float(row[0]) != confidence:
+            sql = 'SELECT DISTINCT schema, version, "window" FROM counters'
+        else:
+            sql = 'SELECT schema, version, "window" FROM dirty'
+        return [tuple(r) for r in self.conn.execute(sql + " ORDER BY 1, 2, 3")]  # type: ignore[misc]
+
+    def window_counters(self, schema: str, version: int, window: str) -> list[tuple[str, str, int, int]]:
+        """``(attribute, value, n, hits)`` of one window."""
+        return self.conn.execute(
+            'SELECT attribute, value, n, hits FROM counters WHERE schema = ? AND version = ? AND "window" = ?',
+            (schema, version, window)).fetchall()
+
+    def rollup_counters(self, schema: str, version: int) -> list[tuple[str, str, int, int]]:
+        """``(attribute, value, n, hits)`` summed over every window of a schema version."""
+        return self.conn.execute(
+            "SELECT attribute, value, sum(n), sum(hits) FROM counters WHERE schema = ? AND version = ? "
+            "GROUP BY attribute, value", (schema, version)).fetchall()
+
+    def save_estimates(self, rows: Sequence[dict[str, Any]], done: Sequence[WindowKey], confidence: float) -> None:
+        """Replace estimates with ``rows``, mark ``done`` windows clean, record the confidence."""
+        columns = ("schema", "version", "window", "attribute", "value", "estimate", "estimate_clipped",
+                   "ci_low", "ci_high", "n", "hits", "epsilon", "computed_at")
+        names = ", ".join(f'"{c}"' for c in columns)
+        self.conn.executemany(f"INSERT OR REPLACE INTO estimates ({names}) VALUES ({', '.join('?' * len(columns))})",
+                              [tuple(r[c] for c in columns) for r in rows])
+        self.conn.executemany('DELETE FROM dirty WHERE schema = ? AND version = ? AND "window" = ?', done)
+        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('confidence', ?)", (repr(confidence),))
+
+    # -- reading estimates -------------------------------------------------------------------
+
+    def estimates(self, schema: str, version: int, attribute: str | None = None, since: str | None = None,
+                  until: str | None = None) -> list[dict[str, Any]]:
+        """Stored estimates of a schema version; ``since``/``until`` bound the windows (``all`` always)."""
+        sql = "SELECT * FROM estimates WHERE schema = ? AND version = ?"
+        params: list[Any] = [schema, version]
+        if attribute is not None:
+            sql += " AND attribute = ?"
+            params.append(attribute)
+        if since is not None:
+            sql += ' AND ("window" = \'all\' OR "window" >= ?)'
+            params.append(since)
+        if until is not None:
+            sql += ' AND ("window" = \'all\' OR "window" <= ?)'
+            params.append(until)
+        cursor = self.conn.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor]
