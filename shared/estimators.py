@@ -55,7 +55,11 @@ def wilson_interval(hits: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -
     z2n = z * z / n
     centre = (f + z2n / 2) / (1 + z2n)
     half = z / (1 + z2n) * math.sqrt(f * (1 - f) / n + z2n / (4 * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At hits = 0 (n) the closed form is exactly 0 (1); rounding lands a few ulps inside, which
+    # would leave f itself outside the interval.
+    low = 0.0 if hits == 0 else max(0.0, centre - half)
+    high = 1.0 if hits == n else min(1.0, centre + half)
+    return low, high
 
 
 def debias(f: float, p: float, q: float) -> float:
