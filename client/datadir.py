@@ -1,0 +1,39 @@
+"""Where the client keeps its outbox: the platform's per-user data folder.
+
+Computed here with the standard library, so an app embedding the client needs nothing but
+requests (no platformdirs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+APP_FOLDER = "ldp-telemetry"
+
+
+def default_data_dir() -> Path:
+    """``%LOCALAPPDATA%`` on Windows, ``~/Library/Application Support`` on macOS, else
+    ``$XDG_DATA_HOME`` (when absolute) or ``~/.local/share``; with an ``ldp-telemetry`` folder."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        # The XDG spec says a relative path is invalid and must be ignored.
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / APP_FOLDER
+
+
+def outbox_path(data_dir: Path, endpoint: str, schema_name: str) -> Path:
+    """The outbox file of one schema at one endpoint; creates ``data_dir`` (owner-only) if needed.
+
+    One file per (endpoint, schema), so two clients of one app never send each other's reports
+    to the wrong server, and the ledger of a schema lives beside its reports.
+    """
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    digest = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
+    return data_dir / f"{schema_name}-{digest}.sqlite3"

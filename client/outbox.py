@@ -1,0 +1,113 @@
+"""The durable outbox: randomised reports waiting to be sent, the ledger, the cached schema.
+
+One SQLite file (standard library ``sqlite3``, WAL). Only randomised reports are ever written
+here; a true value never is. A report and its ledger entry are committed in one transaction, so
+a crash can lose a report that was never sent, but never forget a window that was spent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LOG = logging.getLogger("ldp_telemetry.client")
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (schema TEXT NOT NULL, window TEXT NOT NULL, epsilon REAL NOT NULL,
+                                   PRIMARY KEY (schema, window));
+CREATE TABLE IF NOT EXISTS schemas (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What :meth:`Outbox.append` did with the reports it was given."""
+
+    stored: int
+    already_spent: int  # another client on this outbox had already reported in that window
+    evicted: int  # oldest reports dropped to keep the outbox within its bound
+
+
+class Outbox:
+    """A bounded FIFO of randomised reports on disk, shared safely by the app and sender threads."""
+
+    def __init__(self, path: Path, *, max_reports: int):
+        self.path = path
+        self.max_reports = max_reports
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL is durable across an app crash; only an OS crash may lose the
+        # last commits, and those reports were never acknowledged, so nothing is double-counted.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_TABLES)
+        self.count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+
+    def ledger(self) -> dict[tuple[str, str], float]:
+        """Every (schema, window) a report was recorded in, with the ε it spent."""
+        with self._lock:
+            rows = self._db.execute("SELECT schema, window, epsilon FROM ledger").fetchall()
+        return {(schema, window): epsilon for schema, window, epsilon in rows}
+
+    def append(self, reports: list[dict[str, Any]]) -> Appended:
+        """Store ``reports`` with their ledger entries, then evict the oldest beyond the bound."""
+        stored = spent = evicted = 0
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for report in reports:
+                    entry = (report["schema"], report["window"], report["epsilon"])
+                    if self._db.execute("INSERT OR IGNORE INTO ledger VALUES (?, ?, ?)", entry).rowcount == 0:
+                        spent += 1
+                        continue
+                    self._db.execute("INSERT INTO outbox (body) VALUES (?)", (_dumps(report),))
+                    stored += 1
+                evicted = max(0, self.count + stored - self.max_reports)
+                if evicted:
+                    self._db.execute(
+                        "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (evicted,)
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self.count += stored - evicted
+        return Appended(stored, spent, evicted)
+
+    def peek(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """The oldest ``limit`` reports, as ``(seq, report)``, left in place until removed."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, body FROM outbox ORDER BY seq LIMIT ?", (limit,)).fetchall()
+        return [(seq, json.loads(body)) for seq, body in rows]
+
+    def remove(self, seqs: list[int]) -> None:
+        """Delete reports the server acknowledged or rejected for good."""
+        with self._lock:
+            deleted = self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs]).rowcount
+            self.count -= deleted
+
+    def cached_schema(self, name: str) -> dict[str, Any] | None:
+        """The schema called ``name`` as last fetched from the server, if any."""
+        with self._lock:
+            row = self._db.execute("SELECT definition FROM schemas WHERE name = ?", (name,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def cache_schema(self, definition: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO schemas VALUES (?, ?)", (definition["name"], _dumps(definition))
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))

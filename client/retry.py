@@ -1,0 +1,49 @@
+"""When to retry a request and how long to wait first.
+
+The policy of posthog-python's consumer, with full jitter: network errors, 5xx, 408 and 429 are
+retried after ``uniform(0, min(cap, base * 2**attempt))`` seconds, never sooner than the server's
+``Retry-After``; any other 4xx is final.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Mapping
+
+# A Retry-After beyond a day is more likely a bug than a plan; never let it silence a device.
+MAX_RETRY_AFTER = 86_400.0
+_MAX_EXPONENT = 60  # 2**60 * base is past any cap; a bigger power of two only risks overflow
+
+
+def is_retryable(status: int) -> bool:
+    """Whether a request answered with ``status`` may succeed if sent again unchanged."""
+    return status in (408, 429) or status >= 500
+
+
+def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before retry number ``attempt`` (0 for the first retry): full jitter."""
+    return rng.uniform(0.0, min(cap, base * 2 ** min(attempt, _MAX_EXPONENT)))
+
+
+def retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
+    """The server's ``Retry-After`` (delay-seconds or an HTTP date) in seconds from ``now``.
+
+    ``headers`` has lower-case names. None when absent or unreadable.
+    """
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - now).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

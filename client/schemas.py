@@ -1,0 +1,120 @@
+"""The schema the client records under, and the budget guardrail that refuses a greedy one.
+
+Given in code, a schema is checked once, at construction. Given by name, it is fetched from the
+server in the background and cached in the outbox file, so the client works when the server is
+down at start-up; the cached copy is used until a fetch succeeds. The client trusts no server: a
+schema asking for more ε per report than the app's ``max_epsilon`` is refused, whoever sent it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping
+from urllib.parse import quote
+
+from ldp_telemetry.shared import Schema, parse_schema
+from ldp_telemetry.shared.schema import NAME_RE
+
+from .outbox import Outbox
+from .transport import Transport
+
+LOG = logging.getLogger("ldp_telemetry.client")
+
+
+def check_budget(schema: Schema, max_epsilon: float) -> None:
+    """``ValueError`` if ``schema`` spends more ε per report than the app allows."""
+    if schema.epsilon > max_epsilon:
+        raise ValueError(
+            f"schema {schema.name!r} version {schema.version} spends epsilon {schema.epsilon:g} per report, "
+            f"more than this app's max_epsilon {max_epsilon:g}: refused, nothing will be recorded under it"
+        )
+
+
+def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
+    """The name of the schema ``spec`` names or holds; ``ValueError`` if it is no schema."""
+    if isinstance(spec, str):
+        if not NAME_RE.fullmatch(spec):
+            raise ValueError(f"schema must be a schema name matching [a-z0-9][a-z0-9_-]{{0,63}}, got {spec!r:.80}")
+        return spec
+    return parse_schema(spec).name
+
+
+class SchemaSource:
+    """Holds :attr:`current`, the schema in use (None until one is known and within budget)."""
+
+    def __init__(self, spec: str | Mapping[str, Any] | Schema, *, max_epsilon: float):
+        """Raises ``ValueError`` for a bad name, or a schema given in code that is invalid or greedy."""
+        self.max_epsilon = max_epsilon
+        self.name = schema_name(spec)
+        self.fetched = isinstance(spec, str)
+        self.current: Schema | None = None
+        self.refusal: str | None = None  # why the last schema offered was refused
+        self.known = threading.Event()  # set once a schema is in use or one was refused
+        self._outbox: Outbox | None = None
+        if not self.fetched:
+            schema = parse_schema(spec)
+            check_budget(schema, max_epsilon)  # given in code: the app hears at once
+            self._use(schema)
+
+    def attach(self, outbox: Outbox) -> None:
+        """Cache fetched schemas in ``outbox``, and start from the copy cached there, if any."""
+        self._outbox = outbox
+        if self.fetched and (cached := outbox.cached_schema(self.name)) is not None:
+            self._offer(cached, "cached copy")
+
+    @property
+    def unavailable(self) -> str:
+        """Why nothing can be recorded yet (meaningful while :attr:`current` is None)."""
+        if self.refusal:
+            return self.refusal
+        return f"schema {self.name!r} is not known yet (no cached copy, and the server has not answered)"
+
+    def refresh(self, transport: Transport, endpoint: str, timeout: float) -> bool:
+        """Fetch the latest version from the server. True when it answered, False to retry soon.
+
+        Network errors and retryable statuses return False; an answer that cannot be used (404, an
+        invalid or greedy schema) is logged and returns True: retrying at once would not help.
+        """
+        url = f"{endpoint}/api/v1/schemas/{quote(self.name)}"
+        try:
+            response = transport.get_json(url, timeout)
+        except Exception as exc:  # any failure of the network is retried later
+            LOG.info("could not fetch schema %r: %s", self.name, type(exc).__name__)
+            return False
+        if response.status != 200:
+            LOG.log(
+                logging.ERROR if response.status == 404 else logging.INFO,
+                "fetching schema %r answered HTTP %d", self.name, response.status,
+            )
+            return response.status < 500 and response.status not in (408, 429)
+        if self._offer(response.body, "from the server") and self._outbox is not None:
+            self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+        return True
+
+    def _offer(self, definition: Any, source: str) -> bool:
+        """Use ``definition`` if it is a valid schema of the right name within the budget.
+
+        A refused schema leaves a schema already in use in place: it was accepted, and its
+        version stays valid on the server (published schemas are immutable).
+        """
+        try:
+            schema = parse_schema(definition)
+            if schema.name != self.name:
+                raise ValueError(f"it is schema {schema.name!r}, not {self.name!r}")
+            check_budget(schema, self.max_epsilon)
+        except ValueError as exc:
+            reason = f"schema {self.name!r} ({source}) refused: {exc}"
+            LOG.error("%s", reason)
+            if self.current is None:
+                self.refusal = reason
+                self.known.set()
+            return False
+        self._use(schema)
+        return True
+
+    def _use(self, schema: Schema) -> None:
+        self.current = schema
+        self.refusal = None
+        self.known.set()
+
