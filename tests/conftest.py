@@ -78,6 +78,18 @@ def publish_schema() -> Callable[..., dict[str, Any]]:
     return publish
 
 
+def db_state(app: Any) -> dict[str, list[tuple]]:
+    """Every row of every aggregator table, sorted: compare before and after to see nothing changed."""
+    import sqlite3
+
+    conn = sqlite3.connect(app.config["LDP_DB"])
+    try:
+        tables = ("schemas", "reports", "counters", "dirty", "estimates", "meta")
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
