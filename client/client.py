@@ -82,10 +82,8 @@ class TelemetryClient:
             raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r:.80}")
         self.endpoint = endpoint.rstrip("/")
         self._source = SchemaSource(schema, max_epsilon=max_epsilon)
-        self._outbox = Outbox(
-            outbox_path(Path(data_dir) if data_dir is not None else default_data_dir(), self.endpoint, self._source.name),
-            max_reports=max_outbox,
-        )
+        folder = Path(data_dir) if data_dir is not None else default_data_dir()
+        self._outbox = Outbox(outbox_path(folder, self._source.name), self.endpoint, max_reports=max_outbox)
         self._source.attach(self._outbox)
         self._clock = clock
         self._close_timeout = close_timeout

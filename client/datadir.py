@@ -6,7 +6,6 @@ requests (no platformdirs).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -28,12 +27,11 @@ def default_data_dir() -> Path:
     return base / APP_FOLDER
 
 
-def outbox_path(data_dir: Path, endpoint: str, schema_name: str) -> Path:
-    """The outbox file of one schema at one endpoint; creates ``data_dir`` (owner-only) if needed.
+def outbox_path(data_dir: Path, schema_name: str) -> Path:
+    """The outbox file of one schema; creates ``data_dir`` (owner-only) if needed.
 
-    One file per (endpoint, schema), so two clients of one app never send each other's reports
-    to the wrong server, and the ledger of a schema lives beside its reports.
+    One file per schema, whatever the endpoint: the ledger in it is the device's, so pointing an
+    app at another server cannot reset the budget spent in a window.
     """
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    digest = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
-    return data_dir / f"{schema_name}-{digest}.sqlite3"
+    return data_dir / f"{schema_name}.sqlite3"

@@ -1,6 +1,8 @@
 """The durable outbox: randomised reports waiting to be sent, the ledger, the cached schema.
 
-One SQLite file (standard library ``sqlite3``, WAL). Only randomised reports are ever written
+One SQLite file per schema (standard library ``sqlite3``, WAL). The ledger is the device's, per
+schema, whichever server the reports go to; each report is kept for the endpoint it was made
+for, and a client sends only its own endpoint's. Only randomised reports are ever written
 here; a true value never is. A report and its ledger entry are committed in one transaction, so
 a crash can lose a report that was never sent, but never forget a window that was spent.
 """
@@ -18,10 +20,13 @@ from typing import Any
 LOG = logging.getLogger("ldp_telemetry.client")
 
 _TABLES = """
-CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoint TEXT NOT NULL,
+                                   body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS outbox_endpoint ON outbox (endpoint, seq);
 CREATE TABLE IF NOT EXISTS ledger (schema TEXT NOT NULL, window TEXT NOT NULL, epsilon REAL NOT NULL,
                                    PRIMARY KEY (schema, window));
-CREATE TABLE IF NOT EXISTS schemas (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS schemas (endpoint TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL,
+                                    PRIMARY KEY (endpoint, name));
 """
 
 
@@ -35,10 +40,11 @@ class Appended:
 
 
 class Outbox:
-    """A bounded FIFO of randomised reports on disk, shared safely by the app and sender threads."""
+    """A bounded FIFO of randomised reports for ``endpoint`` on disk, shared safely by threads."""
 
-    def __init__(self, path: Path, *, max_reports: int):
+    def __init__(self, path: Path, endpoint: str, *, max_reports: int):
         self.path = path
+        self.endpoint = endpoint
         self.max_reports = max_reports
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
@@ -47,7 +53,7 @@ class Outbox:
         # last commits, and those reports were never acknowledged, so nothing is double-counted.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_TABLES)
-        self.count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        self.count: int = self._db.execute("SELECT COUNT(*) FROM outbox WHERE endpoint = ?", (endpoint,)).fetchone()[0]
 
     def ledger(self) -> dict[tuple[str, str], float]:
         """Every (schema, window) a report was recorded in, with the ε it spent."""
@@ -66,12 +72,13 @@ class Outbox:
                     if self._db.execute("INSERT OR IGNORE INTO ledger VALUES (?, ?, ?)", entry).rowcount == 0:
                         spent += 1
                         continue
-                    self._db.execute("INSERT INTO outbox (body) VALUES (?)", (_dumps(report),))
+                    self._db.execute("INSERT INTO outbox (endpoint, body) VALUES (?, ?)", (self.endpoint, _dumps(report)))
                     stored += 1
                 evicted = max(0, self.count + stored - self.max_reports)
                 if evicted:
                     self._db.execute(
-                        "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (evicted,)
+                        "DELETE FROM outbox WHERE seq IN "
+                        "(SELECT seq FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?)", (self.endpoint, evicted)
                     )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -83,7 +90,9 @@ class Outbox:
     def peek(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
         """The oldest ``limit`` reports, as ``(seq, report)``, left in place until removed."""
         with self._lock:
-            rows = self._db.execute("SELECT seq, body FROM outbox ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT seq, body FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
+            ).fetchall()
         return [(seq, json.loads(body)) for seq, body in rows]
 
     def remove(self, seqs: list[int]) -> None:
@@ -93,15 +102,17 @@ class Outbox:
             self.count -= deleted
 
     def cached_schema(self, name: str) -> dict[str, Any] | None:
-        """The schema called ``name`` as last fetched from the server, if any."""
+        """The schema called ``name`` as last fetched from this endpoint, if any."""
         with self._lock:
-            row = self._db.execute("SELECT definition FROM schemas WHERE name = ?", (name,)).fetchone()
+            row = self._db.execute(
+                "SELECT definition FROM schemas WHERE endpoint = ? AND name = ?", (self.endpoint, name)
+            ).fetchone()
         return json.loads(row[0]) if row else None
 
     def cache_schema(self, definition: dict[str, Any]) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO schemas VALUES (?, ?)", (definition["name"], _dumps(definition))
+                "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?)", (self.endpoint, definition["name"], _dumps(definition))
             )
 
     def close(self) -> None:

@@ -1,0 +1,115 @@
+"""The durable outbox: survives restarts, stays bounded, never holds a true value."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from client_support import BOOL_AND_OS, Clock, closed_endpoint
+from ldp_telemetry import shared
+from ldp_telemetry.client import TelemetryClient, default_data_dir
+
+RECORD = {"dark_mode": True, "os": "linux"}
+
+
+def outbox_rows(path: Path) -> list[dict]:
+    connection = sqlite3.connect(path)
+    try:
+        return [json.loads(body) for (body,) in connection.execute("SELECT body FROM outbox ORDER BY seq")]
+    finally:
+        connection.close()
+
+
+def record_hours(client: TelemetryClient, clock: Clock, hours: int) -> list[str]:
+    """One record per hour for ``hours`` hours from the clock's time; the windows used."""
+    windows = []
+    for _ in range(hours):
+        windows.append(client.record(RECORD).window)
+        clock.advance(hours=1)
+    return windows
+
+
+def test_reports_survive_a_restart_and_only_randomised_reports_are_stored(tmp_path):
+    endpoint, clock = closed_endpoint(), Clock()
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    windows = record_hours(first, clock, 4)
+    first.close(timeout=0)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    windows += record_hours(second, clock, 2)
+    second.close(timeout=0)
+    rows = outbox_rows(second.outbox_path)
+    assert [r["window"] for r in rows] == windows
+    schema = shared.parse_schema(BOOL_AND_OS)
+    assert all(shared.validate_report(r, schema) for r in rows)  # exactly the wire format
+    assert len({r["id"] for r in rows}) == 6
+
+
+def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="ldp_telemetry.client")
+    endpoint, clock = closed_endpoint(), Clock()
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    windows = record_hours(first, clock, 3)
+    first.close(timeout=0)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    windows += record_hours(second, clock, 2)
+    second.close(timeout=0)
+    assert [r["window"] for r in outbox_rows(second.outbox_path)] == windows[-3:]
+    assert any("outbox is full" in r.getMessage() for r in caplog.records)
+
+
+def test_an_outbox_is_per_endpoint_but_the_ledger_is_per_device(tmp_path):
+    clock = Clock()
+    first = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    assert first.record(RECORD).queued
+    first.close(timeout=0)
+    # Pointing the app at another server does not reset the budget spent in this window,
+    # and the other server's client does not send the first one's reports.
+    other = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    assert "already reported" in other.record(RECORD).reason
+    assert other.flush(timeout=0)  # nothing of its own to send
+    other.close(timeout=0)
+    assert len(outbox_rows(first.outbox_path)) == 1
+
+
+def test_no_true_value_reaches_the_outbox_files_or_the_logs(tmp_path, caplog):
+    # OUE puts a bit vector on the wire, never a category name, and a schema given in code is
+    # not cached: so the marker can reach the disk or the logs only if a true value leaks.
+    marker = "truthmarker7f3a"
+    schema = {"name": "secrets", "version": 1, "epsilon": 1.0, "window": "hour", "attributes": [
+        {"name": "site", "type": "categorical", "mechanism": "oue",
+         "categories": [f"{marker}-{i}" for i in range(6)]}]}
+    caplog.set_level(logging.DEBUG)
+    clock = Clock()
+    client = TelemetryClient(closed_endpoint(), schema, max_epsilon=1, data_dir=tmp_path, clock=clock,
+                             backoff_base=0.01, backoff_cap=0.02)
+    for i in range(20):
+        assert client.record({"site": f"{marker}-{i % 6}"}).queued
+        clock.advance(hours=1)
+    secret = "hunter2"  # invalid true values: the error names the attribute, never the value
+    for bad in ({"site": secret}, {"site": [secret]}):
+        with pytest.raises(ValueError, match="site") as error:
+            client.record(bad)
+        assert secret not in str(error.value)
+    client.flush(timeout=0.2)  # let the sender fail and log
+    client.close(timeout=0)
+    assert len(outbox_rows(client.outbox_path)) == 20
+    for path in tmp_path.iterdir():  # the database, its WAL and shared-memory files
+        assert marker.encode() not in path.read_bytes() and secret.encode() not in path.read_bytes(), path
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged and not any(marker in m or secret in m for m in logged)
+
+
+def test_the_default_data_dir_follows_xdg_on_linux(monkeypatch, tmp_path):
+    if not default_data_dir().as_posix().startswith("/"):
+        pytest.skip("POSIX paths only")
+    import sys
+    if sys.platform in ("win32", "darwin"):
+        pytest.skip("Linux rule")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_data_dir() == tmp_path / "ldp-telemetry"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/path")  # invalid by the spec: ignored
+    assert default_data_dir() == Path.home() / ".local" / "share" / "ldp-telemetry"
