@@ -15,7 +15,7 @@ from typing import Sequence
 
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 24, 12, 34  # margins for the axis labels
-MAX_X_LABELS = 5
+MAX_X_LABELS = 4
 NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -24,6 +24,7 @@ class Tick:
     at: float  # pixel position along the axis
     label: str
     minor: bool = False  # hidden on narrow screens, where long labels would overlap
+    anchor: str = "middle"  # SVG text-anchor: the outermost labels align inwards to stay inside
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def share_scale(values: Sequence[float], *, from_zero: bool) -> tuple[Scale, lis
     hi = max(values, default=1.0)
     lo, hi, ticks = nice_ticks(lo, max(hi, lo + 0.01))
     scale = Scale(lo, hi, HEIGHT - BOTTOM, TOP)
-    return scale, [Tick(scale(t), _percent(t)) for t in ticks]
+    digits = 0 if len(ticks) < 2 or ticks[1] - ticks[0] >= 0.01 - 1e-12 else 1
+    return scale, [Tick(scale(t), _percent(t, digits)) for t in ticks]
 
 
 def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tick]:
@@ -144,8 +146,9 @@ def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tic
         chosen = list(range(len(windows)))
     else:
         chosen = sorted({round(i * (len(windows) - 1) / (MAX_X_LABELS - 1)) for i in range(MAX_X_LABELS)})
-    ends = {chosen[0], chosen[-1]}
-    return [Tick(positions[i], windows[i], minor=i not in ends) for i in chosen]
+    anchors = {chosen[0]: "start", chosen[-1]: "end"} if len(chosen) > 1 else {}
+    return [Tick(positions[i], windows[i], minor=i not in anchors and len(chosen) > 1,
+                 anchor=anchors.get(i, "middle")) for i in chosen]
 
 
 def band_chart(windows: Sequence[str], values: Sequence[Interval]) -> LineChart:
@@ -211,5 +214,5 @@ def _spread(count: int) -> list[float]:
     return [x(i) for i in range(count)]
 
 
-def _percent(share: float) -> str:
-    return f"{share * 100:.1f}%"
+def _percent(share: float, digits: int = 1) -> str:
+    return f"{share * 100:.{digits}f}%"

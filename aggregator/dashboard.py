@@ -1,28 +1,192 @@
-"""The dashboard (server-rendered HTML): an index of schemas and a page per schema."""
+"""The dashboard (server-rendered HTML): an index of schemas and a page per schema.
+
+Pages are plain HTML with inline SVG charts (:mod:`.charts`) and one static stylesheet: no
+JavaScript, no CDN, so it works offline. Jinja's autoescape covers every name, category and
+description. A page reloads itself while open (a meta refresh at the estimate interval).
+
+When ``LDP_READ_TOKEN`` is set a browser opens the dashboard once with ``?token=<token>``: the
+dashboard stores it in an HttpOnly, SameSite=Strict cookie and redirects to the page without it,
+so the token leaves the address bar. A bearer header (as for the API) works too.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, render_template
+import hmac
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
 
-from . import context
-from .auth import require_reader
+from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 
-bp = Blueprint("dashboard", __name__)
+from ..shared.schema import Schema
+from ..shared.windows import LENGTH, window_of, window_start
+from . import context, pages
+from .store import Activity, activity, schema_versions
 
+bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/static")
+
+TOKEN_COOKIE = "ldp_read_token"
+# The page reloads at the estimate interval, but neither faster than this nor slower than that.
+REFRESH_BOUNDS = (10, 300)
+PRESETS = {"day": ((7, "last 7 days"), (30, "last 30 days")), "hour": ((24, "last 24 hours"), (24 * 7, "last 7 days"))}
+WINDOW_FORMATS = {"day": "YYYY-MM-DD", "hour": "YYYY-MM-DDTHH"}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the index and the schema page say a schema has received."""
+
+    reports: int
+    windows: int
+    computed_at: str | None
+    pending: bool
+
+
+def counts(schema: Schema, seen: Activity) -> Counts:
+    """Reports received: under ``split: "sample"`` each carries one attribute, else every one."""
+    carried = seen.carried.values()
+    reports = sum(carried) if schema.split == "sample" else max(carried, default=0)
+    return Counts(reports, seen.windows, seen.computed_at, seen.pending)
+
+
+# -- read token ---------------------------------------------------------------------------------
 
 @bp.before_request
-def _reader_only() -> None:
-    require_reader()
+def _reader_only() -> Response | tuple[str, int] | None:
+    expected = current_app.config["LDP_READ_TOKEN"]
+    if expected is None or request.endpoint == "dashboard.static":
+        return None
+    offered = request.args.get("token")
+    if offered is not None:
+        if not _is_reader(offered):
+            return _refuse(403, "That token is not this dashboard's read token.")
+        args = {k: v for k, v in request.args.items() if k != "token"}
+        response = redirect(request.path + (f"?{urlencode(args)}" if args else ""))
+        response.set_cookie(TOKEN_COOKIE, offered, httponly=True, samesite="Strict", secure=request.is_secure)
+        return response
+    token = _bearer() or request.cookies.get(TOKEN_COOKIE)
+    if token is None:
+        return _refuse(401, "This dashboard needs the read token: open it once as /?token=<LDP_READ_TOKEN>.")
+    if not _is_reader(token):
+        return _refuse(403, "The read token this browser holds is wrong; open the dashboard with ?token=<LDP_READ_TOKEN>.")
+    return None
+
+
+def _bearer() -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _is_reader(token: str) -> bool:
+    accepted = (current_app.config["LDP_READ_TOKEN"], current_app.config["LDP_ADMIN_TOKEN"])
+    return any(t is not None and hmac.compare_digest(token.encode(), t.encode()) for t in accepted)
+
+
+def _refuse(status: int, message: str) -> tuple[str, int]:
+    return render_template("error.html", title="Read token needed" if status == 401 else "Wrong read token",
+                           message=message), status
+
+
+# -- pages --------------------------------------------------------------------------------------
+
+@bp.app_template_filter("pct")
+def _pct(share: float, digits: int = 1) -> str:
+    return f"{share * 100:.{digits}f}%"
+
+
+@bp.app_template_filter("points")
+def _points(share: float) -> str:
+    """A difference of shares in percentage points, to two significant digits."""
+    return f"{share * 100:.2g} pts"
+
+
+@bp.app_template_filter("sig")
+def _sig(number: float) -> str:
+    return f"{number:.3g}"
+
+
+@bp.app_template_filter("num")
+def _num(number: int) -> str:
+    return f"{number:,}"
+
+
+def _refresh_seconds() -> int:
+    low, high = REFRESH_BOUNDS
+    return int(min(high, max(low, current_app.config["LDP_ESTIMATE_INTERVAL"])))
+
+
+def _render(template: str, status: int = 200, **values: Any) -> tuple[str, int]:
+    return render_template(template, refresh_seconds=_refresh_seconds(),
+                           estimate_interval=current_app.config["LDP_ESTIMATE_INTERVAL"], **values), status
 
 
 @bp.get("/")
-def index() -> str:
-    return render_template("index.html", schemas=context.store().latest_schemas())
+def index() -> tuple[str, int]:
+    store, catalog = context.store(), context.catalog()
+    schemas = []
+    for definition in store.latest_schemas():
+        schema = catalog.schema(definition["name"], definition["version"])
+        schemas.append({"schema": schema, "counts": counts(schema, activity(store, schema.name, schema.version))})
+    return _render("index.html", schemas=schemas)
 
 
 @bp.get("/schemas/<name>")
-def schema_page(name: str) -> str:
-    schema = context.catalog().schema(name)
-    if schema is None:
-        abort(404)
-    return render_template("schema.html", schema=schema)
+def schema_page(name: str) -> tuple[str, int]:
+    version_param = request.args.get("version", "")
+    version = int(version_param) if version_param.isascii() and version_param.isdigit() else None
+    schema = context.catalog().schema(name, version) if version != 0 and len(version_param) <= 10 else None
+    if schema is None or (version_param and version is None):
+        what = f"{name} version {version_param}" if version_param else name
+        return _render("error.html", 404, title="No such schema", message=f"No schema {what!r} is published.")
+    since, until, range_error = _range(schema)
+    store = context.store()
+    confidence = current_app.config["LDP_CONFIDENCE"]
+    page = pages.schema_page(schema, store.estimates(schema.name, schema.version, None, since, until), confidence)
+    csv_query = {"schema": schema.name, "version": schema.version, "format": "csv",
+                 **{k: v for k, v in (("since", since), ("until", until)) if v}}
+    return _render(
+        "schema.html",
+        page=page,
+        counts=counts(schema, activity(store, schema.name, schema.version)),
+        versions=schema_versions(store, schema.name),
+        version_param=version_param,
+        since=since,
+        until=until,
+        range_error=range_error,
+        presets=_presets(schema, version_param),
+        window_format=WINDOW_FORMATS[schema.window],
+        csv_url=url_for("api.get_estimates", **csv_query),
+        csv_url_external=url_for("api.get_estimates", _external=True, **csv_query),
+        read_token_set=current_app.config["LDP_READ_TOKEN"] is not None,
+        confidence=confidence,
+    )
+
+
+def _range(schema: Schema) -> tuple[str | None, str | None, str | None]:
+    """The ``since``/``until`` windows asked for; a malformed one is dropped with a message."""
+    bounds: dict[str, str | None] = {}
+    errors = []
+    for key in ("since", "until"):
+        text = request.args.get(key, "").strip()
+        bounds[key] = None
+        if text:
+            try:
+                window_start(text, schema.window)
+                bounds[key] = text
+            except ValueError:
+                errors.append(f"'{text[:40]}' is not a {schema.window} window ({WINDOW_FORMATS[schema.window]}, UTC); "
+                              f"showing every window instead.")
+    return bounds["since"], bounds["until"], " ".join(errors) or None
+
+
+def _presets(schema: Schema, version_param: str) -> list[tuple[str, str]]:
+    """Links to the last few windows, and to all of them."""
+    now: datetime = context.now()
+    base = {"name": schema.name, **({"version": version_param} if version_param else {})}
+    links = [("all windows", url_for("dashboard.schema_page", **base))]
+    for count, label in PRESETS[schema.window]:
+        since = window_of(now - (count - 1) * LENGTH[schema.window], schema.window)
+        links.append((label, url_for("dashboard.schema_page", since=since, **base)))
+    return links

@@ -91,6 +91,11 @@ class AttributeView:
     chart_note: str
     privacy: AttributePrivacy
 
+    @property
+    def any_clipped(self) -> bool:
+        """Whether a shown estimate fell outside [0, 1] and is displayed clipped."""
+        return any(c is not None and c.clipped for row in self.rows for c in (row.latest, row.rollup))
+
 
 @dataclass(frozen=True)
 class SchemaPrivacy:

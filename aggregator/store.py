@@ -251,3 +251,37 @@ class Store:
         cursor = self.conn.execute(sql, params)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor]
+
+
+# -- dashboard reads (read-only; added for the dashboard) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a schema version has received, from its counters, and when it was last estimated."""
+
+    carried: dict[str, int]  # attribute -> reports that carried it, over every window
+    windows: int  # windows with at least one report
+    computed_at: str | None  # latest estimate refresh, ISO 8601 UTC
+    pending: bool  # counters changed since the last refresh
+
+
+def schema_versions(store: Store, name: str) -> list[int]:
+    """Every published version of ``name``, oldest first."""
+    return [v for (v,) in store.conn.execute("SELECT version FROM schemas WHERE name = ? ORDER BY version", (name,))]
+
+
+def activity(store: Store, name: str, version: int) -> Activity:
+    """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
+    conn = store.conn
+    # Every value of an attribute has the same n in a window; max() picks that n once per window.
+    carried = dict(conn.execute(
+        'SELECT attribute, sum(n) FROM (SELECT "window", attribute, max(n) AS n FROM counters '
+        'WHERE schema = ? AND version = ? GROUP BY "window", attribute) GROUP BY attribute', (name, version)))
+    windows = conn.execute('SELECT count(DISTINCT "window") FROM counters WHERE schema = ? AND version = ?',
+                           (name, version)).fetchone()[0]
+    computed_at = conn.execute("SELECT max(computed_at) FROM estimates WHERE schema = ? AND version = ?",
+                               (name, version)).fetchone()[0]
+    pending = conn.execute("SELECT 1 FROM dirty WHERE schema = ? AND version = ? LIMIT 1",
+                           (name, version)).fetchone() is not None
+    return Activity(carried, windows, computed_at, pending)
