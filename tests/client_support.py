@@ -53,10 +53,12 @@ class FlaskTransport:
         self.test_client = test_client
         self.down = False
         self.posts = 0
+        self.batch_sizes: list[int] = []  # of every batch posted
 
     def post_json(self, url: str, body: Any, timeout: float) -> Response:
         self._check()
         self.posts += 1
+        self.batch_sizes.append(len(body["reports"]))
         return _response(self.test_client.post(urlsplit(url).path, json=body))
 
     def get_json(self, url: str, timeout: float) -> Response:
