@@ -93,6 +93,16 @@ class ScriptedTransport:
         raise ConnectionError("no schema server in a scripted test")
 
 
+class DeadNetwork:
+    """Every request fails, as with the cable pulled."""
+
+    def post_json(self, url: str, body: Any, timeout: float) -> Response:
+        raise ConnectionError("the network is down")
+
+    def get_json(self, url: str, timeout: float) -> Response:
+        raise ConnectionError("the network is down")
+
+
 def hours_ago(clock: Clock, hours: int) -> None:
     """Set ``clock`` to ``hours`` hours before the real now."""
     clock.now = datetime.now(timezone.utc) - timedelta(hours=hours)
