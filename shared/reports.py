@@ -146,7 +146,8 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
         raise ReportError("report", "must be a JSON object")
     unknown = sorted(str(k) for k in obj if k not in REPORT_FIELDS)
     if unknown:
-        raise ReportError(unknown[0], f"unknown field (a report has only {', '.join(REPORT_FIELDS)})")
+        # The field is the client's key: bounded, and never empty (an empty key is "").
+        raise ReportError(unknown[0][:80] or '""', f"unknown field (a report has only {', '.join(REPORT_FIELDS)})")
     for field in REPORT_FIELDS:
         if field not in obj:
             raise ReportError(field, "is required")

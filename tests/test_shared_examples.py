@@ -66,5 +66,5 @@ json_values = st.recursive(
     json_scalars,
     lambda children: st.one_of(st.lists(children, max_size=6),
                                st.dictionaries(st.text(max_size=12), children, max_size=6)),
-    max_leaves=30,
+    max_leaves=20,
 )

@@ -170,6 +170,8 @@ REJECTED = [
     (("ip",), "127.0.0.1", "ip"),
     (("user_agent",), "x", "user_agent"),
     (("timestamp",), 0, "timestamp"),
+    (("",), 0, '""'),  # an empty key still gets a field to name
+    (("k" * 500,), 0, "k" * 80),  # a client's key is echoed only so far
     *((( f,), MISSING, f) for f in REPORT_FIELDS),
     (("id",), "a" * 15, "id"),
     (("id",), "a" * 65, "id"),
