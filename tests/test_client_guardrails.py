@@ -6,7 +6,9 @@ The endpoint is a closed port on 127.0.0.1, so the real sender really fails to c
 from __future__ import annotations
 
 import gc
+import json
 import logging
+import sqlite3
 import weakref
 from datetime import datetime, timezone
 
@@ -83,7 +85,6 @@ def test_two_clients_on_one_outbox_never_both_report_in_a_window(make_client):
     assert second.record({"dark_mode": True, "os": "linux"}).queued
     first.close(timeout=0)
     second.close(timeout=0)
-    import sqlite3
     assert sqlite3.connect(first.outbox_path).execute("SELECT COUNT(*) FROM outbox").fetchone() == (1,)
 
 
@@ -149,7 +150,6 @@ def test_a_sampled_schema_records_one_attribute_per_report(make_client, tmp_path
     client = make_client({**DAY, "split": "sample"})
     assert client.record({"dark_mode": True, "os": "linux"}).queued
     client.close(timeout=0)
-    import json, sqlite3
     (body,) = sqlite3.connect(client.outbox_path).execute("SELECT body FROM outbox").fetchone()
     report = json.loads(body)
     assert len(report["values"]) == 1
