@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(VENV)/bin/ldp-telemetry simulate $(DEMO_ARGS)
+	$(VENV)/bin/ldp-telemetry demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

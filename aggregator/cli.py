@@ -214,5 +214,34 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
                    f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
 
 
+@main.command()
+@click.option("--devices", "-n", default=20_000, show_default=True, type=click.IntRange(min=1),
+              help="How many devices to simulate.")
+@click.option("--days", default=7, show_default=True, type=click.IntRange(1, 28),
+              help="Spread the devices over this many day windows, up to today.")
+@click.option("--clients", default=200, show_default=True, type=click.IntRange(min=0),
+              help="How many of the devices run a whole TelemetryClient (the rest post in batches).")
+@click.option("--data-dir", default="demo-data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of the demo's database, device folders and server log (emptied first).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port on 127.0.0.1; a busy one falls back to any free port.")
+@click.option("--seed", default=2017, show_default=True, type=int, help="Seed of the population's true values.")
+@click.option("--exit", "exit_after", is_flag=True, help="Stop after printing the table instead of serving.")
+def demo(devices: int, days: int, clients: int, data_dir: Path, port: int, seed: int, exit_after: bool) -> None:
+    """Run the whole system: aggregator, devices with known truth, estimates beside the truth.
+
+    Starts the aggregator on SQLite in --data-dir, publishes a demo schema, simulates the devices
+    (each randomises on its side and sends over HTTP), refreshes, prints each true share beside
+    its estimate and interval, and serves the dashboard until Ctrl-C (or stops with --exit).
+    """
+    from .demo import Options, run
+
+    try:
+        run(Options(devices=devices, days=days, clients=clients, data_dir=data_dir, port=port, seed=seed,
+                    exit=exit_after))
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,327 @@
+"""``ldp-telemetry demo``: the whole system, end to end, on this machine.
+
+It starts the real aggregator (``ldp-telemetry serve``, gunicorn, SQLite in ``./demo-data``),
+publishes a demo schema, and plays a population of devices whose true values it knows. Every
+device randomises its own record on the device side with the client's code (the OS CSPRNG) and
+the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each
+true share beside its estimate and interval, and leaves the server and its dashboard running.
+
+Two kinds of device, because each device is its own client: a client's ledger allows one report
+per schema per window, so 20,000 devices are 20,000 ledgers and outboxes, not 20,000 records
+through one client.
+
+- The first ``clients`` devices each run a whole :class:`TelemetryClient` (own data folder,
+  ledger, outbox on disk, background sender): the path an app takes.
+- The rest call the client's :func:`randomize` (the same on-device randomisation, without the
+  ledger and outbox) and their reports go out in batches through the client's HTTP transport,
+  as a gateway carrying reports for many devices would send them. A full client per device would
+  cost about 10 ms each, minutes for 20,000.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import numpy as np
+import requests
+
+from ..client import RequestsTransport, TelemetryClient, randomize
+from ..shared.schema import Schema, parse_schema
+from ..shared.simulation import true_values
+from ..shared.windows import LENGTH, window_of, window_start
+
+DEMO_SCHEMA: dict[str, Any] = {
+    "name": "demo-app",
+    "version": 1,
+    "epsilon": 4.0,
+    "window": "day",
+    "split": "equal",
+    "description": "A made-up app's settings, reported by simulated devices (ldp-telemetry demo). "
+                   "Each report spends epsilon 4, 1 per attribute.",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "notifications", "type": "boolean"},
+        {"name": "beta_channel", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+    ],
+}
+# True shares: dark mode catches on over the days; the rest hold steady.
+DARK_MODE_FROM, DARK_MODE_TO = 0.35, 0.50
+STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05]}
+BATCH = 1000  # reports per POST for the batched devices (the server's default LDP_MAX_BATCH)
+CLIENT_GROUP = 100  # full clients alive at once
+SERVER_START_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Options:
+    devices: int = 20_000
+    days: int = 7
+    clients: int = 200  # devices that run a whole TelemetryClient (about 10-30 ms each)
+    data_dir: Path = Path("demo-data")
+    port: int = 8000  # 0: any free port; a busy port falls back to a free one
+    seed: int = 2017  # of the population's true values (devices randomise with the OS CSPRNG)
+    exit: bool = False
+
+
+@dataclass(frozen=True)
+class Device:
+    window: str
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    attribute: str
+    value: str
+    truth: float
+    estimate: dict[str, Any]
+
+    @property
+    def covered(self) -> bool:
+        return self.estimate["ci_low"] <= self.truth <= self.estimate["ci_high"]
+
+
+class Progress:
+    """A plain-text progress bar: redrawn in place on a terminal, every 10% in a log."""
+
+    def __init__(self, total: int, label: str, out: TextIO, width: int = 30):
+        self.total, self.label, self.out, self.width = total, label, out, width
+        self.tty = out.isatty()
+        self.started = time.perf_counter()
+        self._last_tenth = -1
+
+    def update(self, done: int) -> None:
+        tenth = done * 10 // max(1, self.total)
+        if not self.tty and tenth == self._last_tenth:
+            return
+        self._last_tenth = tenth
+        filled = self.width * done // max(1, self.total)
+        line = (f"  [{'#' * filled}{'.' * (self.width - filled)}] {done:>7,}/{self.total:,} {self.label} "
+                f"{time.perf_counter() - self.started:5.1f} s")
+        self.out.write(("\r" + line) if self.tty else line + "\n")
+        if self.tty and done >= self.total:
+            self.out.write("\n")
+        self.out.flush()
+
+
+class DemoServer:
+    """``ldp-telemetry serve`` as a subprocess in its own session (Ctrl-C reaches us, not it)."""
+
+    def __init__(self, data_dir: Path, port: int):
+        self.db = data_dir / "aggregator.db"
+        self.log = data_dir / "server.log"
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.admin_token = secrets.token_urlsafe(24)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10"}
+        env.pop("LDP_READ_TOKEN", None)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--workers", "2", "--db", str(self.db)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the aggregator exited with {self.process.returncode}; see {self.log}")
+            try:
+                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the aggregator did not answer in {SERVER_START_TIMEOUT:g} s; see {self.log}")
+
+    def admin(self, method: str, path: str, body: Any = None) -> Any:
+        response = requests.request(method, self.url + path, json=body, timeout=60,
+                                    headers={"Authorization": f"Bearer {self.admin_token}"})
+        if response.status_code >= 300:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+    def wait(self) -> None:
+        """Block until the server exits or Ctrl-C."""
+        assert self.process is not None
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
+    """``devices`` devices spread evenly over the last ``days`` windows, each with its true record.
+
+    Each window's devices hold exactly the shares of that day (rounded), in random order.
+    """
+    per_day = np.full(days, devices // days)
+    per_day[: devices % days] += 1
+    result = []
+    for day, count in enumerate(per_day):
+        window = window_of(now - (days - 1 - day) * LENGTH[schema.window], schema.window)
+        shares = {**STEADY_SHARES,
+                  "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
+        columns = {}
+        for attribute in schema.attributes:
+            spec = shares[attribute.name]
+            spec = [spec, 1 - spec] if attribute.type == "boolean" else spec
+            values = true_values(attribute, spec, int(count), rng, sampled=False)
+            columns[attribute.name] = ([bool(v) for v in values] if attribute.type == "boolean"
+                                       else [attribute.categories[i] for i in values])
+        result += [Device(window, {name: column[i] for name, column in columns.items()}) for i in range(int(count))]
+    return result
+
+
+def send_through_clients(server: DemoServer, schema: dict[str, Any], devices: list[Device], folder: Path,
+                         progress: Callable[[int], None]) -> None:
+    """Each device runs a whole TelemetryClient with its own data folder, clocked to its window."""
+    done = 0
+    for start in range(0, len(devices), CLIENT_GROUP):
+        group = devices[start:start + CLIENT_GROUP]
+        clients = []
+        for i, device in enumerate(group, start):
+            moment = window_start(device.window, schema["window"])
+            client = TelemetryClient(server.url, schema, max_epsilon=schema["epsilon"],
+                                     data_dir=folder / f"device-{i:06d}", clock=lambda moment=moment: moment)
+            result = client.record(device.record)
+            if not result:
+                raise RuntimeError(f"device {i} could not record: {result.reason}")
+            clients.append(client)
+        for client in clients:
+            if not client.flush(60):
+                raise RuntimeError("a client could not deliver its report within 60 s; see the server log")
+            client.close()
+        done += len(group)
+        progress(done)
+
+
+def send_in_batches(server: DemoServer, schema: Schema, devices: list[Device], progress: Callable[[int], None],
+                    done: int) -> None:
+    """Each device randomises with the client's ``randomize``; reports go out in batches."""
+    transport = RequestsTransport()
+    try:
+        for start in range(0, len(devices), BATCH):
+            reports = [randomize(schema, d.record, window=d.window) for d in devices[start:start + BATCH]]
+            response = transport.post_json(server.url + "/api/v1/reports", {"reports": reports}, timeout=60)
+            if response.status != 202:
+                raise RuntimeError(f"the aggregator refused a batch: {response.status} {response.body}")
+            progress(done + start + len(reports))
+    finally:
+        transport.close()
+
+
+def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str, Any]]) -> list[Row]:
+    """The rollup estimate of every value beside the population's true share."""
+    rollup = {(e["attribute"], "true" if e["value"] is True else e["value"]): e
+              for e in estimates if e["window"] == "all"}
+    rows = []
+    for attribute in schema.attributes:
+        column = [d.record[attribute.name] for d in devices]
+        for value in attribute.values:
+            key = "true" if value is True else value
+            truth = sum(v == value for v in column) / len(column)
+            rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, key)]))
+    return rows
+
+
+def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
+    """Run the demo; returns the table's rows. Serves until Ctrl-C unless ``options.exit``."""
+    def say(text: str = "") -> None:
+        out.write(text + "\n")
+        out.flush()
+
+    data_dir = options.data_dir.resolve()
+    _fresh(data_dir)
+    server = DemoServer(data_dir, _port(options.port))
+    say(f"Starting the aggregator on {server.url} (SQLite in {data_dir}) ...")
+    server.start()
+    try:
+        published = server.admin("POST", "/api/v1/schemas", DEMO_SCHEMA)
+        schema = parse_schema(published)
+        say(f"Published schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
+            f"{len(schema.attributes)} attributes.")
+        devices = population(schema, options.devices, options.days, datetime.now(timezone.utc),
+                             np.random.default_rng(options.seed))
+        full = min(options.clients, len(devices))
+        say(f"Simulating {len(devices):,} devices over {options.days} {schema.window} windows: "
+            f"{full:,} run a whole TelemetryClient, {len(devices) - full:,} randomise with the client's "
+            f"randomize() and post in batches of {BATCH}.")
+        progress = Progress(len(devices), "devices", out)
+        started = time.perf_counter()
+        send_through_clients(server, published, devices[:full], data_dir / "devices", progress.update)
+        send_in_batches(server, schema, devices[full:], progress.update, full)
+        sent = time.perf_counter() - started
+        written = server.admin("POST", "/api/v1/estimates/refresh")["written"]
+        answer = requests.get(server.url + "/api/v1/estimates", params={"schema": schema.name}, timeout=60).json()
+        rows = truth_table(schema, devices, answer["estimates"])
+        say(f"Sent {len(devices):,} reports in {sent:.1f} s; refreshed {written} estimates.")
+        say()
+        _print_table(say, schema, rows, answer["confidence"])
+        say()
+        say(f"Dashboard: {server.url}/schemas/{schema.name}")
+        if options.exit:
+            return rows
+        say("Serving until Ctrl-C (estimates refresh every 10 s) ...")
+        try:
+            server.wait()
+        except KeyboardInterrupt:
+            say("\nStopping.")
+        return rows
+    finally:
+        server.stop()
+
+
+def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], confidence: float) -> None:
+    header = f"{'attribute':<14} {'value':<8} {'eps':>4} {'n':>7} {'truth':>7} {'estimate':>9} {'interval':>17}  covers"
+    say(f"Every window together ({confidence:.0%} intervals):")
+    say(header)
+    say("-" * len(header))
+    for row in rows:
+        e = row.estimate
+        say(f"{row.attribute:<14} {row.value:<8} {schema.attribute(row.attribute).epsilon:>4.3g} {e['n']:>7,} "
+            f"{row.truth:>7.4f} {e['estimate']:>9.4f} [{e['ci_low']:.4f}, {e['ci_high']:.4f}]  "
+            f"{'yes' if row.covered else 'NO'}")
+    covered = sum(r.covered for r in rows)
+    say(f"{covered} of {len(rows)} intervals cover the true share "
+        f"(about {confidence:.0%} should; the population is fixed, so a little more do).")
+
+
+def _fresh(data_dir: Path) -> None:
+    """Start from an empty demo database: a previous run's reports would blur the comparison."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for path in data_dir.glob("aggregator.db*"):
+        path.unlink()
+    shutil.rmtree(data_dir / "devices", ignore_errors=True)
+
+
+def _port(wanted: int) -> int:
+    """``wanted`` if it is free on 127.0.0.1, else any free port."""
+    for port in ((wanted, 0) if wanted else (0,)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")

@@ -1,0 +1,61 @@
+"""`ldp-telemetry demo --exit`: the real server, real clients, the truth beside the estimates."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timezone
+
+import numpy as np
+
+from ldp_telemetry.aggregator.demo import DEMO_SCHEMA, STEADY_SHARES, population
+from ldp_telemetry.shared import parse_schema
+
+ROW = re.compile(r"^(\S+)\s+(\S+)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+(-?[\d.]+) \[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+
+
+def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
+    devices, clients = 3000, 30
+    result = subprocess.run(
+        [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--exit", "--devices", str(devices),
+         "--days", "3", "--clients", str(clients), "--data-dir", str(tmp_path / "demo"), "--port", "0"],
+        capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    out = result.stdout
+    rows = [ROW.match(line) for line in out.splitlines()]
+    rows = [m for m in rows if m]
+    assert len(rows) == 7  # 3 booleans + 4 categories
+    for m in rows:
+        n, truth, low, high = int(m[3].replace(",", "")), float(m[4]), float(m[6]), float(m[7])
+        assert n == devices
+        assert (m[8] == "yes") == (low <= truth <= high)
+    # Each 95% interval misses with probability about 0.05 (less: the population is fixed), so
+    # 4 or more misses out of 7 has probability below C(7,4) 0.05^4 ≈ 2e-4.
+    assert sum(m[8] == "yes" for m in rows) >= 4
+    assert re.search(r"Dashboard: http://127\.0\.0\.1:\d+/schemas/demo-app", out)
+    assert "devices" in out and "[##############################]" in out  # the progress bar finished
+    with sqlite3.connect(tmp_path / "demo" / "aggregator.db") as db:
+        assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == devices
+        windows = db.execute('SELECT count(DISTINCT "window") FROM reports').fetchone()[0]
+    assert windows == 3
+    assert len(list((tmp_path / "demo" / "devices").iterdir())) == clients  # one data folder per full client
+
+
+def test_population_holds_the_stated_shares_each_day():
+    schema = parse_schema(DEMO_SCHEMA)
+    devices = population(schema, 7001, 7, datetime(2026, 11, 21, tzinfo=timezone.utc), np.random.default_rng(3))
+    assert len(devices) == 7001
+    by_window = Counter(d.window for d in devices)
+    assert sorted(by_window) == [f"2026-11-{day}" for day in range(15, 22)]
+    assert set(by_window.values()) == {1000, 1001}
+    for window in by_window:
+        day = [d.record for d in devices if d.window == window]
+        os_share = Counter(r["os"] for r in day)
+        for category, share in zip(schema.attribute("os").categories, STEADY_SHARES["os"]):
+            assert abs(os_share[category] / len(day) - share) <= 1 / len(day) + 1e-9  # exact up to rounding
+    first = [d.record["dark_mode"] for d in devices if d.window == "2026-11-15"]
+    last = [d.record["dark_mode"] for d in devices if d.window == "2026-11-21"]
+    assert abs(np.mean(first) - 0.35) < 0.002 and abs(np.mean(last) - 0.50) < 0.002
