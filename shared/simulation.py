@@ -94,8 +94,10 @@ def population_shares(attribute: Attribute, share: float | Sequence[float]) -> l
         if not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"{attribute.name}: the share of True must be a number in [0, 1], got {share!r}")
         return [float(share), 1.0 - float(share)]
-    shares = list(share) if not isinstance(share, (int, float)) else []
-    if len(shares) != len(attribute.categories) or any(s < 0 for s in shares) or abs(sum(shares) - 1) > 1e-9:
+    shares = list(share) if isinstance(share, (list, tuple)) else []
+    # Comparisons that a NaN fails (`0 <= s <= 1`, `not ... <= 1e-9`), so NaN shares are rejected.
+    valid = all(isinstance(s, (int, float)) and 0 <= s <= 1 for s in shares)
+    if len(shares) != len(attribute.categories) or not valid or not abs(sum(shares) - 1) <= 1e-9:
         raise ValueError(
             f"{attribute.name}: give {len(attribute.categories)} non-negative shares summing to 1, got {share!r}"
         )
@@ -124,6 +126,9 @@ def simulate(
     missing = [a.name for a in schema.attributes if a.name not in shares]
     if missing:
         raise ValueError(f"no true shares given for: {', '.join(missing)}")
+    unknown = sorted(str(name) for name in shares if name not in schema.by_name)
+    if unknown:  # most likely a typo: silently ignoring it would simulate something else
+        raise ValueError(f"shares given for attribute(s) the schema does not have: {', '.join(unknown)}")
     if schema.split == "sample":
         carriers = np.bincount(rng.integers(0, len(schema.attributes), size=n), minlength=len(schema.attributes))
     else:
