@@ -1,7 +1,7 @@
 """Reading a JSON request body strictly.
 
-415 unless the Content-Type is JSON; 413 past ``LDP_MAX_BODY`` (Flask's ``MAX_CONTENT_LENGTH``
-checks Content-Length and also stops a chunked body at the limit); 400 for anything that is not
+415 unless the Content-Type is JSON; 413 past ``LDP_MAX_BODY``, by Content-Length or, for a
+chunked body, by reading no more than the limit; 400 for anything that is not
 one strict JSON object. Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e999`` (read as
 infinity) by default: none of them is JSON, so all are refused here.
 """
@@ -12,7 +12,8 @@ import json
 import math
 from typing import Any, NoReturn
 
-from flask import request
+from flask import current_app, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from .errors import ApiError, detail
 
@@ -32,12 +33,26 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _read_body(limit: int) -> bytes:
+    """The raw body, at most ``limit`` bytes, else 413."""
+    if request.content_length is not None:
+        return request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
+    if "wsgi.input_terminated" not in request.environ:
+        return b""  # a server that cannot end a body without a length: read none (Werkzeug's fallback)
+    # A chunked body. Werkzeug would stop silently at exactly the limit, so a body one byte too
+    # long would come out truncated rather than refused: read one byte more and look.
+    data = request.environ["wsgi.input"].read(limit + 1)
+    if len(data) > limit:
+        raise RequestEntityTooLarge()
+    return data
+
+
 def json_object() -> dict[str, Any]:
     """The request's body as a JSON object, or an :class:`ApiError` (415, 413 or 400)."""
     if not request.is_json:
         raise ApiError(415, "Content-Type must be application/json",
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
-    data = request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH
+    data = _read_body(current_app.config["LDP_MAX_BODY"])
     try:
         obj = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NotJson as exc:

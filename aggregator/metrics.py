@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import multiprocess, values
 
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
@@ -39,3 +39,13 @@ class Metrics:
             multiprocess.MultiProcessCollector(registry)
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def share_between_processes(directory: str) -> None:
+    """Keep metric values in files under ``directory``, so ``/metrics`` sums every worker.
+
+    Call before any :class:`Metrics` is built (``serve`` does, in the master, before forking).
+    """
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    # prometheus-client picks its value class when it is first imported; pick again now.
+    values.ValueClass = values.get_value_class()

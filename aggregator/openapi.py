@@ -1,9 +1,150 @@
-"""The OpenAPI 3 document of the HTTP API (served at ``/api/v1/openapi.json``)."""
+"""The OpenAPI 3 document of the HTTP API (served at ``/api/v1/openapi.json``).
+
+Written by hand from DESIGN.md; ``tests/test_agg_openapi.py`` checks that every route of the
+app is in it and runs schemathesis against it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
+VERSION = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+WINDOW = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}(T\d{2})?$", "description": "YYYY-MM-DD or YYYY-MM-DDTHH (UTC)"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    meaning = {400: "invalid request", 401: "no bearer token", 403: "wrong token", 404: "not found",
+               409: "conflicting schema", 413: "body over LDP_MAX_BODY", 415: "Content-Type is not JSON"}
+    return {str(code): _json(_ref("Error"), meaning[code]) for code in codes}
+
+
+ADMIN = [{"bearer": []}]
+
+COMPONENTS: dict[str, Any] = {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                   "description": "LDP_ADMIN_TOKEN for admin calls; LDP_READ_TOKEN for reads when set"}},
+    "schemas": {
+        "Error": {"type": "object", "required": ["error", "details"], "properties": {
+            "error": {"type": "string"},
+            "details": {"type": "array", "items": {"type": "object", "required": ["field", "message"], "properties": {
+                "index": {"type": "integer"}, "field": {"type": "string"}, "message": {"type": "string"}}}}}},
+        "AttributeInput": {"type": "object", "required": ["name", "type"], "additionalProperties": False, "properties": {
+            "name": NAME, "type": {"type": "string", "enum": ["boolean", "categorical"]},
+            "categories": {"type": "array", "minItems": 2, "maxItems": 1024,
+                           "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+            "mechanism": {"type": "string", "enum": ["auto", "rr", "grr", "oue"]},
+            "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}}},
+        "SchemaInput": {"type": "object", "required": ["name", "version", "epsilon", "attributes"],
+                        "additionalProperties": False, "properties": {
+            "name": NAME, "version": VERSION,
+            "epsilon": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 20},
+            "window": {"type": "string", "enum": ["hour", "day"]},
+            "split": {"type": "string", "enum": ["equal", "sample"]},
+            "description": {"type": "string", "maxLength": 10000},
+            "attributes": {"type": "array", "minItems": 1, "maxItems": 64, "items": _ref("AttributeInput")}}},
+        "Attribute": {"type": "object", "required": ["name", "type", "epsilon", "mechanism", "p", "q"], "properties": {
+            "name": {"type": "string"}, "type": {"type": "string", "enum": ["boolean", "categorical"]},
+            "categories": {"type": "array", "items": {"type": "string"}},
+            "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": ["rr", "grr", "oue"]},
+            "p": {"type": "number"}, "q": {"type": "number"}}},
+        "Schema": {"type": "object", "required": ["name", "version", "epsilon", "window", "split", "description",
+                                                  "attributes"], "properties": {
+            "name": {"type": "string"}, "version": {"type": "integer"}, "epsilon": {"type": "number"},
+            "window": {"type": "string", "enum": ["hour", "day"]}, "split": {"type": "string", "enum": ["equal", "sample"]},
+            "description": {"type": "string"}, "attributes": {"type": "array", "items": _ref("Attribute")}}},
+        "Report": {"type": "object", "required": ["id", "schema", "version", "window", "epsilon", "values"],
+                   "additionalProperties": False, "properties": {
+            "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,64}$"}, "schema": NAME, "version": VERSION,
+            "window": WINDOW, "epsilon": {"type": "number"},
+            "values": {"type": "object", "description": "attribute -> true/false, a category, or an OUE list of 0/1",
+                       "additionalProperties": {"oneOf": [
+                           {"type": "boolean"}, {"type": "string"},
+                           {"type": "array", "items": {"type": "integer", "enum": [0, 1]}}]}}}},
+        "Batch": {"type": "object", "required": ["reports"], "additionalProperties": False, "properties": {
+            "reports": {"type": "array", "minItems": 1, "items": _ref("Report")}}},
+        "Ingested": {"type": "object", "required": ["accepted", "duplicates"], "properties": {
+            "accepted": {"type": "integer", "minimum": 0}, "duplicates": {"type": "integer", "minimum": 0}}},
+        "Estimate": {"type": "object", "required": ["window", "attribute", "value", "estimate", "estimate_clipped",
+                                                    "ci_low", "ci_high", "n", "epsilon", "computed_at"], "properties": {
+            "window": {"type": "string", "description": "a window start, or 'all' for the rollup"},
+            "attribute": {"type": "string"},
+            "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}]},
+            "estimate": {"type": "number"}, "estimate_clipped": {"type": "number", "minimum": 0, "maximum": 1},
+            "ci_low": {"type": "number", "minimum": 0, "maximum": 1}, "ci_high": {"type": "number", "minimum": 0, "maximum": 1},
+            "n": {"type": "integer", "minimum": 1}, "epsilon": {"type": "number"},
+            "computed_at": {"type": "string", "format": "date-time"}}},
+        "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
+            "estimates": {"type": "array", "items": _ref("Estimate")}}},
+    },
+}
+
+
+def _paths() -> dict[str, Any]:
+    name_param = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    version_param = {"name": "version", "in": "path", "required": True, "schema": {"type": "integer"}}
+    query = [
+        {"name": "schema", "in": "query", "required": True, "schema": {"type": "string"}},
+        {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+        {"name": "attribute", "in": "query", "schema": {"type": "string"}},
+        {"name": "since", "in": "query", "schema": WINDOW},
+        {"name": "until", "in": "query", "schema": WINDOW},
+        {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["json", "csv"]}},
+    ]
+    return {
+        "/api/v1/schemas": {
+            "post": {"summary": "Publish a schema (admin)", "security": ADMIN,
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("SchemaInput")}}},
+                     "responses": {"201": _json(_ref("Schema"), "published; the derived schema"),
+                                   "200": _json(_ref("Schema"), "identical to the published one"),
+                                   **_errors(400, 401, 403, 409, 413, 415)}},
+            "get": {"summary": "The latest version of every schema",
+                    "responses": {"200": _json({"type": "object", "required": ["schemas"], "properties": {
+                        "schemas": {"type": "array", "items": _ref("Schema")}}}, "the schemas")}},
+        },
+        "/api/v1/schemas/{name}": {"get": {
+            "summary": "The latest version of a schema", "parameters": [name_param],
+            "responses": {"200": _json(_ref("Schema"), "the schema"), **_errors(404)}}},
+        "/api/v1/schemas/{name}/{version}": {"get": {
+            "summary": "One version of a schema", "parameters": [name_param, version_param],
+            "responses": {"200": _json(_ref("Schema"), "the schema"), **_errors(404)}}},
+        "/api/v1/reports": {"post": {
+            "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Batch")}}},
+            "responses": {"202": _json(_ref("Ingested"), "stored and counted"), **_errors(400, 413, 415)}}},
+        "/api/v1/estimates": {"get": {
+            "summary": "Latest estimates per window and the 'all' rollup", "parameters": query,
+            "responses": {"200": {"description": "the estimates", "content": {
+                "application/json": {"schema": _ref("Estimates")},
+                "text/csv": {"schema": {"type": "string"}}}}, **_errors(400, 401, 403, 404)}}},
+        "/api/v1/estimates/refresh": {"post": {
+            "summary": "Recompute stale estimates now (admin)", "security": ADMIN,
+            "responses": {"200": _json({"type": "object", "required": ["written", "windows"], "properties": {
+                "written": {"type": "integer"}, "windows": {"type": "integer"}}}, "rows written"),
+                **_errors(401, 403)}}},
+        "/api/v1/openapi.json": {"get": {"summary": "This document",
+                                          "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
+        "/healthz": {"get": {"summary": "Liveness and database check", "responses": {
+            "200": _json({"type": "object"}, "healthy"), "503": _json({"type": "object"}, "database unavailable")}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
+            "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    }
+
 
 def openapi_document() -> dict[str, Any]:
-    return {"openapi": "3.0.3", "info": {"title": "ldp-telemetry aggregator", "version": "1"}, "paths": {}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "ldp-telemetry aggregator", "version": "1",
+                 "description": "Ingests locally-differentially-private reports; serves debiased estimates."},
+        "paths": _paths(),
+        "components": COMPONENTS,
+    }

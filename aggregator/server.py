@@ -53,9 +53,10 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int) -> None
     """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
     metrics_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Must be set before prometheus_client is imported: the workers then share their counts.
+        from .metrics import share_between_processes
+
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        share_between_processes(metrics_dir)
     try:
         AggregatorServer(config, host=host, port=port, workers=workers).run()
     finally:

@@ -1,0 +1,147 @@
+"""A real `ldp-telemetry serve` with two workers: concurrent exactly-once ingest, kill -9, HTTP limits."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sqlite3
+import threading
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+import requests
+from conftest import ADMIN, APP_USAGE
+
+from ldp_telemetry.shared import parse_schema, randomize
+
+SCHEMA = parse_schema(APP_USAGE)
+RECORDS = [{"dark_mode": i % 3 == 0, "os": SCHEMA.attribute("os").categories[i % 4]} for i in range(4)]
+
+
+def make_reports(count: int) -> list[dict]:
+    return [randomize(SCHEMA, RECORDS[i % 4]) for i in range(count)]
+
+
+def expected_counters(reports: list[dict]) -> dict[tuple, tuple[int, int]]:
+    """(window, attribute, value) -> (n, hits) from the wire values."""
+    out: dict[tuple, tuple[int, int]] = {}
+    for report in reports:
+        for attribute in SCHEMA.attributes:
+            sent = report["values"][attribute.name]
+            for value in attribute.values:
+                key = (report["window"], attribute.name, "true" if value is True else value)
+                n, hits = out.get(key, (0, 0))
+                out[key] = (n + 1, hits + (sent is True if value is True else sent == value))
+    return out
+
+
+def stored(db_path) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
+    """The raw reports (as wire dicts) and the counters in the database."""
+    with sqlite3.connect(db_path) as conn:
+        reports = [{"id": i, "window": w, "values": json.loads(v)}
+                   for i, w, v in conn.execute('SELECT id, "window", "values" FROM reports')]
+        counters = {(w, a, v): (n, h) for w, a, v, n, h in
+                    conn.execute('SELECT "window", attribute, value, n, hits FROM counters')}
+    return reports, counters
+
+
+def post_batches(url: str, batches: list[list[dict]], start: multiprocessing.Event) -> tuple[int, int]:
+    """Post each batch twice (a retry); the sums of accepted and duplicates."""
+    start.wait(30)
+    accepted = duplicates = 0
+    with requests.Session() as session:
+        for batch in batches:
+            for _ in range(2):
+                response = session.post(url + "/api/v1/reports", json={"reports": batch}, timeout=60)
+                assert response.status_code == 202, response.text
+                accepted += response.json()["accepted"]
+                duplicates += response.json()["duplicates"]
+    return accepted, duplicates
+
+
+@pytest.fixture
+def server(live_server):
+    assert requests.post(live_server.url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN).status_code == 201
+    return live_server
+
+
+def test_two_processes_posting_overlapping_ids_count_each_once(server):
+    reports = make_reports(1200)
+    # Process A sends reports 0..799, process B 400..1199 from the end: 400 ids race both ways,
+    # every batch is retried once, and each B batch repeats an id inside itself.
+    first = [reports[i:i + 40] for i in range(0, 800, 40)]
+    second = [reports[i:i + 40] + reports[i:i + 1] for i in range(1160, 399, -40)]
+    context = multiprocessing.get_context("fork")
+    start = context.Manager().Event()
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
+        futures = [pool.submit(post_batches, server.url, batches, start) for batches in (first, second)]
+        start.set()
+        results = [f.result(timeout=240) for f in futures]
+    accepted = sum(a for a, _ in results)
+    duplicates = sum(d for _, d in results)
+    sent = 2 * (sum(map(len, first)) + sum(map(len, second)))
+    assert (accepted, duplicates) == (1200, sent - 1200)
+    rows, counters = stored(server.db_path)
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in reports)
+    assert counters == expected_counters(reports)
+
+
+def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
+    batches = [make_reports(20) for _ in range(400)]
+    acknowledged: list[int] = []
+    enough = threading.Event()
+
+    def stream() -> None:
+        with requests.Session() as session:
+            for i, batch in enumerate(batches):
+                try:
+                    response = session.post(server.url + "/api/v1/reports", json={"reports": batch}, timeout=10)
+                except requests.RequestException:
+                    return  # the server is gone: this batch was never acknowledged
+                if response.status_code == 202:
+                    acknowledged.append(i)
+                if len(acknowledged) >= 40:
+                    enough.set()
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    assert enough.wait(120), "the server acknowledged too few batches"
+    server.kill()  # SIGKILL to the master and both workers, mid-stream
+    sender.join(60)
+    assert not sender.is_alive()
+
+    rows, counters = stored(server.db_path)
+    stored_ids = {r["id"] for r in rows}
+    assert all(r["id"] in stored_ids for i in acknowledged for r in batches[i])
+    assert counters == expected_counters(rows)  # reports and counters committed together
+
+    server.start()
+    resent = [requests.post(server.url + "/api/v1/reports", json={"reports": b}, timeout=30).json() for b in batches]
+    assert all(resent[i] == {"accepted": 0, "duplicates": 20} for i in acknowledged)
+    everything = [r for b in batches for r in b]
+    assert sum(r["accepted"] for r in resent) == len(everything) - len(stored_ids)
+    rows, counters = stored(server.db_path)
+    assert len(rows) == len(everything)
+    assert counters == expected_counters(everything)
+
+
+def test_a_chunked_body_over_the_limit_is_413(server):
+    def chunks():
+        yield b'{"reports": ["'
+        for _ in range(40):
+            yield b"x" * 65536  # 2.5 MiB in all, no Content-Length
+        yield b'"]}'
+
+    response = requests.post(server.url + "/api/v1/reports", data=chunks(),
+                             headers={"Content-Type": "application/json"}, timeout=30)
+    assert response.status_code == 413
+    assert response.json()["error"]
+
+
+def test_metrics_sum_over_both_workers(server):
+    with requests.Session() as session:
+        for _ in range(12):
+            assert session.post(server.url + "/api/v1/reports", json={"reports": make_reports(5)}).status_code == 202
+    for _ in range(4):  # whichever worker answers the scrape
+        text = requests.get(server.url + "/metrics", timeout=10).text
+        assert "ldp_reports_accepted_total 60.0" in text
