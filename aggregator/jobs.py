@@ -79,10 +79,11 @@ def init_app(app: Flask) -> None:
                       id="retention", next_run_time=context.system_clock(), **common)
     scheduler.start()
     app.extensions["ldp"]["scheduler"] = scheduler
-    atexit.register(_shutdown, app)
+    atexit.register(stop, app)
 
 
-def _shutdown(app: Flask) -> None:
+def stop(app: Flask) -> None:
+    """Stop the scheduler (if any) and give up leadership."""
     scheduler = app.extensions["ldp"].get("scheduler")
     if scheduler is not None and scheduler.running:
         scheduler.shutdown(wait=False)
