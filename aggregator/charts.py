@@ -136,19 +136,22 @@ def share_scale(values: Sequence[float], *, from_zero: bool) -> tuple[Scale, lis
 
 
 def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tick]:
-    """At most :data:`MAX_X_LABELS` window labels, evenly spread, always the first and last.
+    """At most :data:`MAX_X_LABELS` window labels, evenly spaced, always the first and last.
 
     Only the first and the last stay on a narrow screen (the others are ``minor``).
     """
-    if not windows:
+    count = len(windows)
+    if count == 0:
         return []
-    if len(windows) <= MAX_X_LABELS:
-        chosen = list(range(len(windows)))
-    else:
-        chosen = sorted({round(i * (len(windows) - 1) / (MAX_X_LABELS - 1)) for i in range(MAX_X_LABELS)})
-    anchors = {chosen[0]: "start", chosen[-1]: "end"} if len(chosen) > 1 else {}
-    return [Tick(positions[i], windows[i], minor=i not in anchors and len(chosen) > 1,
-                 anchor=anchors.get(i, "middle")) for i in chosen]
+    if count == 1:
+        return [Tick(positions[0], windows[0])]
+    step = math.ceil((count - 1) / (MAX_X_LABELS - 1))
+    chosen = list(range(0, count - 1, step))
+    if count - 1 - chosen[-1] < step / 2 and len(chosen) > 1:
+        chosen.pop()  # too close to the last label, which always shows
+    chosen.append(count - 1)
+    anchors = {chosen[0]: "start", chosen[-1]: "end"}
+    return [Tick(positions[i], windows[i], minor=i not in anchors, anchor=anchors.get(i, "middle")) for i in chosen]
 
 
 def band_chart(windows: Sequence[str], values: Sequence[Interval]) -> LineChart:

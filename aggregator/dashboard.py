@@ -104,7 +104,8 @@ def _points(share: float) -> str:
 
 @bp.app_template_filter("sig")
 def _sig(number: float) -> str:
-    return f"{number:.3g}"
+    """Three significant digits; whole numbers from 1,000 up in full (730, 1,095, not 1.1e+03)."""
+    return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.3g}"
 
 
 @bp.app_template_filter("num")

@@ -1,0 +1,137 @@
+"""The dashboard in a real headless Chromium against a real server: the numbers shown are the API's.
+
+Needs Debian's ``chromium`` (``/usr/bin/chromium``; ``.ci/run`` installs it) and Playwright for
+Python; without them the test is skipped and says why. Screenshots go to ``tests/artifacts/``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from conftest import ADMIN
+
+from ldp_telemetry.shared import parse_schema, randomize
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+SCHEMA = {
+    "name": "app-usage",
+    "version": 1,
+    "epsilon": 3.0,
+    "window": "day",
+    "description": "Which features people use. <script>document.title='pwned'</script>",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+        {"name": "plan", "type": "categorical", "categories": ["free", "pro", "team"], "mechanism": "oue"},
+    ],
+}
+DAYS, PER_DAY = 5, 1000
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium package (apt-get install chromium; "
+                    ".ci/run does) to run the browser test")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def fill(server) -> dict:
+    """Publish the schema, post reports over DAYS windows, refresh; the API's estimates."""
+    derived = requests.post(server.url + "/api/v1/schemas", json=SCHEMA, headers=ADMIN, timeout=10).json()
+    schema = parse_schema(derived)
+    rng = np.random.default_rng(5)
+    today = datetime.now(timezone.utc)
+    for back in range(DAYS - 1, -1, -1):
+        window = (today - timedelta(days=back)).strftime("%Y-%m-%d")
+        reports = [randomize(schema, {"dark_mode": bool(rng.random() < 0.3 + 0.04 * back),
+                                      "os": str(rng.choice(["linux", "macos", "windows", "other"], p=[.3, .25, .4, .05])),
+                                      "plan": str(rng.choice(["free", "pro", "team"], p=[.7, .2, .1]))},
+                             window=window) for _ in range(PER_DAY)]
+        response = requests.post(server.url + "/api/v1/reports", json={"reports": reports}, timeout=30)
+        assert response.status_code == 202, response.text
+    assert requests.post(server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+    return requests.get(server.url + "/api/v1/estimates", params={"schema": "app-usage"}, timeout=10).json()
+
+
+def test_dashboard_shows_the_api_estimates(chromium, live_server):
+    api = fill(live_server)
+    latest = max(e["window"] for e in api["estimates"] if e["window"] != "all")
+    expected = {(e["attribute"], "true" if e["value"] is True else e["value"], e["window"]): e
+                for e in api["estimates"] if e["window"] in ("all", latest)}
+
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    requested, errors = [], []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(live_server.url + "/")
+    page.click("text=app-usage")
+    page.wait_for_url("**/schemas/app-usage")
+    assert page.title() == "app-usage v1: ldp-telemetry"  # the description's script did not run
+    assert "<script>document.title='pwned'</script>" in page.inner_text("p.desc")
+
+    shown = {}
+    for section in page.locator("section.attribute").all():
+        attribute = section.get_attribute("data-attribute")
+        for row in section.locator("tr[data-value]").all():
+            value = row.get_attribute("data-value")
+            for cell in row.locator("td[data-window]").all():
+                n = cell.locator("xpath=following-sibling::td[1]").inner_text()
+                shown[(attribute, value, cell.get_attribute("data-window"))] = (
+                    cell.locator(".est").inner_text(), cell.locator(".ci").inner_text(), n)
+    assert set(shown) == set(expected)
+    for key, e in expected.items():
+        estimate, interval, n = shown[key]
+        assert estimate.rstrip("*") == f"{e['estimate_clipped'] * 100:.1f}%", key
+        assert interval == f"{e['ci_low'] * 100:.1f}% – {e['ci_high'] * 100:.1f}%", key
+        assert n == f"{e['n']:,}", key
+
+    # Charts are inline SVG: one over the windows and one privacy profile per attribute.
+    assert page.locator("svg.chart").count() == 2 * len(SCHEMA["attributes"])
+    assert page.locator("polygon.band").count() == 1
+    assert page.locator("svg.chart rect").count() == DAYS * (4 + 3)
+    assert page.locator('meta[http-equiv="refresh"]').count() == 1
+    assert all(url.startswith(live_server.url) for url in requested), requested  # nothing from elsewhere
+    assert errors == []
+
+    for summary in page.locator("details.privacy summary").all()[:1]:
+        summary.click()
+    ARTIFACTS.mkdir(exist_ok=True)
+    desktop, phone = ARTIFACTS / "dashboard-desktop.png", ARTIFACTS / "dashboard-phone.png"
+    for stale in (desktop, phone):
+        stale.unlink(missing_ok=True)
+    page.screenshot(path=str(desktop), full_page=True)
+
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.reload()
+    # Readable on a phone: nothing wider than the screen except inside the scrolling table boxes.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    page.screenshot(path=str(phone), full_page=True)
+    print(f"screenshots: {desktop} {phone}")
+    page.close()
+
+
+def test_empty_schema_in_the_browser(chromium, live_server):
+    requests.post(live_server.url + "/api/v1/schemas", json=SCHEMA, headers=ADMIN, timeout=10)
+    page = chromium.new_page(viewport={"width": 800, "height": 700})
+    page.goto(live_server.url + "/schemas/app-usage")
+    assert "No estimates yet" in page.inner_text("#empty")
+    assert page.locator("table.estimates").count() == 0
+    page.close()
