@@ -82,8 +82,8 @@ class TelemetryClient:
             raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r:.80}")
         self.endpoint = endpoint.rstrip("/")
         self._source = SchemaSource(schema, max_epsilon=max_epsilon)
-        folder = Path(data_dir) if data_dir is not None else default_data_dir()
-        self._outbox = Outbox(outbox_path(folder, self._source.name), self.endpoint, max_reports=max_outbox)
+        self._no_disk: str | None = None  # why nothing is recorded: the outbox file is unusable
+        self._outbox = self._open_outbox(Path(data_dir) if data_dir is not None else default_data_dir(), max_outbox)
         self._source.attach(self._outbox)
         self._clock = clock
         self._close_timeout = close_timeout
@@ -120,11 +120,12 @@ class TelemetryClient:
         Returns at once, without touching the network or the disk. Raises ``ValueError`` naming
         the problem (never the value) for an unknown or missing attribute, a wrong type or an
         unknown category. A second record in the same window of a schema is suppressed (the
-        ledger); so is every record while no schema is known, or after :meth:`close`.
+        ledger); so is every record while no schema is known, when the outbox file cannot be
+        used, or after :meth:`close`.
         """
         schema = self._source.current
-        if schema is None:
-            return RecordResult(False, self._source.unavailable)
+        if schema is None or self._no_disk:
+            return RecordResult(False, self._no_disk or self._source.unavailable)
         if self._clock is None:
             window = windows.current_window(schema.window)
         else:
@@ -200,6 +201,17 @@ class TelemetryClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _open_outbox(self, folder: Path, max_reports: int) -> Outbox:
+        """The outbox file. If it cannot be used (no writable folder, a corrupt file), an empty
+        outbox in memory, and nothing is recorded: the app keeps running, but without a ledger
+        that outlives the process a restart could spend a window's budget twice."""
+        try:
+            return Outbox(outbox_path(folder, self._source.name), self.endpoint, max_reports=max_reports)
+        except (OSError, sqlite3.Error) as exc:
+            self._no_disk = f"the outbox in {folder} cannot be used ({exc}), so no ledger can be kept: nothing is recorded"
+            LOG.error("%s", self._no_disk)
+            return Outbox(Path(":memory:"), self.endpoint, max_reports=max_reports)
 
     def _all_sent(self) -> bool:
         # Read in this order: a report leaves _pending before _persisting clears, and is

@@ -48,12 +48,18 @@ class Outbox:
         self.max_reports = max_reports
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # In WAL mode NORMAL is durable across an app crash; only an OS crash may lose the
-        # last commits, and those reports were never acknowledged, so nothing is double-counted.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_TABLES)
-        self.count: int = self._db.execute("SELECT COUNT(*) FROM outbox WHERE endpoint = ?", (endpoint,)).fetchone()[0]
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL is durable across an app crash; only an OS crash may lose the
+            # last commits, and those reports were never acknowledged, so nothing is double-counted.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_TABLES)
+            self.count: int = self._db.execute(
+                "SELECT COUNT(*) FROM outbox WHERE endpoint = ?", (endpoint,)
+            ).fetchone()[0]
+        except BaseException:
+            self._db.close()
+            raise
 
     def ledger(self) -> dict[tuple[str, str], float]:
         """Every (schema, window) a report was recorded in, with the ε it spent."""

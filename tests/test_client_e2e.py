@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import sqlite3
 
 import pytest
@@ -211,3 +212,29 @@ def test_an_outage_loses_nothing_and_counts_nothing_twice(live_server, tmp_path)
     stored = stored_reports(live_server.db_path)
     assert sorted(w for _, w in stored) == sorted(made)  # every report, each once
     assert len({i for i, _ in stored}) == 30
+
+
+def test_a_new_version_is_picked_up_and_a_greedy_one_refused_keeping_the_last_good(app, client, caplog):
+    publish(client, APP_USAGE)
+    transport = FlaskTransport(client)
+    with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path, transport=transport,
+                         schema_refresh=0.05) as telemetry:
+        assert telemetry.wait_for_schema(10) and telemetry.schema.version == 1
+        publish(client, {**APP_USAGE, "version": 2, "epsilon": 3.0})
+        assert wait_until(lambda: telemetry.schema.version == 2)
+        publish(client, {**APP_USAGE, "version": 3, "epsilon": 8.0})
+        assert wait_until(lambda: any("version 3" in r.getMessage() for r in caplog.records))
+        assert telemetry.schema.version == 2  # the greedy version is refused; the accepted one stays
+        assert telemetry.record(RECORD).queued
+        assert telemetry.flush(10)
+    assert len(stored_reports(app.config["LDP_DB"])) == 1
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()

@@ -113,3 +113,18 @@ def test_the_default_data_dir_follows_xdg_on_linux(monkeypatch, tmp_path):
     assert default_data_dir() == tmp_path / "ldp-telemetry"
     monkeypatch.setenv("XDG_DATA_HOME", "relative/path")  # invalid by the spec: ignored
     assert default_data_dir() == Path.home() / ".local" / "share" / "ldp-telemetry"
+
+
+@pytest.mark.parametrize("spoil", ["folder_is_a_file", "corrupt_file"])
+def test_an_unusable_outbox_never_breaks_the_app_and_records_nothing(tmp_path, caplog, spoil):
+    if spoil == "folder_is_a_file":
+        data_dir = tmp_path / "not-a-folder"
+        data_dir.write_text("")
+    else:
+        data_dir = tmp_path
+        (tmp_path / "app-usage.sqlite3").write_bytes(b"this is not a database, " * 100)
+    with TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=data_dir) as client:
+        result = client.record(RECORD)
+        assert not result.queued and "cannot be used" in result.reason
+        assert client.privacy_spent() == {}
+    assert any(r.levelname == "ERROR" and "cannot be used" in r.getMessage() for r in caplog.records)
