@@ -16,6 +16,7 @@ from urllib.parse import quote
 from ldp_telemetry.shared import Schema, parse_schema
 from ldp_telemetry.shared.schema import NAME_RE
 
+from . import retry
 from .outbox import Outbox
 from .transport import Transport
 
@@ -73,8 +74,9 @@ class SchemaSource:
     def refresh(self, transport: Transport, endpoint: str, timeout: float) -> bool:
         """Fetch the latest version from the server. True when it answered, False to retry soon.
 
-        Network errors and retryable statuses return False; an answer that cannot be used (404, an
-        invalid or greedy schema) is logged and returns True: retrying at once would not help.
+        Network errors, retryable statuses and 404 (the schema may be published soon) return
+        False; any other answer returns True, a schema that cannot be used (invalid or greedy)
+        after an error is logged: asking again soon would not help.
         """
         url = f"{endpoint}/api/v1/schemas/{quote(self.name)}"
         try:
@@ -83,11 +85,8 @@ class SchemaSource:
             LOG.info("could not fetch schema %r: %s", self.name, type(exc).__name__)
             return False
         if response.status != 200:
-            LOG.log(
-                logging.ERROR if response.status == 404 else logging.INFO,
-                "fetching schema %r answered HTTP %d", self.name, response.status,
-            )
-            return response.status < 500 and response.status not in (408, 429)
+            LOG.warning("fetching schema %r answered HTTP %d", self.name, response.status)
+            return not (retry.is_retryable(response.status) or response.status == 404)
         if self._offer(response.body, "from the server") and self._outbox is not None:
             self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
         return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 import threading
 import time
 from datetime import datetime
@@ -69,8 +70,19 @@ class Sender(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
+        failures = 0
         try:
-            self._loop()
+            while True:
+                try:
+                    self._loop()
+                    return
+                except sqlite3.Error as exc:  # e.g. the file locked by another process for long: wait, go on
+                    delay = retry.backoff_delay(failures, base=self._base, cap=self._cap, rng=self._rng)
+                    LOG.error("the outbox could not be read (%s); trying again in %.1f s", exc, delay)
+                    failures += 1
+                    self._sleep(delay)
+                    if self._stopping.is_set():
+                        return
         except Exception:  # a bug here must never reach the app; reports wait on disk
             LOG.exception("the telemetry sender stopped on an unexpected error")
         finally:
@@ -116,7 +128,7 @@ class Sender(threading.Thread):
         if 200 <= status < 300:
             self._outbox.remove(seqs)
             return None
-        if retry.is_retryable(status) or status < 400:
+        if retry.is_retryable(status) or status < 400:  # 1xx/3xx: not an answer about the reports
             self._why = f"HTTP {status}"
             return retry.retry_after(response.headers, self._clock()) or 0.0
         if status == 400 and (bad := _rejected_indices(response, len(rows))):

@@ -238,3 +238,15 @@ def wait_until(condition, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return condition()
+
+
+def test_a_schema_published_after_the_app_started_is_picked_up(app, client):
+    with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path,
+                         transport=FlaskTransport(client), **FAST) as telemetry:
+        assert not telemetry.wait_for_schema(0.2)  # 404 so far: asked again after a backoff
+        assert "not known yet" in telemetry.record(RECORD).reason
+        publish(client, APP_USAGE)
+        assert telemetry.wait_for_schema(10)
+        assert telemetry.record(RECORD).queued
+        assert telemetry.flush(10)
+    assert len(stored_reports(app.config["LDP_DB"])) == 1
