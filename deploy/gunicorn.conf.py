@@ -15,6 +15,8 @@ The aggregator's own settings come from LDP_* variables (see deploy/README.md).
 import logging
 import os
 import re
+import shutil
+import tempfile
 
 from gunicorn import glogging
 
@@ -30,6 +32,8 @@ max_requests = 10_000
 max_requests_jitter = 1_000
 forwarded_allow_ips = ""  # never take a client address from X-Forwarded-For
 proxy_protocol = False
+# gunicorn 27's control socket would be created in $HOME; nothing here uses it.
+control_socket_disable = True
 
 accesslog = os.environ.get("LDP_ACCESS_LOG", "-")
 errorlog = os.environ.get("LDP_ERROR_LOG", "-")
@@ -38,7 +42,8 @@ access_log_format = '"%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
 
 # Atoms of gunicorn's access-log format that name or fingerprint the client.
 _CLIENT_ATOMS = {"h": "-", "a": "-", "f": "-", "q": "-", "u": "-", "l": "-"}
-_ADDRESS = re.compile(r"ip=\S+")
+# "ip=<address>: <error>"; an IPv6 address has colons of its own, hence the look-ahead for ": ".
+_ADDRESS = re.compile(r"ip=(?:\S*?(?=: )|\S+)")
 
 
 def _redact_address(record: logging.LogRecord) -> bool:
@@ -68,3 +73,17 @@ class NoClientAddressLogger(glogging.Logger):
 
 
 logger_class = NoClientAddressLogger
+
+# With several workers, each counts its own requests: prometheus-client's multiprocess mode keeps
+# the counts in files so that /metrics sums them. The variable must be set before the workers
+# import prometheus_client, so here, in the master, before anything of ours is imported.
+_metrics_dir = None
+if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
+
+from ldp_telemetry.aggregator.server import _child_exit as child_exit  # noqa: E402  a dead worker's files go
+
+
+def on_exit(server):
+    if _metrics_dir:
+        shutil.rmtree(_metrics_dir, ignore_errors=True)

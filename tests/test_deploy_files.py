@@ -1,0 +1,81 @@
+"""The deployment files agree with the code: paths, settings, health check, package data.
+
+Docker and systemd cannot run in this test environment; these checks catch the mistakes that
+would only show on a real deployment (a setting that does not exist, a file the image lacks).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from ldp_telemetry.aggregator.settings import BY_NAME
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+APP = "ldp_telemetry.aggregator:create_app()"
+# Read by deploy/gunicorn.conf.py itself, not by the aggregator's settings.
+GUNICORN_VARIABLES = {"LDP_BIND", "LDP_WORKERS", "LDP_THREADS", "LDP_ACCESS_LOG", "LDP_ERROR_LOG", "LDP_LOG_LEVEL"}
+
+
+def test_compose_keeps_the_database_on_a_volume_and_checks_health():
+    service = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["aggregator"]
+    environment = service["environment"]
+    assert environment["LDP_DB"].startswith("/data/")
+    assert "ldp-data:/data" in service["volumes"]
+    assert all(port.startswith("127.0.0.1:") for port in service["ports"])  # only the local proxy reaches it
+    assert "/healthz" in " ".join(service["healthcheck"]["test"])
+    assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+    for name in environment:
+        assert name in BY_NAME or name in GUNICORN_VARIABLES, f"{name} is no setting"
+
+
+def test_dockerfile_installs_what_the_command_needs():
+    text = (DEPLOY / "Dockerfile").read_text()
+    for folder in ("shared", "client", "aggregator"):
+        assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M)
+    assert "COPY deploy/gunicorn.conf.py ./deploy/gunicorn.conf.py" in text
+    assert f'CMD ["gunicorn", "-c", "deploy/gunicorn.conf.py", "{APP}"]' in text
+    assert "pip install '.[aggregator]'" in text
+    assert re.search(r"^USER ldp$", text, re.M)  # not root
+    assert "/healthz" in text
+
+
+def test_systemd_unit_runs_gunicorn_with_the_config():
+    # A unit file repeats keys (Environment=), which configparser cannot hold: read the lines.
+    lines = [line.partition("=") for line in (DEPLOY / "ldp-telemetry.service").read_text().splitlines()
+             if "=" in line and not line.startswith("#")]
+    unit: dict[str, list[str]] = {}
+    for key, _, value in lines:
+        unit.setdefault(key, []).append(value)
+    assert unit["ExecStart"] == [f'/opt/ldp-telemetry/venv/bin/gunicorn -c /etc/ldp-telemetry/gunicorn.conf.py "{APP}"']
+    assert unit["StateDirectory"] == ["ldp-telemetry"]
+    assert "LDP_DB=/var/lib/ldp-telemetry/ldp-telemetry.db" in unit["Environment"]
+    assert unit["WantedBy"] == ["multi-user.target"]
+
+
+def test_deploy_files_name_only_real_settings():
+    names = set()
+    for path in DEPLOY.iterdir():
+        names |= set(re.findall(r"\bLDP_[A-Z_]+[A-Z]\b", path.read_text()))
+    assert names
+    assert names <= set(BY_NAME) | GUNICORN_VARIABLES, names - set(BY_NAME) - GUNICORN_VARIABLES
+    readme = (DEPLOY / "README.md").read_text()
+    for name in GUNICORN_VARIABLES:  # the gunicorn config's own: documented here, nowhere else
+        assert f"`{name}`" in readme, name
+
+
+def test_dashboard_files_are_in_the_package_data():
+    """A wheel (the Docker image installs one) carries only files the package-data globs match."""
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "ldp_telemetry.aggregator"]
+    aggregator = ROOT / "aggregator"
+    files = [p.relative_to(aggregator).as_posix() for folder in ("templates", "static")
+             for p in (aggregator / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert files
+    for name in files:
+        assert any(fnmatch.fnmatch(name, g) and name.count("/") == g.count("/") for g in globs), name
