@@ -51,6 +51,23 @@ def example(name: str = "app-usage") -> dict[str, Any]:
     return copy.deepcopy(EXAMPLES[name])
 
 
+MISSING = object()  # as a value for with_value(): delete the field
+
+
+def with_value(obj: Any, path: tuple, value: Any) -> Any:
+    """A deep copy of ``obj`` with the value at ``path`` (keys and indices) set, or deleted for MISSING."""
+    out = copy.deepcopy(obj)
+    *parents, last = path
+    target = out
+    for key in parents:
+        target = target[key]
+    if value is MISSING:
+        del target[last]
+    else:
+        target[last] = value
+    return out
+
+
 # Any JSON-like value, including what Python's json module also produces (huge ints, nan, inf).
 json_scalars = st.one_of(
     st.none(),

@@ -8,14 +8,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_shared_examples import EXAMPLES, example, json_values
+from test_shared_examples import EXAMPLES, MISSING, example, json_values, with_value
 
 from ldp_telemetry.shared.reports import Report, ReportError, randomize, validate_record, validate_report
 from ldp_telemetry.shared.schema import MAX_CATEGORY_LENGTH, Schema, parse_schema
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SCHEMAS = {name: parse_schema(raw) for name, raw in EXAMPLES.items()}
-DELETE = object()
 
 
 def parse_or_value_error(obj: Any) -> Schema | None:
@@ -50,29 +49,15 @@ def paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
-def mutate(obj: Any, path: tuple, value: Any) -> Any:
-    """A deep copy of ``obj`` with the value at ``path`` replaced, deleted (DELETE), or given a sibling."""
-    out = copy.deepcopy(obj)
-    *parents, last = path
-    target = out
-    for key in parents:
-        target = target[key]
-    if value is DELETE:
-        del target[last]
-    else:
-        target[last] = value
-    return out
-
-
 @st.composite
 def mutated(draw, base: Any) -> Any:
     """``base`` with one value replaced by any JSON, deleted, or a new key/element added."""
     path = draw(st.sampled_from(paths(base)))
     kind = draw(st.sampled_from(["replace", "delete", "add"]))
     if kind == "replace":
-        return mutate(base, path, draw(json_values))
+        return with_value(base, path, draw(json_values))
     if kind == "delete":
-        return mutate(base, path, DELETE)
+        return with_value(base, path, MISSING)
     parent = copy.deepcopy(base)
     target = parent
     for key in path[:-1]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ast
-import copy
 import inspect
 import math
 import re
 from datetime import datetime, timezone
 
 import pytest
-from test_shared_examples import example
+from test_shared_examples import MISSING, example, with_value
 
 from ldp_telemetry.shared import mechanisms
 from ldp_telemetry.shared import reports as reports_module
@@ -150,20 +149,9 @@ def test_hits_name_the_values_a_report_counts_for():
 
 def mutated(path: tuple, value, name: str = "every-mechanism") -> dict:
     """A valid report with the field at ``path`` set to ``value`` (deleted when value is MISSING)."""
-    r = copy.deepcopy(report(name))
-    *parents, last = path
-    target = r
-    for key in parents:
-        target = target[key]
-    if value is MISSING:
-        del target[last]
-    else:
-        target[last] = value
-    return r
+    return with_value(report(name), path, value)
 
 
-MISSING = object()
-LANG = ["en", "de", "fr", "es", "it", "pt", "nl", "pl"]
 
 REJECTED = [
     # (path, value, field the error names)

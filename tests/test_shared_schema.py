@@ -6,27 +6,17 @@ import json
 import math
 
 import pytest
-from test_shared_examples import example
+from test_shared_examples import MISSING, example, with_value
 
 from ldp_telemetry.shared import mechanisms
 from ldp_telemetry.shared.schema import Schema, parse_schema
 
 E = math.e
-MISSING = object()
 
 
 def changed(path: tuple, value, base: str = "app-usage") -> dict:
     """An example schema with the field at ``path`` set to ``value`` (or deleted for MISSING)."""
-    schema = example(base)
-    *parents, last = path
-    target = schema
-    for key in parents:
-        target = target[key]
-    if value is MISSING:
-        del target[last]
-    else:
-        target[last] = value
-    return schema
+    return with_value(example(base), path, value)
 
 
 def boolean(name: str = "flag", **extra) -> dict:

@@ -54,9 +54,6 @@ class Trials:
     estimates: np.ndarray  # (T, values), unclipped
     covered: np.ndarray  # (T, values), bool
 
-    def column(self, attribute: str, value: object) -> int:
-        return self.labels.index((attribute, value))
-
 
 def run_trials(mechanism: str, trials: int, *, sampled: bool, seed: int) -> Trials:
     schema, shares = _schema(mechanism)
@@ -161,33 +158,33 @@ def variance_band(trials: int, alpha: float = 1e-6) -> tuple[float, float]:
             stats.chi2.ppf(1 - alpha / 2, trials - 1) / (trials - 1))
 
 
+def variance_ratios(trials: Trials, *, conditional: bool):
+    """(label, s²/σ²) per estimate value, σ² the closed form of ``mechanisms.variance``."""
+    for label, column, attribute, theta in each_value(trials):
+        expected = mechanisms.variance(attribute.p, attribute.q, DEVICES, theta, conditional=conditional)
+        yield label, trials.estimates[:, column].var(ddof=1) / expected
+
+
 def test_variance_matches_the_unconditional_closed_form(sampled_trials):
     low, high = variance_band(TRIALS)
-    for label, column, attribute, theta in each_value(sampled_trials):
-        expected = mechanisms.variance(attribute.p, attribute.q, DEVICES, theta, conditional=False)
-        ratio = sampled_trials.estimates[:, column].var(ddof=1) / expected
+    for label, ratio in variance_ratios(sampled_trials, conditional=False):
         assert low < ratio < high, (label, ratio, (low, high))
 
 
 def test_variance_matches_the_conditional_closed_form(fixed_trials):
+    # one fixed population: every trial targets the same realised share
+    assert (fixed_trials.truth == fixed_trials.truth[0]).all()
     low, high = variance_band(CONDITIONAL_TRIALS)
-    for label, column, attribute, theta in each_value(fixed_trials):
-        expected = mechanisms.variance(attribute.p, attribute.q, DEVICES, theta, conditional=True)
-        ratio = fixed_trials.estimates[:, column].var(ddof=1) / expected
+    for label, ratio in variance_ratios(fixed_trials, conditional=True):
         assert low < ratio < high, (label, ratio, (low, high))
-        # one fixed population: every trial targets the same realised share
-        assert (fixed_trials.truth[:, column] == theta).all()
 
 
 def test_the_variance_test_can_tell_conditional_from_unconditional():
     # Power check: for binary RR at θ = 0.5 the two forms differ by θ(1-θ)/n, a ratio of
     # 0.923 / 1.173 = 0.79, far outside the band; so the test above would catch the wrong form.
-    fixed_trials = fixed_population_trials("rr")
-    column = fixed_trials.column("s05", True)
-    attribute = fixed_trials.schema.attribute("s05")
-    wrong = mechanisms.variance(attribute.p, attribute.q, DEVICES, 0.5, conditional=False)
+    ratios = dict(variance_ratios(fixed_population_trials("rr"), conditional=False))
     low, high = variance_band(CONDITIONAL_TRIALS)
-    assert not low < fixed_trials.estimates[:, column].var(ddof=1) / wrong < high
+    assert not low < ratios["s05", True] < high
 
 
 def test_the_approximate_variance_is_exact_at_theta_0():
