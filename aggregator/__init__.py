@@ -32,7 +32,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
-    store = Store(app.config["LDP_DB"])
+    store = Store(app.config["LDP_DB"], app.config["LDP_SYNCHRONOUS"])
     store.migrate()
     app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics()}
 

@@ -79,6 +79,16 @@ def _optional_token(value: Any) -> str | None:
     return value
 
 
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return text
+
+    return parse
+
+
 def _boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -109,6 +119,10 @@ SETTINGS: tuple[Setting, ...] = (
             _number(0, 36500, open_low=True)),
     Setting("LDP_CLOCK_SKEW", 300.0, "Seconds a report's window may start in the future (device clock skew).",
             _number(0, 86400)),
+    Setting("LDP_SYNCHRONOUS", "full",
+            "SQLite durability: full (an acknowledged report survives a power cut) or normal (it survives "
+            "a crash of the server, and single-report posts are several times faster).",
+            _choice("full", "normal")),
     Setting("LDP_SCHEDULER", True,
             "Run the scheduled jobs (estimate refresh, retention) in this process; tests turn it off.",
             _boolean),

@@ -75,8 +75,9 @@ WindowKey = tuple[str, int, str]  # (schema, version, window)
 class Store:
     """The database at ``path``; safe to share between threads (one connection per thread)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, synchronous: str = "full"):
         self.path = str(path)
+        self.synchronous = {"full": "FULL", "normal": "NORMAL"}[synchronous]
         self._local = threading.local()
 
     # -- connections and transactions -------------------------------------------------------
@@ -88,8 +89,9 @@ class Store:
             # isolation_level=None: no implicit transactions; every write opens its own.
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: a commit is on disk before the 202 goes out, even across a power cut.
-            conn.execute("PRAGMA synchronous=FULL")
+            # In WAL mode NORMAL already keeps every commit across a crash of the process (kill -9);
+            # FULL also syncs each commit to the disk, so it survives a power cut too.
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
             self._local.conn = conn
         return conn
 
