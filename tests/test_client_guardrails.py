@@ -9,6 +9,8 @@ import gc
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 import weakref
 from datetime import datetime, timezone
 
@@ -168,3 +170,12 @@ def test_warnings_go_to_the_client_logger(make_client, caplog):
     client.record({"dark_mode": True, "os": "linux"})
     client.flush(timeout=0.2)
     assert any(r.name == "ldp_telemetry.client" and "could not deliver" in r.getMessage() for r in caplog.records)
+
+
+def test_the_client_imports_nothing_of_the_aggregator_stack():
+    # An app embedding the client installs only requests; importing it must not need more.
+    probe = ("import sys, ldp_telemetry.client; "
+             "print(sorted(m for m in ('numpy', 'flask', 'sqlite_utils', 'apscheduler', 'click', 'platformdirs') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
