@@ -42,6 +42,21 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """The plot area inside the viewBox, shared by every chart."""
+
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    top: int = TOP
+    right_edge: int = WIDTH - RIGHT
+    bottom_edge: int = HEIGHT - BOTTOM
+
+
+FRAME = Frame()
+
+
+@dataclass(frozen=True)
 class Point:
     x: float
     y: float
@@ -59,12 +74,7 @@ class LineChart:
     y_ticks: list[Tick]
     band: bool
     markers: list[Tick] = field(default_factory=list)  # vertical reference lines
-    width: int = WIDTH
-    height: int = HEIGHT
-    left: int = LEFT
-    top: int = TOP
-    right_edge: int = WIDTH - RIGHT
-    bottom_edge: int = HEIGHT - BOTTOM
+    frame: Frame = FRAME
 
     @property
     def line(self) -> str:
@@ -97,12 +107,7 @@ class BarChart:
     x_ticks: list[Tick]
     y_ticks: list[Tick]
     series: list[str]  # legend labels, in colour order
-    width: int = WIDTH
-    height: int = HEIGHT
-    left: int = LEFT
-    top: int = TOP
-    right_edge: int = WIDTH - RIGHT
-    bottom_edge: int = HEIGHT - BOTTOM
+    frame: Frame = FRAME
 
 
 @dataclass(frozen=True)
