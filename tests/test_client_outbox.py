@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,16 +104,24 @@ def test_no_true_value_reaches_the_outbox_files_or_the_logs(tmp_path, caplog):
     assert logged and not any(marker in m or secret in m for m in logged)
 
 
-def test_the_default_data_dir_follows_xdg_on_linux(monkeypatch, tmp_path):
-    if not default_data_dir().as_posix().startswith("/"):
-        pytest.skip("POSIX paths only")
-    import sys
-    if sys.platform in ("win32", "darwin"):
-        pytest.skip("Linux rule")
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert default_data_dir() == tmp_path / "ldp-telemetry"
-    monkeypatch.setenv("XDG_DATA_HOME", "relative/path")  # invalid by the spec: ignored
-    assert default_data_dir() == Path.home() / ".local" / "share" / "ldp-telemetry"
+@pytest.mark.parametrize("platform, environ, expected", [
+    ("linux", {"XDG_DATA_HOME": "/xdg"}, "/xdg/ldp-telemetry"),
+    ("linux", {"XDG_DATA_HOME": "relative/path"}, "/home/u/.local/share/ldp-telemetry"),  # invalid: ignored
+    ("linux", {}, "/home/u/.local/share/ldp-telemetry"),
+    ("darwin", {"XDG_DATA_HOME": "/xdg"}, "/home/u/Library/Application Support/ldp-telemetry"),
+    ("win32", {"LOCALAPPDATA": "/appdata/local"}, "/appdata/local/ldp-telemetry"),
+    ("win32", {}, "/home/u/AppData/Local/ldp-telemetry"),
+])
+def test_the_default_data_dir_is_the_platforms_per_user_data_folder(monkeypatch, platform, environ, expected):
+    if sys.platform == "win32":
+        pytest.skip("POSIX home folders in the expectations")
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setenv("HOME", "/home/u")
+    for name in ("XDG_DATA_HOME", "LOCALAPPDATA"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert default_data_dir() == Path(expected)
 
 
 @pytest.mark.parametrize("spoil", ["folder_is_a_file", "corrupt_file"])
