@@ -78,6 +78,27 @@ def publish_schema() -> Callable[..., dict[str, Any]]:
     return publish
 
 
+def expected_counters(schema: dict[str, Any], reports: list[dict]) -> dict[tuple, tuple[int, int]]:
+    """``(window, attribute, value) -> (n, hits)`` counted straight from the wire values.
+
+    Each attribute a report carries adds 1 to ``n`` of each of its values, and 1 to ``hits`` of
+    the value it reports (``true`` for a boolean, the category for GRR). OUE is not counted here.
+    """
+    from ldp_telemetry.shared import parse_schema
+
+    out: dict[tuple, tuple[int, int]] = {}
+    for report in reports:
+        for attribute in parse_schema(schema).attributes:
+            if attribute.name not in report["values"]:
+                continue
+            sent = report["values"][attribute.name]
+            for value in attribute.values:
+                key = (report["window"], attribute.name, "true" if value is True else value)
+                n, hits = out.get(key, (0, 0))
+                out[key] = (n + 1, hits + (sent is True if value is True else sent == value))
+    return out
+
+
 def db_state(app: Any) -> dict[str, list[tuple]]:
     """Every row of every aggregator table, sorted: compare before and after to see nothing changed."""
     import sqlite3

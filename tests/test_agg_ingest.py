@@ -6,9 +6,9 @@ import sqlite3
 from datetime import datetime, timezone
 
 import pytest
-from conftest import APP_USAGE, db_state, publish
+from conftest import APP_USAGE, db_state, expected_counters, publish
 
-from ldp_telemetry.shared import parse_schema, randomize
+from ldp_telemetry.shared import randomize
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 TODAY = "2026-11-21"
@@ -37,33 +37,18 @@ def counters(app) -> dict[tuple, tuple[int, int]]:
         return {(w, a, v): (n, h) for w, a, v, n, h in rows}
 
 
-def expected_counters(sent: list[dict]) -> dict[tuple, tuple[int, int]]:
-    """n and hits straight from the wire values, the way DESIGN.md defines them."""
-    schema = parse_schema(APP_USAGE)
-    out: dict[tuple, list[int]] = {}
-    for report in sent:
-        for attribute in schema.attributes:
-            value = report["values"][attribute.name]
-            for category in attribute.values:
-                key = (report["window"], attribute.name, "true" if category is True else category)
-                hit = value is True if category is True else value == category
-                n, hits = out.get(key, (0, 0))
-                out[key] = (n + 1, hits + hit)
-    return {k: tuple(v) for k, v in out.items()}
-
-
 def test_a_batch_is_stored_and_counted(app, client):
     batch = reports(25)
     response = client.post("/api/v1/reports", json={"reports": batch})
     assert (response.status_code, response.get_json()) == (202, {"accepted": 25, "duplicates": 0})
-    assert counters(app) == expected_counters(batch)
+    assert counters(app) == expected_counters(APP_USAGE, batch)
 
 
 def test_repeated_ids_in_a_batch_are_duplicates_and_count_once(app, client):
     batch = reports(10)
     response = client.post("/api/v1/reports", json={"reports": batch + batch[:4] + batch[:1]})
     assert response.get_json() == {"accepted": 10, "duplicates": 5}
-    assert counters(app) == expected_counters(batch)
+    assert counters(app) == expected_counters(APP_USAGE, batch)
 
 
 def test_a_retried_batch_changes_no_counter(app, client):
@@ -82,7 +67,7 @@ def test_an_id_stored_before_is_a_duplicate_even_with_other_content(app, client)
     fresh = reports(2)
     response = client.post("/api/v1/reports", json={"reports": [impostor, *fresh]})
     assert response.get_json() == {"accepted": 2, "duplicates": 1}
-    assert counters(app) == expected_counters([first, *fresh])
+    assert counters(app) == expected_counters(APP_USAGE, [first, *fresh])
 
 
 def test_raw_reports_keep_only_the_window(app, client):

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE
+from conftest import ADMIN, APP_USAGE, expected_counters
 
 from ldp_telemetry.shared import parse_schema, randomize
 
@@ -20,19 +20,6 @@ RECORDS = [{"dark_mode": i % 3 == 0, "os": SCHEMA.attribute("os").categories[i %
 
 def make_reports(count: int) -> list[dict]:
     return [randomize(SCHEMA, RECORDS[i % 4]) for i in range(count)]
-
-
-def expected_counters(reports: list[dict]) -> dict[tuple, tuple[int, int]]:
-    """(window, attribute, value) -> (n, hits) from the wire values."""
-    out: dict[tuple, tuple[int, int]] = {}
-    for report in reports:
-        for attribute in SCHEMA.attributes:
-            sent = report["values"][attribute.name]
-            for value in attribute.values:
-                key = (report["window"], attribute.name, "true" if value is True else value)
-                n, hits = out.get(key, (0, 0))
-                out[key] = (n + 1, hits + (sent is True if value is True else sent == value))
-    return out
 
 
 def stored(db_path) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
@@ -83,7 +70,7 @@ def test_two_processes_posting_overlapping_ids_count_each_once(server):
     assert (accepted, duplicates) == (1200, sent - 1200)
     rows, counters = stored(server.db_path)
     assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in reports)
-    assert counters == expected_counters(reports)
+    assert counters == expected_counters(APP_USAGE, reports)
 
 
 def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
@@ -113,7 +100,7 @@ def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
     rows, counters = stored(server.db_path)
     stored_ids = {r["id"] for r in rows}
     assert all(r["id"] in stored_ids for i in acknowledged for r in batches[i])
-    assert counters == expected_counters(rows)  # reports and counters committed together
+    assert counters == expected_counters(APP_USAGE, rows)  # reports and counters committed together
 
     server.start()
     resent = [requests.post(server.url + "/api/v1/reports", json={"reports": b}, timeout=30).json() for b in batches]
@@ -122,7 +109,7 @@ def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
     assert sum(r["accepted"] for r in resent) == len(everything) - len(stored_ids)
     rows, counters = stored(server.db_path)
     assert len(rows) == len(everything)
-    assert counters == expected_counters(everything)
+    assert counters == expected_counters(APP_USAGE, everything)
 
 
 def test_a_chunked_body_over_the_limit_is_413(server):
