@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -33,6 +33,8 @@ from .transport import RequestsTransport, Transport
 LOG = logging.getLogger("ldp_telemetry.client")
 
 QUEUED = "queued"
+# Far beyond any server's retention (reports that old are refused anyway); keeps the ledger small.
+LEDGER_KEPT = timedelta(days=400)
 CLOSED = "the client is closed"
 
 
@@ -87,7 +89,7 @@ class TelemetryClient:
         self._source.attach(self._outbox)
         self._clock = clock
         self._close_timeout = close_timeout
-        self._ledger = self._outbox.ledger()
+        self._ledger = self._outbox.ledger(since=windows.window_of((clock or _utc_now)() - LEDGER_KEPT, "day"))
         self._pending: deque[dict[str, Any]] = deque(maxlen=max_outbox)
         self._overflow = 0  # reports pushed out of a full in-memory queue since the last persist
         self._lock = threading.Lock()  # guards the ledger, the queue and _closed

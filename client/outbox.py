@@ -61,9 +61,11 @@ class Outbox:
             self._db.close()
             raise
 
-    def ledger(self) -> dict[tuple[str, str], float]:
-        """Every (schema, window) a report was recorded in, with the ε it spent."""
+    def ledger(self, since: str) -> dict[tuple[str, str], float]:
+        """Every (schema, window) a report was recorded in, with the ε it spent, from the window
+        ``since`` on; older entries are deleted (window names sort in time order)."""
         with self._lock:
+            self._db.execute("DELETE FROM ledger WHERE window < ?", (since,))
             rows = self._db.execute("SELECT schema, window, epsilon FROM ledger").fetchall()
         return {(schema, window): epsilon for schema, window, epsilon in rows}
 

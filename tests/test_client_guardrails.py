@@ -9,6 +9,7 @@ import gc
 import json
 import logging
 import sqlite3
+import threading
 import subprocess
 import sys
 import weakref
@@ -179,3 +180,30 @@ def test_the_client_imports_nothing_of_the_aggregator_stack():
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_threads_racing_in_one_window_queue_exactly_one_report(make_client):
+    client = make_client()
+    barrier, results = threading.Barrier(8), []
+
+    def app_thread():
+        barrier.wait()
+        results.extend(client.record({"dark_mode": True, "os": "linux"}) for _ in range(50))
+
+    threads = [threading.Thread(target=app_thread) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 400 and sum(r.queued for r in results) == 1
+
+
+def test_ledger_entries_older_than_the_kept_span_are_forgotten(make_client):
+    old = Clock(datetime(2024, 1, 1, tzinfo=timezone.utc))
+    first = make_client(clock=old)
+    first.record({"dark_mode": True, "os": "linux"})
+    old.advance(days=100)
+    first.record({"dark_mode": True, "os": "linux"})
+    first.close(timeout=0)
+    later = make_client(clock=Clock(datetime(2025, 3, 1, tzinfo=timezone.utc)))  # 425 days after the first
+    assert later.privacy_spent() == {"app-usage": {"2024-04-10": 2.0}}
