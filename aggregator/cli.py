@@ -141,7 +141,7 @@ def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
 
     config = {name.upper(): value for name, value in flags.items() if value is not None}
     try:
-        load(config)  # a bad setting stops here, before any worker starts
+        load(config, config_source="command line")  # a bad setting stops here, before any worker starts
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     run_server(config, host=host, port=port, workers=workers)

@@ -134,8 +134,11 @@ BY_NAME = {s.name: s for s in SETTINGS}
 EXTRA_KEYS = {"LDP_CLOCK"}
 
 
-def load(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def load(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None, *,
+         config_source: str = "config") -> dict[str, Any]:
     """Every setting's checked value: ``config`` over ``LDP_*`` variables over the defaults.
+
+    ``config_source`` names where ``config`` came from in error messages ("command line").
 
     Raises :class:`SettingsError` for a bad value or an unknown ``LDP_*`` key in ``config``.
     """
@@ -147,7 +150,7 @@ def load(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         if setting.name in config:
-            raw, source = config[setting.name], "config"
+            raw, source = config[setting.name], config_source
         elif setting.name in environ:
             raw, source = environ[setting.name], "environment"
         else:

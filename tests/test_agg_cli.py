@@ -54,7 +54,7 @@ def test_publish_over_http(tmp_path, live_server):
 def test_serve_refuses_a_bad_setting_before_starting():
     result = CliRunner().invoke(main, ["serve", "--max-batch", "0"])
     assert result.exit_code == 1
-    assert "LDP_MAX_BATCH (from the config) must be an integer of at least 1" in result.output
+    assert "LDP_MAX_BATCH (from the command line) must be an integer of at least 1" in result.output
 
 
 def test_serve_has_a_flag_per_setting():
