@@ -16,7 +16,8 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterator, Mapping, Union
+from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
+from typing import Any, Callable, Iterator, Union
 
 from . import mechanisms, windows
 from .schema import MAX_VERSION, Attribute, Schema, parse_schema
