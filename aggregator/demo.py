@@ -283,6 +283,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         if options.exit:
             return rows
         say("Serving until Ctrl-C (estimates refresh every 10 s) ...")
+        # A SIGTERM (a script, a service manager) stops the server too, as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             server.wait()
         except KeyboardInterrupt:
@@ -305,6 +307,10 @@ def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], co
     covered = sum(r.covered for r in rows)
     say(f"{covered} of {len(rows)} intervals cover the true share "
         f"(about {confidence:.0%} should; the population is fixed, so a little more do).")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _fresh(data_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from collections import Counter
 from datetime import datetime, timezone
 
 import numpy as np
+import pytest
+import requests
 
 from ldp_telemetry.aggregator.demo import DEMO_SCHEMA, STEADY_SHARES, population
 from ldp_telemetry.shared import parse_schema
@@ -42,6 +45,35 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
         windows = db.execute('SELECT count(DISTINCT "window") FROM reports').fetchone()[0]
     assert windows == 3
     assert len(list((tmp_path / "demo" / "devices").iterdir())) == clients  # one data folder per full client
+
+
+@pytest.mark.timeout(180)
+def test_demo_serves_the_dashboard_until_stopped(tmp_path):
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--devices", "600", "--days", "2",
+         "--clients", "5", "--data-dir", str(tmp_path / "demo"), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("Serving until Ctrl-C"):
+            line = demo.stdout.readline()
+            assert line, "".join(lines)  # the demo ended before serving
+            lines.append(line)
+        url = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+)/schemas/demo-app", "".join(lines))[1]
+        page = requests.get(url + "/schemas/demo-app", timeout=10)
+        assert page.status_code == 200 and "<b>600</b> reports" in page.text
+        demo.send_signal(signal.SIGTERM)  # as Ctrl-C: the demo stops its server and exits
+        assert demo.wait(30) == 0
+        with pytest.raises(requests.ConnectionError):
+            requests.get(url + "/healthz", timeout=5)
+    finally:
+        if demo.poll() is None:  # SIGTERM first: the demo then stops the server it started
+            demo.send_signal(signal.SIGTERM)
+            try:
+                demo.wait(30)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+                demo.wait()
 
 
 def test_population_holds_the_stated_shares_each_day():
