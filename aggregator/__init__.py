@@ -7,6 +7,7 @@ and, when ``LDP_SCHEDULER`` is on, the background jobs.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +18,16 @@ from .catalog import Catalog
 from .context import system_clock
 from .metrics import Metrics
 from .store import Store
+
+
+def open_store(values: Mapping[str, Any]) -> Store:
+    """The database of checked settings ``values``, migrated; :class:`settings.SettingsError` if unusable."""
+    store = Store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
+    try:
+        store.migrate()
+    except sqlite3.Error as exc:  # a missing folder, no permission, a file that is no database
+        raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
+    return store
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -32,8 +43,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
-    store = Store(app.config["LDP_DB"], app.config["LDP_SYNCHRONOUS"])
-    store.migrate()
+    store = open_store(values)
     app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics()}
 
     from . import api, dashboard, ops

@@ -51,10 +51,12 @@ def test_publish_over_http(tmp_path, live_server):
     assert wrong.exit_code == 1 and "403" in wrong.output
 
 
-def test_serve_refuses_a_bad_setting_before_starting():
+def test_serve_refuses_a_bad_setting_before_starting(tmp_path):
     result = CliRunner().invoke(main, ["serve", "--max-batch", "0"])
     assert result.exit_code == 1
     assert "LDP_MAX_BATCH (from the command line) must be an integer of at least 1" in result.output
+    result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "no-such-folder" / "x.db")])
+    assert result.exit_code == 1 and "LDP_DB" in result.output and "cannot be used" in result.output
 
 
 def test_serve_has_a_flag_per_setting():

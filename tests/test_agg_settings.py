@@ -55,3 +55,11 @@ def test_every_setting_is_documented_in_the_readme():
     table = README.read_text()
     for setting in SETTINGS:
         assert re.search(rf"^\| `{setting.name}` \| `{setting.flag}` \|", table, re.M), setting.name
+
+
+def test_an_unusable_database_stops_start_up(tmp_path):
+    not_a_database = tmp_path / "notes.db"
+    not_a_database.write_text("these are my notes, not a database" * 100)
+    for path in (tmp_path / "missing-folder" / "x.db", not_a_database):
+        with pytest.raises(SettingsError, match="^LDP_DB .* cannot be used: "):
+            create_app({"LDP_DB": str(path), "LDP_SCHEDULER": False})
