@@ -91,6 +91,19 @@ def test_reports_waiting_for_a_refresh_are_announced(clocked_app, publish_schema
     assert 'id="empty"' not in html and 'class="notice"' not in html
 
 
+@pytest.mark.parametrize("split", ["equal", "sample"])
+def test_report_count_is_reports_not_attribute_values(clocked_app, publish_schema, split):
+    client = clocked_app.test_client()
+    schema = publish_schema(client, {**APP_USAGE, "split": split})
+    post_reports(client, schema, [{"dark_mode": True, "os": "linux"}] * 40, "2026-11-20")
+    post_reports(client, schema, [{"dark_mode": False, "os": "macos"}] * 25, "2026-11-21")
+    refresh(client)
+    for path in ("/", "/schemas/app-usage"):
+        html = client.get(path).get_data(as_text=True)
+        assert "<b>65</b> reports" in html
+        assert "<b>2</b> day windows" in html
+
+
 def test_no_schema_at_all(client):
     html = client.get("/").get_data(as_text=True)
     assert "No schema is published yet" in html

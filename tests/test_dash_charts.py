@@ -1,0 +1,71 @@
+"""Chart geometry (aggregator/charts.py): values land where they should inside the frame."""
+
+import pytest
+
+from ldp_telemetry.aggregator import charts
+from ldp_telemetry.aggregator.charts import FRAME, Interval
+
+
+@pytest.mark.parametrize(
+    "lo, hi, expected",
+    [
+        (0.0, 1.0, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+        (0.31, 0.47, [0.3, 0.35, 0.4, 0.45, 0.5]),
+        (0.0, 0.062, [0.0, 0.02, 0.04, 0.06, 0.08]),
+    ],
+)
+def test_nice_ticks_cover_the_range(lo, hi, expected):
+    start, stop, ticks = charts.nice_ticks(lo, hi)
+    assert ticks == pytest.approx(expected)
+    assert start <= lo and stop >= hi
+
+
+def test_band_chart_maps_shares_onto_the_scale():
+    windows = ["2026-11-19", "2026-11-20", "2026-11-21"]
+    values = [Interval(0.4, 0.3, 0.5), Interval(0.5, 0.4, 0.6), Interval(0.6, 0.5, 0.7)]
+    chart = charts.band_chart(windows, values)
+    # The ticks run 30% .. 70%: the bottom edge is 0.3, the top 0.7, so 0.5 sits half-way.
+    assert [t.label for t in chart.y_ticks][0] == "30%" and chart.y_ticks[-1].label == "70%"
+    middle = (FRAME.top + FRAME.bottom_edge) / 2
+    assert chart.points[1].y == pytest.approx(middle, abs=0.01)
+    assert chart.points[0].low == pytest.approx(FRAME.bottom_edge, abs=0.01)
+    assert chart.points[2].high == pytest.approx(FRAME.top, abs=0.01)
+    xs = [p.x for p in chart.points]
+    assert xs == sorted(xs) and FRAME.left < xs[0] and xs[-1] < FRAME.right_edge
+    assert [t.label for t in chart.x_ticks] == windows
+    assert [t.anchor for t in chart.x_ticks] == ["start", "middle", "end"]
+    assert len(chart.band_polygon.split()) == 6  # upper edge out, lower edge back
+
+
+def test_bar_chart_heights_and_whiskers():
+    windows = ["2026-11-20", "2026-11-21"]
+    categories = ["a", "b"]
+    values = [[Interval(0.5, 0.4, 0.6), Interval(0.25, 0.2, 0.3)], [Interval(0.0, 0.0, 0.1), None]]
+    chart = charts.bar_chart(windows, categories, values)
+    assert len(chart.bars) == 3  # the missing estimate leaves a gap
+    first, second, third = chart.bars
+    assert first.height == pytest.approx(2 * second.height, abs=0.02)  # 50% is twice 25%
+    assert third.height == 0
+    for bar in chart.bars:
+        assert bar.y + bar.height == pytest.approx(FRAME.bottom_edge, abs=0.01)  # bars stand on the axis
+        assert FRAME.top <= bar.high <= bar.low <= FRAME.bottom_edge  # pixels grow downwards
+        assert FRAME.left <= bar.x and bar.x + bar.width <= FRAME.right_edge
+    assert chart.series == categories
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 12, 400])
+def test_window_labels_are_few_and_include_both_ends(count):
+    windows = [f"w{i}" for i in range(count)]
+    ticks = charts.window_ticks(windows, list(range(count)))
+    labels = [t.label for t in ticks]
+    assert labels[0] == "w0" and labels[-1] == f"w{count - 1}"
+    assert len(labels) <= charts.MAX_X_LABELS
+    assert not any(t.minor for t in (ticks[0], ticks[-1]))
+
+
+def test_profile_chart_marks_epsilon():
+    curve = [(0.0, 0.5), (0.5, 0.25), (1.0, 0.0), (1.25, 0.0)]
+    chart = charts.profile_chart(curve, 1.0)
+    (marker,) = chart.markers
+    assert chart.points[2].x == marker.at  # δ reaches 0 exactly at the marker
+    assert chart.points[2].y == pytest.approx(FRAME.bottom_edge)
