@@ -10,6 +10,8 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import ADMIN, APP_USAGE, db_state, publish
 
 from ldp_telemetry.shared import randomize
@@ -125,6 +127,8 @@ CASES = [
       "headers": ADMIN}, 400),
     ("schema with unknown field", "POST", S, {"json": {**BAD_SCHEMA, "owner": "me"}, "headers": ADMIN}, 400),
     ("schema conflicting with the published one", "POST", S, {"json": {**APP_USAGE, "epsilon": 3.0}, "headers": ADMIN}, 409),
+    ("schema body over LDP_MAX_BODY", "POST", S, {**raw(json.dumps({**BAD_SCHEMA, "description": "x" * (1 << 20)})),
+                                                  "headers": ADMIN}, 413),
     ("schema as text/plain", "POST", S, {**raw(json.dumps(BAD_SCHEMA), "text/plain"), "headers": ADMIN}, 415),
     ("schema with a lone surrogate", "POST", S,
      {**raw('{"name": "sur", "version": 1, "epsilon": 2.0, "attributes": '
@@ -195,3 +199,25 @@ def test_a_read_token_guards_estimates(make_app):
     assert client.get(path, headers={"Authorization": "Bearer reader-token-123"}).status_code == 200
     assert client.get(path, headers=ADMIN).status_code == 200
     assert client.get(S).status_code == 200  # schemas stay public: clients need them
+
+
+# Any JSON at all, as a report or as the whole body: never a server error, never a change.
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                    | st.text(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                    max_leaves=12)
+REPORT_LIKE = st.fixed_dictionaries({}, optional={
+    "id": st.text() | st.integers(), "schema": st.sampled_from(["app-usage", "wide", "sampled"]) | JSON,
+    "version": st.integers() | JSON, "window": st.sampled_from(["2026-11-21", "2026-11-21T10"]) | st.text(),
+    "epsilon": st.sampled_from([2.0, 1.0]) | JSON,
+    "values": st.dictionaries(st.sampled_from(["dark_mode", "os", "page"]) | st.text(), JSON, max_size=3)})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=JSON | st.fixed_dictionaries({"reports": st.lists(REPORT_LIKE | JSON, min_size=1, max_size=3)}))
+def test_no_json_body_causes_a_server_error(loaded, body):
+    app, client = loaded
+    before = db_state(app)
+    response = client.post(R, data=json.dumps(body), content_type="application/json")
+    assert response.status_code in (202, 400), response.get_data(as_text=True)[:300]
+    if response.status_code == 400:
+        assert db_state(app) == before
