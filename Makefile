@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DEMO_ARGS ?=
 
-.PHONY: test demo install clean
+.PHONY: test demo bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/ldp-telemetry demo $(DEMO_ARGS)
+
+# Figures beside their targets, and bench-results/bench.json. BENCH_ARGS=--quick for a smoke run.
+bench: $(BENCH_STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

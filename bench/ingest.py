@@ -1,0 +1,46 @@
+"""Ingest throughput over HTTP: wrk with bench/ingest.lua when installed, else bench/loadgen.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ldp_telemetry.shared.schema import Schema
+
+from .loadgen import report_template, run_load
+
+LUA = Path(__file__).with_name("ingest.lua")
+
+
+def load_generator() -> str:
+    return "wrk" if shutil.which("wrk") else "python"
+
+
+def measure(url: str, schema: Schema, *, batch: int, seconds: float, connections: int = 4) -> dict[str, Any]:
+    """Post ``batch``-report requests with fresh ids for ``seconds``: rates, latency, failures."""
+    if load_generator() == "wrk":
+        return _wrk(url, schema, batch=batch, seconds=seconds, connections=connections)
+    result = run_load(url, schema, batch=batch, seconds=seconds, connections=connections)
+    summary = result.summary()
+    summary["failed"] = result.requests - result.statuses.get(202, 0) + result.errors
+    return summary
+
+
+def _wrk(url: str, schema: Schema, *, batch: int, seconds: float, connections: int) -> dict[str, Any]:
+    env = {**os.environ, "BENCH_REPORT": report_template(schema), "BENCH_BATCH": str(batch)}
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA), url]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("BENCH_JSON "))
+    raw = json.loads(line.removeprefix("BENCH_JSON "))
+    ok = raw["requests"] - raw["non2xx"]
+    return {
+        "requests": raw["requests"], "reports": ok * batch, "seconds": raw["seconds"],
+        "requests_per_second": round(raw["requests"] / raw["seconds"], 1),
+        "reports_per_second": round(ok * batch / raw["seconds"], 1),
+        "p50_ms": raw["p50_ms"], "p99_ms": raw["p99_ms"],
+        "failed": raw["non2xx"] + raw["errors"],
+    }
