@@ -24,8 +24,10 @@ from ..shared.windows import LENGTH, window_of, window_start
 from . import context, pages
 from .store import Activity, activity, schema_versions
 
-bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
+# Templates and the stylesheet live in the package's templates/ and static/ folders, which the
+# app itself serves (Flask's defaults for the ldp_telemetry.aggregator package), outside this
+# blueprint and so outside its read-token check: the stylesheet is not secret.
+bp = Blueprint("dashboard", __name__)
 
 TOKEN_COOKIE = "ldp_read_token"
 # The page reloads at the estimate interval, but neither faster than this nor slower than that.
@@ -56,7 +58,7 @@ def counts(schema: Schema, seen: Activity) -> Counts:
 @bp.before_request
 def _reader_only() -> Response | tuple[str, int] | None:
     expected = current_app.config["LDP_READ_TOKEN"]
-    if expected is None or request.endpoint == "dashboard.static":
+    if expected is None:
         return None
     offered = request.args.get("token")
     if offered is not None:
