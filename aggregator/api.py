@@ -119,8 +119,11 @@ def get_estimates() -> Response:
     estimates = [_estimate(schema, row) for row in _in_schema_order(schema, rows)]
     if query.get("format", "json") == "csv":
         return _csv(estimates)
+    # The level the intervals shown were computed at: after a change of LDP_CONFIDENCE the
+    # stored ones keep the old level until the next refresh.
+    confidence = context.store().estimates_confidence() if rows else None
     return jsonify({"schema": schema.name, "version": schema.version,
-                    "confidence": current_app.config["LDP_CONFIDENCE"], "estimates": estimates})
+                    "confidence": confidence or current_app.config["LDP_CONFIDENCE"], "estimates": estimates})
 
 
 def _estimates_query() -> dict[str, str]:

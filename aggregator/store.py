@@ -205,8 +205,8 @@ class Store:
 
     def stale_windows(self, confidence: float) -> list[WindowKey]:
         """Windows whose estimates are out of date: counters changed, or computed at another confidence."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'confidence'").fetchone()
-        if row is not None and float(row[0]) != confidence:
+        stored = self.estimates_confidence()
+        if stored is not None and stored != confidence:
             sql = 'SELECT DISTINCT schema, version, "window" FROM counters'
         else:
             sql = 'SELECT schema, version, "window" FROM dirty'
@@ -235,6 +235,11 @@ class Store:
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('confidence', ?)", (repr(confidence),))
 
     # -- reading estimates -------------------------------------------------------------------
+
+    def estimates_confidence(self) -> float | None:
+        """The confidence level the stored estimates were computed at (None before any refresh)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'confidence'").fetchone()
+        return None if row is None else float(row[0])
 
     def estimates(self, schema: str, version: int, attribute: str | None = None, since: str | None = None,
                   until: str | None = None) -> list[dict[str, Any]]:

@@ -114,6 +114,7 @@ def test_a_new_confidence_recomputes_every_window(make_app, tmp_path, clock):
     first.post("/api/v1/reports", json={"reports": [wire(*k) for k in SENT]})
     refresh(first)
     second = make_app(LDP_DB=db, LDP_CONFIDENCE=0.9, LDP_CLOCK=lambda: clock[0]).test_client()
+    assert get(second)["confidence"] == 0.95  # what the stored intervals were computed at
     assert refresh(second)["windows"] == 3
     body = get(second, "&attribute=dark_mode")
     row = next(e for e in body["estimates"] if e["window"] == "all")
