@@ -1,8 +1,10 @@
 """The dashboard (server-rendered HTML): an index of schemas and a page per schema.
 
 Pages are plain HTML with inline SVG charts (:mod:`.charts`) and one static stylesheet: no
-JavaScript, no CDN, so it works offline. Jinja's autoescape covers every name, category and
-description. A page reloads itself while open (a meta refresh at the estimate interval).
+JavaScript library, no CDN, so it works offline. Jinja's autoescape covers every name, category
+and description. A page reloads itself while open at the estimate interval: a few lines of
+inline script that keep the open panels open and wait while a field has focus (a meta refresh
+without JavaScript).
 
 When ``LDP_READ_TOKEN`` is set a browser opens the dashboard once with ``?token=<token>``: the
 dashboard stores it in an HttpOnly, SameSite=Strict cookie and redirects to the page without it,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from conftest import ADMIN
+from conftest import ADMIN, LiveServer
 
 from ldp_telemetry.shared import parse_schema, randomize
 
@@ -107,7 +107,6 @@ def test_dashboard_shows_the_api_estimates(chromium, live_server):
     assert page.locator("svg.chart").count() == 2 * len(SCHEMA["attributes"])
     assert page.locator("polygon.band").count() == 1
     assert page.locator("svg.chart rect").count() == DAYS * (4 + 3)
-    assert page.locator('meta[http-equiv="refresh"]').count() == 1
     assert all(url.startswith(live_server.url) for url in requested), requested  # nothing from elsewhere
     assert errors == []
 
@@ -135,3 +134,33 @@ def test_empty_schema_in_the_browser(chromium, live_server):
     assert "No estimates yet" in page.inner_text("#empty")
     assert page.locator("table.estimates").count() == 0
     page.close()
+
+
+def test_page_refreshes_itself_and_keeps_open_panels(chromium, tmp_path):
+    # LDP_ESTIMATE_INTERVAL=10 makes the page reload every 10 s (the shortest it allows).
+    server = LiveServer(tmp_path / "refresh.db", workers=1, env={"LDP_ESTIMATE_INTERVAL": "10"})
+    server.start()
+    try:
+        schema = parse_schema(requests.post(server.url + "/api/v1/schemas", json=SCHEMA, headers=ADMIN, timeout=10).json())
+        record = {"dark_mode": True, "os": "linux", "plan": "pro"}
+
+        def send(count: int) -> None:
+            reports = [randomize(schema, record) for _ in range(count)]
+            assert requests.post(server.url + "/api/v1/reports", json={"reports": reports}, timeout=30).status_code == 202
+            assert requests.post(server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+
+        send(50)
+        page = chromium.new_page(viewport={"width": 1000, "height": 800})
+        page.goto(server.url + "/schemas/app-usage")
+        assert "50 reports" in page.inner_text("ul.facts")
+        page.click("#privacy-os summary")
+        send(70)  # arrives while the page is open
+        with page.expect_navigation(timeout=30_000):  # the page's own reload, no action of ours
+            pass
+        page.wait_for_load_state()
+        assert "120 reports" in page.inner_text("ul.facts")
+        assert page.locator("#privacy-os").get_attribute("open") is not None  # the open panel stayed open
+        assert page.locator("#privacy-dark_mode").get_attribute("open") is None
+        page.close()
+    finally:
+        server.stop()

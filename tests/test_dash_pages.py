@@ -57,7 +57,8 @@ def test_user_text_is_escaped_everywhere(clocked_app, publish_schema):
     refresh(client)
     for path in ("/", "/schemas/hostile"):
         html = client.get(path).get_data(as_text=True)
-        assert "<script" not in html  # neither in HTML text nor inside the inline SVG
+        assert HOSTILE not in html  # neither in HTML text nor inside the inline SVG
+        assert html.count("<script") == 1  # the page's own reload script, nothing else
         assert "<b>markup</b>" not in html
         assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html  # shown as text
     page = client.get("/schemas/hostile").get_data(as_text=True)
