@@ -16,6 +16,7 @@ from typing import Sequence
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 24, 12, 34  # margins for the axis labels
 MAX_X_LABELS = 4
+PALETTE_SIZE = 8  # series colours .s0 to .s7 in static/dashboard.css
 NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -196,21 +197,32 @@ def bar_chart(windows: Sequence[str], categories: Sequence[str], values: Sequenc
     return BarChart(bars, window_ticks(windows, centres), y_ticks, list(categories))
 
 
-def profile_chart(curve: Sequence[tuple[float, float]], epsilon: float) -> LineChart:
-    """The privacy profile δ(ε') against ε', with a reference line at the mechanism's ε."""
-    top = max((d for _, d in curve), default=1.0)
-    lo_y, hi_y, y_values = nice_ticks(0.0, max(top, 0.01))
-    y = Scale(lo_y, hi_y, HEIGHT - BOTTOM, TOP)
-    x_max = max((e for e, _ in curve), default=epsilon)
-    _, x_hi, x_values = nice_ticks(0.0, x_max)
+@dataclass(frozen=True)
+class ProfileChart:
+    """Privacy profiles δ(ε') against ε': one curve per series, a reference line at each ε."""
+
+    curves: list[str]  # polyline points, in series (colour) order
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    markers: list[Tick]
+    series: list[str]  # legend labels
+    frame: Frame = FRAME
+
+
+def profile_chart(curves: Sequence[Sequence[tuple[float, float]]], epsilons: Sequence[float],
+                  series: Sequence[str]) -> ProfileChart:
+    """``curves[i]`` is the sampled profile of ``series[i]`` (ε' ascending) whose own ε is ``epsilons[i]``."""
+    points = [point for curve in curves for point in curve]
+    _, y_hi, y_values = nice_ticks(0.0, max(max((d for _, d in points), default=0.0), 0.01))
+    _, x_hi, x_values = nice_ticks(0.0, max((e for e, _ in points), default=1.0))
     x = Scale(0.0, x_hi, LEFT, WIDTH - RIGHT)
-    points = [Point(x(e), y(d), y(d), y(d), f"ε' = {e:.2f}: δ = {d:.3g}") for e, d in curve]
-    return LineChart(
-        points,
+    y = Scale(0.0, y_hi, HEIGHT - BOTTOM, TOP)
+    return ProfileChart(
+        [" ".join(f"{x(e)},{y(d)}" for e, d in curve) for curve in curves],
         [Tick(x(v), f"{v:g}") for v in x_values],
         [Tick(y(v), f"{v:g}") for v in y_values],
-        band=False,
-        markers=[Tick(x(epsilon), f"ε = {epsilon:.3g}")],
+        [Tick(x(e), f"ε = {e:.3g}") for e in sorted(set(epsilons))],
+        list(series),
     )
 
 

@@ -18,7 +18,7 @@ from . import charts
 from .estimation import ROLLUP
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
-MAX_CHART_CATEGORIES = 8
+MAX_CHART_CATEGORIES = charts.PALETTE_SIZE
 MAX_TABLE_VALUES = 50
 # Grouped bars stay readable for this many windows; a line takes every window of the range.
 MAX_BAR_WINDOWS = 12
@@ -66,7 +66,7 @@ class AttributePrivacy:
     q: float
     categories: int
     posterior: float  # most an observer of one report believes, from a 50/50 prior
-    profile: charts.LineChart
+    curve: list[tuple[float, float]]  # the privacy profile, sampled
     delta_at_zero: float  # δ(0): the total variation distance of the worst pair
     comparison: privacy.LocalVsCentral | None  # None until there is data
     z: float
@@ -104,6 +104,7 @@ class SchemaPrivacy:
     window: str
     posterior: float
     budget: list[tuple[int, float]]  # (windows, at most this ε spent)
+    profiles: charts.ProfileChart  # one curve per distinct mechanism, ε and category count
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def schema_page(schema: Schema, rows: Sequence[dict[str, Any]], confidence: floa
     computed = max((r["computed_at"] for r in rows), default=None)
     z = z_value(confidence)
     views = [attribute_view(a, by_attribute[a.name], z) for a in schema.attributes]
-    return SchemaPage(schema, views, windows, computed, schema_privacy(schema))
+    return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views))
 
 
 def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], z: float) -> AttributeView:
@@ -184,14 +185,24 @@ def attribute_privacy(attribute: Attribute, n: int, z: float) -> AttributePrivac
         q=q,
         categories=len(attribute.categories),
         posterior=privacy.posterior_bound(epsilon),
-        profile=charts.profile_chart(curve, epsilon),
+        curve=curve,
         delta_at_zero=curve[0][1],
         comparison=privacy.local_vs_central(p, q, epsilon, n) if n > 0 else None,
         z=z,
     )
 
 
-def schema_privacy(schema: Schema) -> SchemaPrivacy:
+def schema_privacy(schema: Schema, views: Sequence[AttributeView]) -> SchemaPrivacy:
     budget = [(w, privacy.window_budget(schema.epsilon, w)) for w in BUDGET_WINDOWS[schema.window]]
+    # Attributes randomised alike share one curve (and one legend entry).
+    alike: dict[tuple[str, float, float, float], list[AttributeView]] = {}
+    for view in views:
+        pv = view.privacy
+        alike.setdefault((pv.mechanism, pv.epsilon, pv.p, pv.q), []).append(view)
+    groups = list(alike.values())[:charts.PALETTE_SIZE]
+    profiles = charts.profile_chart(
+        [g[0].privacy.curve for g in groups], [g[0].privacy.epsilon for g in groups],
+        [f"{', '.join(v.attribute.name for v in g)} ({g[0].privacy.mechanism}, ε {g[0].privacy.epsilon:.3g})"
+         for g in groups])
     return SchemaPrivacy(schema.epsilon, schema.split, schema.window, privacy.posterior_bound(schema.epsilon),
-                         budget)
+                         budget, profiles)

@@ -103,8 +103,9 @@ def test_dashboard_shows_the_api_estimates(chromium, live_server):
         assert interval == f"{e['ci_low'] * 100:.1f}% – {e['ci_high'] * 100:.1f}%", key
         assert n == f"{e['n']:,}", key
 
-    # Charts are inline SVG: one over the windows and one privacy profile per attribute.
-    assert page.locator("svg.chart").count() == 2 * len(SCHEMA["attributes"])
+    # Charts are inline SVG: one over the windows per attribute, and the privacy profiles.
+    assert page.locator("svg.chart").count() == len(SCHEMA["attributes"]) + 1
+    assert page.locator("svg.chart polyline.curve").count() == 3  # rr, grr and oue, each at ε 1
     assert page.locator("polygon.band").count() == 1
     assert page.locator("svg.chart rect").count() == DAYS * (4 + 3)
     assert all(url.startswith(live_server.url) for url in requested), requested  # nothing from elsewhere

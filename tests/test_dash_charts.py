@@ -63,9 +63,12 @@ def test_window_labels_are_few_and_include_both_ends(count):
     assert not any(t.minor for t in (ticks[0], ticks[-1]))
 
 
-def test_profile_chart_marks_epsilon():
-    curve = [(0.0, 0.5), (0.5, 0.25), (1.0, 0.0), (1.25, 0.0)]
-    chart = charts.profile_chart(curve, 1.0)
-    (marker,) = chart.markers
-    assert chart.points[2].x == marker.at  # δ reaches 0 exactly at the marker
-    assert chart.points[2].y == pytest.approx(FRAME.bottom_edge)
+def test_profile_chart_marks_each_epsilon():
+    rr = [(0.0, 0.5), (0.5, 0.25), (1.0, 0.0), (1.25, 0.0)]
+    other = [(0.0, 0.4), (1.0, 0.2), (2.0, 0.0), (2.5, 0.0)]
+    chart = charts.profile_chart([rr, other], [1.0, 2.0], ["a", "b"])
+    assert [m.label for m in chart.markers] == ["ε = 1", "ε = 2"]
+    assert chart.series == ["a", "b"]
+    first = [tuple(map(float, point.split(","))) for point in chart.curves[0].split()]
+    assert first[2] == (chart.markers[0].at, FRAME.bottom_edge)  # δ reaches 0 exactly at its ε
+    assert first[0][1] < first[1][1]  # δ falls as ε' grows (pixels grow downwards)

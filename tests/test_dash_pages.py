@@ -140,8 +140,8 @@ def test_numbers_shown_are_the_api_estimates(clocked_app, publish_schema):
         assert cell["estimate"] == f"{e['estimate_clipped'] * 100:.1f}%"
         assert cell["interval"] == f"{e['ci_low'] * 100:.1f}% – {e['ci_high'] * 100:.1f}%"
         assert cell["n"] == f"{e['n']:,}"
-    # one chart over the three windows per attribute, plus a privacy profile each
-    assert html.count('class="chart"') == 4
+    # one chart over the three windows per attribute, plus the privacy profiles
+    assert html.count('class="chart"') == 3
     assert html.count("<polygon class=\"band\"") == 1
 
 
