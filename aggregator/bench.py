@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,34 +22,12 @@ from pathlib import Path
 import requests
 
 from ..shared.reports import randomize
+from .process import ServerProcess
 
 SCHEMA = {"name": "bench", "version": 1, "epsilon": 2.0, "attributes": [
     {"name": "dark_mode", "type": "boolean"},
     {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]}]}
 TOKEN = "bench-admin-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(db: Path, workers: int, synchronous: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = {**os.environ, "LDP_ADMIN_TOKEN": TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous}
-    process = subprocess.Popen([sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--port", str(port),
-                                "--workers", str(workers), "--db", str(db)], env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if requests.get(url + "/healthz", timeout=1).ok:
-                return process, url
-        except requests.RequestException:
-            time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise RuntimeError("the server did not start")
 
 
 def _bodies(count: int, batch: int) -> list[bytes]:
@@ -101,15 +74,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
         db = Path(folder) / "bench.db"
-        process, url = _start_server(db, args.workers, args.synchronous)
+        server = ServerProcess(db, workers=args.workers, env={
+            "LDP_ADMIN_TOKEN": TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": args.synchronous})
+        server.start()
         try:
-            requests.post(url + "/api/v1/schemas", json=SCHEMA, headers={"Authorization": f"Bearer {TOKEN}"},
+            requests.post(server.url + "/api/v1/schemas", json=SCHEMA, headers={"Authorization": f"Bearer {TOKEN}"},
                           timeout=10).raise_for_status()
             total = 0
             print(f"ingest over HTTP: {args.workers} gunicorn workers, {args.clients} client threads, "
                   f"{args.seconds:g} s per size, LDP_SYNCHRONOUS={args.synchronous}")
             for batch, budget in ((1, 20_000), (100, 2_000)):
-                reports, posts, elapsed = measure(url, batch, args.seconds, args.clients, budget)
+                reports, posts, elapsed = measure(server.url, batch, args.seconds, args.clients, budget)
                 total += reports
                 print(f"  batch {batch:>3}: {reports / elapsed:>9,.0f} reports/s  {posts / elapsed:>7,.0f} requests/s"
                       f"  ({reports:,} reports in {elapsed:.1f} s)")
@@ -118,9 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             if stored != total:
                 raise RuntimeError(f"the database holds {stored} reports, {total} were acknowledged")
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
-
+            server.stop()
 
 if __name__ == "__main__":
     main()

@@ -6,22 +6,17 @@
 - ``publish_schema(client, schema=APP_USAGE)``: publish through the API; returns the derived schema.
 - ``live_server``: ``ldp-telemetry serve`` on 127.0.0.1 (2 workers, scheduler off) with
   ``.url``, ``.db_path``, ``.admin_token``, ``.stop()``, ``.kill()`` (SIGKILL to every process)
-  and ``.start()`` (again, on the same database).
+  and ``.start()`` (again, on the same database); see :mod:`ldp_telemetry.aggregator.process`.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-import requests
+
+from ldp_telemetry.aggregator.process import ServerProcess, free_port  # noqa: F401 (other tests import it from here)
 
 ADMIN_TOKEN = "test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -111,80 +106,14 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
         conn.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class LiveServer(ServerProcess):
+    """A real ``ldp-telemetry serve`` (scheduler off, admin token :data:`ADMIN_TOKEN`)."""
 
-
-class LiveServer:
-    """A real ``ldp-telemetry serve`` process group on 127.0.0.1, restartable on one database."""
-
-    def __init__(self, db_path: Path, workers: int = 2, env: dict[str, str] | None = None):
-        self.db_path = db_path
+    def __init__(self, db_path: Path, workers: int = 2, env: dict[str, str | None] | None = None):
         self.admin_token = ADMIN_TOKEN
-        self.workers = workers
-        self.env = env or {}
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-        self.log_path = db_path.with_suffix(".log")
-
-    def start(self, timeout: float = 30.0) -> None:
-        env = {**os.environ, "LDP_ADMIN_TOKEN": self.admin_token, "LDP_SCHEDULER": "false", **self.env}
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", str(self.workers), "--db", str(self.db_path)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}: {self.log_path.read_text()[-2000:]}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"server did not answer /healthz in {timeout} s: {self.log_path.read_text()[-2000:]}")
-
-    def _signal_group(self, sig: int) -> None:
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """Graceful stop (SIGTERM to the master), SIGKILL if it takes too long."""
-        if self.process is None:
-            return
-        self._signal_group(signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
-            self.process.wait()
-        self._reap_group()
-
-    def kill(self) -> None:
-        """``kill -9`` the master and its workers at once, as a crash would."""
-        if self.process is None:
-            return
-        self._signal_group(signal.SIGKILL)
-        self.process.wait()
-        self._reap_group()
-
-    def _reap_group(self) -> None:
-        # Workers are in the master's process group; make sure none outlives it.
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # The server makes its own metrics directory, whatever this process has.
+        super().__init__(db_path, workers=workers, env={
+            "LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "PROMETHEUS_MULTIPROC_DIR": None, **(env or {})})
 
 
 @pytest.fixture
