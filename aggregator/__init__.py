@@ -11,7 +11,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Mapping
 
-from flask import Flask
+try:
+    from flask import Flask
+except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemetry`
+    raise ModuleNotFoundError(
+        f"the aggregator needs {exc.name}, which comes with the extra: pip install 'ldp-telemetry[aggregator]'",
+        name=exc.name,
+    ) from exc
 
 from . import errors, jobs, settings
 from .catalog import Catalog
@@ -39,6 +45,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config.update(values)
     app.config.update({k: v for k, v in config.items() if not k.startswith("LDP_")})  # Flask's own, e.g. TESTING
     app.config["LDP_CLOCK"] = config.get("LDP_CLOCK", system_clock)
+    if not callable(app.config["LDP_CLOCK"]):
+        raise settings.SettingsError("LDP_CLOCK must be a callable returning the current datetime")
     # Werkzeug enforces it on Content-Length and while reading a chunked body: 413 either way.
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order

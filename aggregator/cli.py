@@ -28,7 +28,10 @@ SIMULATION_SCHEMA: dict[str, Any] = {
         {"name": "crashed", "type": "boolean"},
         {"name": "paid_plan", "type": "boolean"},
         {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
-        {"name": "theme", "type": "categorical", "categories": ["light", "dark", "sepia", "contrast", "system"]},
+        # 16 categories at ε = 1: `auto` resolves to OUE here (d - 2 >= 3e^ε), GRR for `os`.
+        {"name": "language", "type": "categorical",
+         "categories": ["en", "zh", "es", "hi", "ar", "pt", "bn", "ru", "ja", "de", "fr", "ko", "it", "tr", "pl",
+                        "other"]},
     ],
 }
 SIMULATION_SHARES: dict[str, Any] = {
@@ -39,7 +42,7 @@ SIMULATION_SHARES: dict[str, Any] = {
     "crashed": 0.0,
     "paid_plan": 0.97,
     "os": [0.45, 0.25, 0.25, 0.05],
-    "theme": [0.3, 0.4, 0.05, 0.0, 0.25],
+    "language": [0.3, 0.2, 0.1, 0.08, 0.07, 0.05, 0.05, 0.04, 0.03, 0.02, 0.02, 0.02, 0.01, 0.01, 0.0, 0.0],
 }
 
 
@@ -60,6 +63,17 @@ def _parse_share(text: str) -> tuple[str, Any]:
     return name, numbers[0] if len(numbers) == 1 else numbers
 
 
+def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
+    """``raw`` with another total ε, its derived per-attribute values dropped so they are derived again."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"the schema file must hold a JSON object, got {type(raw).__name__}")
+    attributes = raw.get("attributes")
+    if isinstance(attributes, list):
+        attributes = [{k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} if isinstance(a, dict) else a
+                      for a in attributes]
+    return {**raw, "epsilon": epsilon, "attributes": attributes}
+
+
 @main.command()
 @click.option("--devices", "-n", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")
@@ -68,7 +82,8 @@ def _parse_share(text: str) -> tuple[str, Any]:
 @click.option("--share", "share_specs", multiple=True, metavar="NAME=SHARE[,SHARE...]",
               help="True share of True for a boolean, or one share per category; repeatable.")
 @click.option("--epsilon", type=float, help="Override the schema's total epsilon.")
-@click.option("--seed", default=2017, show_default=True, type=int, help="Seed of the simulation's generator.")
+@click.option("--seed", default=2017, show_default=True, type=click.IntRange(min=0),
+              help="Seed of the simulation's generator.")
 @click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True, type=float,
               help="Confidence level of the intervals.")
 def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...], epsilon: float | None,
@@ -81,14 +96,12 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
 
     from ..shared.simulation import simulate as run_simulation
 
-    raw = json.loads(schema_file.read_text()) if schema_file else dict(SIMULATION_SCHEMA)
-    if epsilon is not None:
-        raw = {**raw, "epsilon": epsilon, "attributes": [
-            {k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} for a in raw.get("attributes", [])
-        ]}
     shares = dict(SIMULATION_SHARES) if schema_file is None else {}
     shares.update(_parse_share(s) for s in share_specs)
-    try:
+    try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
+        raw = json.loads(schema_file.read_text()) if schema_file else dict(SIMULATION_SCHEMA)
+        if epsilon is not None:
+            raw = _with_total_epsilon(raw, epsilon)
         schema = parse_schema(raw)
         started = time.perf_counter()
         rows = run_simulation(schema, shares, devices, rng=np.random.default_rng(seed), confidence=confidence)
@@ -214,6 +227,17 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
         value = "true" if e["value"] is True else e["value"]
         click.echo(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} {e['estimate']:>9.4f} "
                    f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
+
+
+def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
+    """``raw`` with another total ε, its derived per-attribute values dropped so they are derived again."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"the schema file must hold a JSON object, got {type(raw).__name__}")
+    attributes = raw.get("attributes")
+    if isinstance(attributes, list):
+        attributes = [{k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} if isinstance(a, dict) else a
+                      for a in attributes]
+    return {**raw, "epsilon": epsilon, "attributes": attributes}
 
 
 @main.command()

@@ -138,6 +138,7 @@ def parse_schema(obj: Any) -> Schema:
             f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
             f"got {_show(description)}"
         )
+    _require_unicode(description, "description")
     raw_attributes = obj.get("attributes")
     if not isinstance(raw_attributes, list) or not 1 <= len(raw_attributes) <= MAX_ATTRIBUTES:
         raise ValueError(
@@ -232,10 +233,20 @@ def _categories(raw: Any, where: str) -> tuple[str, ...]:
                 f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
                 f"characters, got {_show(category)}"
             )
+        _require_unicode(category, f"{where}[{i}]")
         if category in seen:
             raise ValueError(f"{where} must be distinct, {category!r} appears twice")
         seen.add(category)
     return tuple(raw)
+
+
+def _require_unicode(text: str, field: str) -> None:
+    # JSON can escape a lone UTF-16 surrogate ("\ud800"), but that is no text: no page, CSV or
+    # UTF-8 file could show it. Client and server must refuse it alike.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} must be valid Unicode text; it contains a lone UTF-16 surrogate") from None
 
 
 def _name(value: Any, field: str) -> str:

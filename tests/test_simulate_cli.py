@@ -145,9 +145,6 @@ def test_a_schema_file_without_shares_names_what_is_missing(tmp_path: Path):
     assert "no true shares given for: dark_mode" in output
 
 
-@pytest.mark.xfail(strict=True, reason="aggregator/cli.py reads the --schema file outside its try block: bad JSON "
-                                       "escapes as a JSONDecodeError, a JSON list with --epsilon as an "
-                                       "AttributeError (tracebacks), not click errors; remove this mark once fixed")
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
 def test_a_schema_file_that_is_not_a_schema_object_is_a_clear_error(tmp_path: Path, text: str):
     path = tmp_path / "schema.json"
