@@ -193,9 +193,6 @@ class Store:
                              {c[:3] for c in counters})
         return len(new)
 
-    def report_count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM reports").fetchone()[0]
-
     def delete_reports_ended_by(self, cutoff: int) -> int:
         """Delete raw reports whose window ended at or before ``cutoff`` (Unix seconds); counters stay."""
         with self.write() as conn:

@@ -63,3 +63,8 @@ def test_an_unusable_database_stops_start_up(tmp_path):
     for path in (tmp_path / "missing-folder" / "x.db", not_a_database):
         with pytest.raises(SettingsError, match="^LDP_DB .* cannot be used: "):
             create_app({"LDP_DB": str(path), "LDP_SCHEDULER": False})
+
+
+def test_the_clock_must_be_callable(tmp_path):
+    with pytest.raises(SettingsError, match="LDP_CLOCK must be a callable"):
+        create_app({"LDP_DB": str(tmp_path / "c.db"), "LDP_SCHEDULER": False, "LDP_CLOCK": "2026-11-21"})
