@@ -20,12 +20,10 @@ through one client.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from ..client import RequestsTransport, TelemetryClient, randomize
 from ..shared.schema import Schema, parse_schema
 from ..shared.simulation import true_values
 from ..shared.windows import LENGTH, window_of, window_start
+from .process import ServerProcess
 
 DEMO_SCHEMA: dict[str, Any] = {
     "name": "demo-app",
@@ -116,36 +115,16 @@ class Progress:
         self.out.flush()
 
 
-class DemoServer:
-    """``ldp-telemetry serve`` as a subprocess in its own session (Ctrl-C reaches us, not it)."""
+class DemoServer(ServerProcess):
+    """``ldp-telemetry serve`` on the demo's database, preferring the port asked for."""
 
     def __init__(self, data_dir: Path, port: int):
-        self.db = data_dir / "aggregator.db"
-        self.log = data_dir / "server.log"
+        self.admin_token = secrets.token_urlsafe(24)
+        super().__init__(data_dir / "aggregator.db", workers=2, log_path=data_dir / "server.log",
+                         env={"LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10",
+                              "LDP_READ_TOKEN": None, "LDP_SCHEDULER": "true"})
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.admin_token = secrets.token_urlsafe(24)
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10"}
-        env.pop("LDP_READ_TOKEN", None)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--workers", "2", "--db", str(self.db)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the aggregator exited with {self.process.returncode}; see {self.log}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the aggregator did not answer in {SERVER_START_TIMEOUT:g} s; see {self.log}")
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
         response = requests.request(method, self.url + path, json=body, timeout=60,
@@ -158,16 +137,6 @@ class DemoServer:
         """Block until the server exits or Ctrl-C."""
         assert self.process is not None
         self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
 
 
 def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
@@ -255,7 +224,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
     _fresh(data_dir)
     server = DemoServer(data_dir, _port(options.port))
     say(f"Starting the aggregator on {server.url} (SQLite in {data_dir}) ...")
-    server.start()
+    server.start(timeout=SERVER_START_TIMEOUT)
     try:
         published = server.admin("POST", "/api/v1/schemas", DEMO_SCHEMA)
         schema = parse_schema(published)
