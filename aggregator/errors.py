@@ -51,7 +51,7 @@ def error_response(status: int, error: str, details: Iterable[dict[str, Any]] = 
 
 def _wants_json() -> bool:
     # Dashboard pages keep Flask's HTML errors; the API and operations paths answer JSON.
-    return not request.blueprint == "dashboard"
+    return request.blueprint != "dashboard"
 
 
 def init_app(app: Flask) -> None:
