@@ -229,17 +229,6 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
                    f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
 
 
-def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
-    """``raw`` with another total ε, its derived per-attribute values dropped so they are derived again."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"the schema file must hold a JSON object, got {type(raw).__name__}")
-    attributes = raw.get("attributes")
-    if isinstance(attributes, list):
-        attributes = [{k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} if isinstance(a, dict) else a
-                      for a in attributes]
-    return {**raw, "epsilon": epsilon, "attributes": attributes}
-
-
 @main.command()
 @click.option("--devices", "-n", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")
