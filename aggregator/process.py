@@ -27,8 +27,13 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, db_path: Path, *, workers: int = 2, env: dict[str, str | None] | None = None,
-                 log_path: Path | None = None):
-        """``env`` is added to this process's environment; a ``None`` value removes the variable."""
+                 log_path: Path | None = None, command: list[str] | None = None):
+        """``env`` is added to this process's environment; a ``None`` value removes the variable.
+
+        ``command`` replaces ``ldp-telemetry serve`` with another server listening on
+        ``{port}`` (formatted in), e.g. the benchmark's no-database ceiling.
+        """
+        self.command = command
         self.db_path = Path(db_path)
         self.workers = workers
         self.env = env or {}
@@ -41,10 +46,11 @@ class ServerProcess:
         """Start the server and wait until ``/healthz`` answers; ``RuntimeError`` with its log if not."""
         env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--workers", str(self.workers), "--db", str(self.db_path)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            command = [part.format(port=self.port) for part in self.command] if self.command else [
+                sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+                "--port", str(self.port), "--workers", str(self.workers), "--db", str(self.db_path)]
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,80 +1,41 @@
-"""Start and stop the servers a benchmark measures: always on 127.0.0.1, always stopped after."""
+"""The servers a benchmark measures: always on 127.0.0.1, always stopped after."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import requests
 
+from ldp_telemetry.aggregator.process import ServerProcess
+
 ADMIN_TOKEN = "bench-admin-token"
-REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+WORKERS = 2
 
 
 @contextmanager
-def running(command: list[str], *, env: dict[str, str] | None = None, port: int) -> Iterator[str]:
-    """Run ``command`` (a server listening on ``port``) until the block ends; yield its URL."""
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+def _running(server: ServerProcess) -> Iterator[str]:
+    server.start(timeout=60)
     try:
-        _wait_ready(url, process)
-        yield url
+        yield server.url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        server.stop()
 
 
-def _wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        try:
-            if requests.get(url + "/healthz", timeout=1).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"the server at {url} did not answer within 60 s")
-
-
-@contextmanager
-def aggregator(db: Path, *, workers: int = 2, synchronous: str = "full") -> Iterator[str]:
-    """``ldp-telemetry serve`` (gunicorn) on ``db``, scheduler off so that only requests are measured."""
-    port = free_port()
-    command = [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--workers", str(workers), "--db", str(db)]
+def aggregator(db: Path, *, synchronous: str = "full") -> ContextManager[str]:
+    """``ldp-telemetry serve`` (gunicorn, 2 sync workers) on ``db``; scheduler off, so only requests are measured."""
     env = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous}
-    with running(command, env=env, port=port) as url:
-        yield url
+    return _running(ServerProcess(db, workers=WORKERS, env=env))
 
 
-@contextmanager
-def ceiling(*, workers: int = 2) -> Iterator[str]:
-    """The no-database app of :mod:`bench.ceiling` under gunicorn with the same workers."""
-    port = free_port()
-    command = [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--worker-class", "sync",
-               "--bind", f"127.0.0.1:{port}", "bench.ceiling:create_app()"]
-    with running(command, port=port) as url:
-        yield url
+def ceiling(folder: Path) -> ContextManager[str]:
+    """:mod:`bench.ceiling` (no database) under gunicorn with the same workers."""
+    command = [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--worker-class", "sync",
+               "--bind", "127.0.0.1:{port}", "--chdir", str(Path(__file__).resolve().parent.parent),
+               "bench.ceiling:create_app()"]
+    return _running(ServerProcess(folder / "ceiling", command=command))
 
 
 def publish(url: str, schema: dict) -> None:
