@@ -129,7 +129,9 @@ def central_standard_error(epsilon: float, n: int) -> float:
     One device changes one value's count by at most 1, so Laplace(1/ε) noise on that count is
     ε-DP (Dimitrakakis, §3.7, Theorem 3.7.1); its standard deviation is :math:`\sqrt2/\varepsilon`,
     so the share's is :math:`\frac{\sqrt2}{\varepsilon n}`: it shrinks as 1/n, not :math:`1/\sqrt n`.
-    (The curator's own sampling error is left out: both models share it.)
+    (The curator's own sampling error is left out: both models share it. This is one value's
+    count; publishing every category's count at once would need Laplace(2/ε), since a device
+    that changes its answer moves two counts, doubling this standard error.)
     """
     _check_epsilon(epsilon)
     if n < 1:
