@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 from flask import Flask
 
+from ..shared import mechanisms
 from ..shared.reports import Report, ReportError, validate_report
+from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_start
 from . import context
 from .catalog import Catalog
 from .errors import ApiError, detail
 from .store import CounterRow, ReportRow, Store
+
+
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,28 @@ class WindowPolicy:
         """A window that ended at or before this is past retention (its raw reports are deleted)."""
         return self.now - timedelta(days=self.retention_days)
 
+    # window name and kind -> its end, or why it is refused; a batch names few distinct windows
+    _verdicts: dict[tuple[str, str], int | ReportError] = field(default_factory=dict, compare=False, repr=False)
+
     def check(self, report: Report) -> int:
         """The window's end (Unix seconds); :class:`ReportError` if the window is not accepted."""
-        start = window_start(report.window, report.schema.window)
-        end = start + LENGTH[report.schema.window]
+        key = (report.window, report.schema.window)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = self._judge(*key)
+        if isinstance(verdict, ReportError):
+            raise verdict
+        return verdict
+
+    def _judge(self, window: str, kind: str) -> int | ReportError:
+        start = window_start(window, kind)
+        end = start + LENGTH[kind]
         if start > self.now + timedelta(seconds=self.clock_skew):
-            raise ReportError("window", f"{report.window} is in the future (server time "
-                                        f"{self.now:%Y-%m-%dT%H:%M}Z, allowed clock skew {self.clock_skew:g} s)")
+            return ReportError("window", f"{window} is in the future (server time "
+                                         f"{self.now:%Y-%m-%dT%H:%M}Z, allowed clock skew {self.clock_skew:g} s)")
         if end <= self.retention_cutoff:
-            raise ReportError("window", f"{report.window} is older than the retention period "
-                                        f"({self.retention_days:g} days)")
+            return ReportError("window", f"{window} is older than the retention period "
+                                         f"({self.retention_days:g} days)")
         return int(end.timestamp())
 
 
@@ -96,8 +113,7 @@ def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[i
     for i, report in enumerate(reports):
         unique.setdefault(report.id, i)  # the first of an id repeated in the batch wins
     kept = [reports[i] for i in unique.values()]
-    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, window_ends[i],
-                      json.dumps(r.values, separators=(",", ":")))
+    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, window_ends[i], _compact_json(r.values))
             for r, i in zip(kept, unique.values())]
     accepted = store.ingest(rows, lambda new: counter_rows([kept[i] for i in new]))
     return Outcome(accepted, len(reports) - accepted)
@@ -107,20 +123,27 @@ def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
     """The counter increments of ``reports``, pre-aggregated: one row per counter touched.
 
     Every attribute a report carries adds one to ``n`` of each of that attribute's values; each
-    value it hits (:meth:`Report.hits`) also gets one ``hit``.
+    value its wire value hits (:func:`mechanisms.hit_indices`) also gets one ``hit``. Reports are
+    first counted by wire value, so each distinct wire value is decoded once, not once a report.
     """
-    n: Counter[tuple[str, int, str, str]] = Counter()
-    hits: Counter[tuple[str, int, str, str, int]] = Counter()
+    wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
+    schemas: dict[tuple[str, int], Schema] = {}
     for report in reports:
         s = report.schema
-        for name in report.values:
-            n[(s.name, s.version, report.window, name)] += 1
-        for attribute, index in report.hits():
-            hits[(s.name, s.version, report.window, attribute.name, index)] += 1
-    schemas = {(r.schema.name, r.schema.version): r.schema for r in reports}
+        schemas[(s.name, s.version)] = s
+        for name, reported in report.values.items():
+            wire[(s.name, s.version, report.window, name,
+                  tuple(reported) if type(reported) is list else reported)] += 1  # OUE vectors as tuples
+    n: Counter[tuple[str, int, str, str]] = Counter()
+    hits: Counter[tuple[str, int, str, str, int]] = Counter()
+    for (schema, version, window, name, reported), count in wire.items():
+        attribute = schemas[(schema, version)].by_name[name]
+        n[(schema, version, window, name)] += count
+        for index in mechanisms.hit_indices(attribute.mechanism, reported, attribute.index_of):
+            hits[(schema, version, window, name, index)] += count
     rows: list[CounterRow] = []
     for (schema, version, window, name), count in n.items():
-        attribute = schemas[(schema, version)].attribute(name)
+        attribute = schemas[(schema, version)].by_name[name]
         for index, value in enumerate(attribute.values):
             rows.append((schema, version, window, name, value_key(value), count,
                          hits[(schema, version, window, name, index)]))
