@@ -23,6 +23,7 @@ from . import mechanisms, windows
 from .schema import MAX_VERSION, Attribute, Schema, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
+_REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 EPSILON_TOLERANCE = 1e-9
 
@@ -145,13 +146,13 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     """
     if not isinstance(obj, Mapping):
         raise ReportError("report", "must be a JSON object")
-    unknown = sorted(str(k) for k in obj if k not in REPORT_FIELDS)
-    if unknown:
-        # The field is the client's key: bounded, and never empty (an empty key is "").
-        raise ReportError(unknown[0][:80] or '""', f"unknown field (a report has only {', '.join(REPORT_FIELDS)})")
-    for field in REPORT_FIELDS:
-        if field not in obj:
-            raise ReportError(field, "is required")
+    if obj.keys() != _REPORT_FIELD_SET:  # one set comparison in the common, well-formed case
+        unknown = sorted(str(k) for k in obj if k not in _REPORT_FIELD_SET)
+        if unknown:
+            # The field is the client's key: bounded, and never empty (an empty key is "").
+            raise ReportError(unknown[0][:80] or '""', f"unknown field (a report has only {', '.join(REPORT_FIELDS)})")
+        missing = next(field for field in REPORT_FIELDS if field not in obj)
+        raise ReportError(missing, "is required")
     report_id = obj["id"]
     if not isinstance(report_id, str) or not ID_RE.fullmatch(report_id):
         raise ReportError("id", "must be 16 to 64 url-safe characters (A-Z, a-z, 0-9, _ and -)")
