@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ldp_telemetry.shared import Schema, randomize, windows
+from ldp_telemetry.shared import Schema, randomize, validate_record, windows
 
 from .datadir import default_data_dir, outbox_path
 from .outbox import Outbox
@@ -72,11 +72,13 @@ class TelemetryClient:
                  clock: Callable[[], datetime] | None = None, sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None, max_outbox: int = 10_000, max_batch: int = 1000,
                  backoff_base: float = 1.0, backoff_cap: float = 300.0, request_timeout: float = 10.0,
-                 schema_refresh: float = 3600.0, close_timeout: float = 5.0):
+                 schema_refresh: float = 3600.0, close_timeout: float = 5.0, linger: float = 0.05):
         _require_positive("max_epsilon", max_epsilon)
         for name, value in (("backoff_base", backoff_base), ("backoff_cap", backoff_cap),
                             ("request_timeout", request_timeout), ("schema_refresh", schema_refresh)):
             _require_positive(name, value)
+        if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger <= 60:
+            raise ValueError(f"linger must be a number of seconds from 0 to 60, got {linger!r}")
         for name, value in (("max_outbox", max_outbox), ("max_batch", max_batch)):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -102,7 +104,7 @@ class TelemetryClient:
             outbox=self._outbox, drain=self._persist, source=self._source, transport=self._transport,
             endpoint=self.endpoint, clock=clock or _utc_now, sleep=sleep, rng=rng or random.Random(),
             backoff_base=backoff_base, backoff_cap=backoff_cap, max_batch=max_batch,
-            request_timeout=request_timeout, schema_refresh=schema_refresh,
+            request_timeout=request_timeout, schema_refresh=schema_refresh, linger=linger,
         )
         self._sender.start()
         atexit.register(self.close)
@@ -132,13 +134,16 @@ class TelemetryClient:
             window = windows.current_window(schema.window)
         else:
             window = windows.window_of(self._clock(), schema.window)
-        report = randomize(schema, values, window=window)
         key = (schema.name, window)
+        if key in self._ledger:  # the common case in an app that records often: validate, nothing more
+            validate_record(schema, values)
+            return _already_reported(window)
+        report = randomize(schema, values, window=window)
         with self._lock:
             if self._closed:
                 return RecordResult(False, CLOSED)
-            if key in self._ledger:
-                return RecordResult(False, f"already reported in window {window} (one report per schema per window)", window)
+            if key in self._ledger:  # another thread reported in this window meanwhile
+                return _already_reported(window)
             self._ledger[key] = schema.epsilon
             if len(self._pending) == self._pending.maxlen:
                 self._overflow += 1  # the deque drops the oldest; the sender logs it
@@ -252,6 +257,10 @@ class TelemetryClient:
         if appended.evicted:
             LOG.warning("the outbox is full (%d reports): dropped the %d oldest",
                         self._outbox.max_reports, appended.evicted)
+
+
+def _already_reported(window: str) -> RecordResult:
+    return RecordResult(False, f"already reported in window {window} (one report per schema per window)", window)
 
 
 def _require_positive(name: str, value: Any) -> None:

@@ -37,7 +37,8 @@ class Sender(threading.Thread):
     def __init__(self, *, outbox: Outbox, drain: Callable[[], None], source: SchemaSource,
                  transport: Transport, endpoint: str, clock: Callable[[], datetime],
                  sleep: Callable[[float], None] | None, rng: random.Random, backoff_base: float,
-                 backoff_cap: float, max_batch: int, request_timeout: float, schema_refresh: float):
+                 backoff_cap: float, max_batch: int, request_timeout: float, schema_refresh: float,
+                 linger: float):
         super().__init__(name="ldp-telemetry-sender", daemon=True)
         self.wake = threading.Event()  # set by record(), flush() and stop()
         self.progress = threading.Condition()  # notified after every turn, for flush()
@@ -54,6 +55,7 @@ class Sender(threading.Thread):
         self._base, self._cap = backoff_base, backoff_cap
         self._timeout = request_timeout
         self._schema_refresh = schema_refresh
+        self._linger = linger
         self._schema_due = time.monotonic() if source.fetched else float("inf")
         self._schema_attempt = 0
         self._stopping = threading.Event()
@@ -102,7 +104,11 @@ class Sender(threading.Thread):
             if not rows:
                 if self._stopping.is_set():
                     return
-                self.wake.wait(max(0.0, self._schema_due - time.monotonic()) if self._source.fetched else None)
+                woken = self.wake.wait(max(0.0, self._schema_due - time.monotonic()) if self._source.fetched else None)
+                if woken and not self._stopping.is_set():
+                    # Let a burst of records gather: one outbox write and one post for all of them,
+                    # instead of a transaction and a request per record competing with the app.
+                    self._stopping.wait(self._linger)
                 continue
             floor = self._deliver(rows)
             self._notify()

@@ -50,14 +50,17 @@ def window_start(name: str, kind: str) -> datetime:
     return _window_start(name, kind)
 
 
-@lru_cache(maxsize=4096)  # reports name few distinct windows; strptime costs ~10 µs a call
+@lru_cache(maxsize=4096)  # reports name few distinct windows
 def _window_start(name: str, kind: str) -> datetime:
-    fmt, pattern = _format(kind)
+    _, pattern = _format(kind)
     if not pattern.fullmatch(name):
         shape = "YYYY-MM-DD" if kind == "day" else "YYYY-MM-DDTHH"
         raise ValueError(f"window must be a {kind} window of the form {shape} (UTC), got {name!r:.40}")
     try:
-        return datetime.strptime(name, fmt).replace(tzinfo=timezone.utc)
+        # The pattern fixed where the ASCII digits are; datetime() checks the date is real
+        # (strptime would cost ~10 µs).
+        hour = int(name[11:13]) if kind == "hour" else 0
+        return datetime(int(name[0:4]), int(name[5:7]), int(name[8:10]), hour, tzinfo=timezone.utc)
     except ValueError:
         raise ValueError(f"window {name!r} names no real {'day' if kind == 'day' else 'hour'} (UTC)") from None
 
