@@ -22,7 +22,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ldp_telemetry.shared import Schema, randomize, validate_record, windows
+from ldp_telemetry.shared import Schema, validate_record, windows
+from ldp_telemetry.shared.reports import encode_report
 
 from .datadir import default_data_dir, outbox_path
 from .outbox import Outbox
@@ -134,11 +135,11 @@ class TelemetryClient:
             window = windows.current_window(schema.window)
         else:
             window = windows.window_of(self._clock(), schema.window)
+        truth = validate_record(schema, values)
         key = (schema.name, window)
-        if key in self._ledger:  # the common case in an app that records often: validate, nothing more
-            validate_record(schema, values)
+        if key in self._ledger:  # the common case in an app that records often
             return _already_reported(window)
-        report = randomize(schema, values, window=window)
+        report = encode_report(schema, truth, window)
         with self._lock:
             if self._closed:
                 return RecordResult(False, CLOSED)

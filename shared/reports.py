@@ -115,6 +115,15 @@ def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
     else:
         windows.window_start(window, schema.window)
         window_name = window
+    return encode_report(schema, truth, window_name)
+
+
+def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str) -> dict[str, Any]:
+    """The randomised report of ``truth`` (as :func:`validate_record` returns it) in ``window``.
+
+    The inputs are trusted: :func:`randomize` checks them first. Under ``split: "sample"`` one
+    attribute, chosen uniformly, is randomised with the whole ε.
+    """
     attributes = schema.attributes
     if schema.split == "sample":
         attributes = (attributes[mechanisms.randbelow(len(attributes))],)
@@ -122,7 +131,7 @@ def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
         "id": new_report_id(),
         "schema": schema.name,
         "version": schema.version,
-        "window": window_name,
+        "window": window,
         "epsilon": schema.epsilon,
         "values": {a.name: _encode(a, truth[a.name]) for a in attributes},
     }
