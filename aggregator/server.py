@@ -27,7 +27,7 @@ class AggregatorServer(BaseApplication):
             "graceful_timeout": 10,
             "accesslog": None,
             "proc_name": "ldp-telemetry",
-            "child_exit": _child_exit,
+            "child_exit": child_exit,
         }
         super().__init__()
 
@@ -41,7 +41,8 @@ class AggregatorServer(BaseApplication):
         return create_app(self.app_config)
 
 
-def _child_exit(server: Any, worker: Any) -> None:
+def child_exit(server: Any, worker: Any) -> None:
+    """gunicorn hook: forget a dead worker's metrics files (also used by deploy/gunicorn.conf.py)."""
     # A dead worker's live gauges must not linger in the shared metrics files.
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess

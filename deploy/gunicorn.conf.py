@@ -81,7 +81,7 @@ _metrics_dir = None
 if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
 
-from ldp_telemetry.aggregator.server import _child_exit as child_exit  # noqa: E402  a dead worker's files go
+from ldp_telemetry.aggregator.server import child_exit  # noqa: E402  a dead worker's files go
 
 
 def on_exit(server):
