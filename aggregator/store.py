@@ -38,7 +38,7 @@ BUSY_TIMEOUT = 10.0
 _CHUNK = 500
 CACHE_KIB = 64 * 1024  # page cache per connection
 WAL_CHECKPOINT_PAGES = 10_000
-_REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'
+_REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
 
 
 @lru_cache(maxsize=8)
@@ -188,15 +188,21 @@ class Store:
         and our insert, so an id is stored and counted exactly once. ``rows`` must have distinct
         ids. Returns how many reports were new.
         """
+        # Counted before the write lock, which every worker waits for: most batches hold no id
+        # already stored, and the rare one that does is counted again inside.
+        counters = count(list(range(len(rows))))
+        params = [value for row in rows for value in row]
+        width = len(ReportRow._fields)
         with self.write() as conn:
             inserted: set[str] = set()
             for start in range(0, len(rows), _CHUNK):
                 chunk = rows[start:start + _CHUNK]
                 # One statement checks and inserts: RETURNING yields only the rows not ignored.
                 inserted.update(i for (i,) in conn.execute(_insert_new_reports_sql(len(chunk)),
-                                                           [value for row in chunk for value in row]))
+                                                           params[width * start:width * (start + len(chunk))]))
             new = [i for i, r in enumerate(rows) if r.id in inserted]
-            counters = count(new)
+            if len(new) < len(rows):
+                counters = count(new)
             conn.executemany(
                 'INSERT INTO counters (schema, version, "window", attribute, value, n, hits) '
                 'VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (schema, version, "window", attribute, value) '
