@@ -36,12 +36,20 @@ def _finite_float(text: str) -> float:
 def _read_body(limit: int) -> bytes:
     """The raw body, at most ``limit`` bytes, else 413."""
     if request.content_length is not None:
-        return request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
+        data = request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
+        if len(data) != request.content_length:  # gunicorn ends the stream at EOF without a word
+            raise ApiError(400, "the request body is shorter than its Content-Length (the client went away?)",
+                           [detail("body", f"{len(data)} of {request.content_length} bytes")])
+        return data
     if "wsgi.input_terminated" not in request.environ:
         return b""  # a server that cannot end a body without a length: read none (Werkzeug's fallback)
     # A chunked body. Werkzeug would stop silently at exactly the limit, so a body one byte too
     # long would come out truncated rather than refused: read one byte more and look.
-    data = request.environ["wsgi.input"].read(limit + 1)
+    try:
+        data = request.environ["wsgi.input"].read(limit + 1)
+    except Exception as exc:  # noqa: BLE001 - the server's chunk parser: a bad size, a missing CRLF, the client gone
+        raise ApiError(400, "the chunked request body is malformed or incomplete",
+                       [detail("body", type(exc).__name__)]) from None
     if len(data) > limit:
         raise RequestEntityTooLarge()
     return data
@@ -54,11 +62,13 @@ def json_object() -> dict[str, Any]:
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
     data = _read_body(current_app.config["LDP_MAX_BODY"])
     try:
-        obj = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+        # JSON between systems is UTF-8 (RFC 8259 8.1), decoded strictly: json.loads(bytes) would
+        # also take UTF-16 or UTF-32, and UTF-8-encoded lone surrogates. A leading BOM is ignored.
+        obj = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, parse_float=_finite_float)
     except _NotJson as exc:
         raise ApiError(400, "the body is not valid JSON", [detail("body", str(exc))]) from None
     except (ValueError, RecursionError) as exc:
-        # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits, deep nesting
+        # JSONDecodeError, UnicodeDecodeError (not UTF-8), an integer of more than 4300 digits, deep nesting
         raise ApiError(400, "the body is not valid JSON", [detail("body", str(exc)[:200])]) from None
     if not isinstance(obj, dict):
         raise ApiError(400, "the body must be a JSON object", [detail("body", f"got {type(obj).__name__}")])

@@ -58,10 +58,11 @@ class WindowPolicy:
 
     def _judge(self, window: str, kind: str) -> int | ReportError:
         start = window_start(window, kind)
-        end = start + LENGTH[kind]
+        # Before computing the end: the last window of year 9999 has no end a datetime can hold.
         if start > self.now + timedelta(seconds=self.clock_skew):
             return ReportError("window", f"{window} is in the future (server time "
                                          f"{self.now:%Y-%m-%dT%H:%M}Z, allowed clock skew {self.clock_skew:g} s)")
+        end = start + LENGTH[kind]
         if end <= self.retention_cutoff:
             return ReportError("window", f"{window} is older than the retention period "
                                          f"({self.retention_days:g} days)")

@@ -8,12 +8,35 @@ them at a time (:mod:`.jobs`).
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import tempfile
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
+
+# gunicorn's one error line with a client address: "Invalid request from ip=1.2.3.4: ..." (a
+# malformed request); an IPv6 address has colons of its own, hence the look-ahead for ": ".
+_ADDRESS = re.compile(r"ip=(?:\S*?(?=: )|\S+)")
+
+
+def _redact_address(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    if "ip=" in message:
+        record.msg, record.args = _ADDRESS.sub("ip=-", message), ()
+    return True
+
+
+class NoClientAddressLogger(glogging.Logger):
+    """gunicorn's logger, with client addresses redacted from its error log."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        if _redact_address not in self.error_log.filters:
+            self.error_log.addFilter(_redact_address)
 
 
 class AggregatorServer(BaseApplication):
@@ -26,6 +49,8 @@ class AggregatorServer(BaseApplication):
             "timeout": timeout,
             "graceful_timeout": 10,
             "accesslog": None,
+            "logger_class": NoClientAddressLogger,  # a malformed request's error line names no address
+            "control_socket_disable": True,  # gunicorn 27 would create a control socket in $HOME
             "proc_name": "ldp-telemetry",
             "child_exit": child_exit,
         }

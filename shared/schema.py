@@ -209,6 +209,9 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
     else:
         raise ValueError(f"{where}.type must be 'boolean' or 'categorical', got {_show(kind)}")
     p, q = mechanisms.parameters(resolved, epsilon, len(categories))
+    if not p > q:  # e^ε rounds to 1: the reports carry nothing, and the estimator would divide by 0
+        raise ValueError(f"{where}.epsilon must be large enough that p exceeds q in floating point; "
+                         f"{epsilon!r} is too small")
     for field, derived in (("p", p), ("q", q)):
         if field in raw:
             given = raw[field]
