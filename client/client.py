@@ -34,6 +34,7 @@ from .transport import RequestsTransport, Transport
 LOG = logging.getLogger("ldp_telemetry.client")
 
 QUEUED = "queued"
+MAX_COUNT = 2**31 - 1  # the most reports max_outbox and max_batch may name
 # Far beyond any server's retention (reports that old are refused anyway); keeps the ledger small.
 LEDGER_KEPT = timedelta(days=400)
 CLOSED = "the client is closed"
@@ -81,8 +82,19 @@ class TelemetryClient:
         if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger <= 60:
             raise ValueError(f"linger must be a number of seconds from 0 to 60, got {linger!r}")
         for name, value in (("max_outbox", max_outbox), ("max_batch", max_batch)):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if type(value) is not int or not 1 <= value <= MAX_COUNT:  # SQLite and deque() take no more
+                raise ValueError(f"{name} must be a positive integer of at most {MAX_COUNT}, got {value!r:.40}")
+        if (isinstance(close_timeout, bool) or not isinstance(close_timeout, (int, float))
+                or not 0 <= close_timeout < math.inf):
+            raise ValueError(f"close_timeout must be a number of seconds of at least 0, got {close_timeout!r}")
+        if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
+            raise ValueError(f"data_dir must be a folder path (str or os.PathLike), got a {type(data_dir).__name__}")
+        if data_dir is not None and (not isinstance(os.fspath(data_dir), str) or not os.fspath(data_dir)
+                                     or "\0" in os.fspath(data_dir)):
+            raise ValueError("data_dir must be a non-empty str path without NUL characters")
+        for name, hook in (("clock", clock), ("sleep", sleep)):
+            if hook is not None and not callable(hook):
+                raise ValueError(f"{name} must be callable, got a {type(hook).__name__}")
         if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r:.80}")
         self.endpoint = endpoint.rstrip("/")
@@ -190,6 +202,9 @@ class TelemetryClient:
     def close(self, timeout: float | None = None) -> None:
         """Stop the sender: it delivers what it can within ``timeout`` seconds (default
         ``close_timeout``); what is left stays on disk and is sent on the next start."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < math.inf):
+            raise ValueError(f"timeout must be a number of seconds of at least 0, got {timeout!r}")
         with self._lock:
             if self._closed:
                 return

@@ -3,7 +3,8 @@
 Each turn it persists the reports :meth:`TelemetryClient.record` queued in memory, refreshes the
 schema when due, and posts the oldest reports in the outbox as one batch:
 
-- 2xx: the batch is acknowledged and removed (ids make a resend after a lost answer harmless);
+- 2xx with the aggregator's ``{"accepted", "duplicates"}`` body: the batch is acknowledged and
+  removed (ids make a resend after a lost answer harmless); a 2xx without it is retried;
 - network error, 5xx, 408, 429: retried after a full-jitter backoff, ``Retry-After`` as a floor;
 - 413: the batch is halved (for the rest of the session) and sent again;
 - 400 with ``details[].index``: the batch is all-or-nothing on the server, so only the reports
@@ -131,11 +132,13 @@ class Sender(threading.Thread):
             return 0.0
         status = response.status
         seqs = [seq for seq, _ in rows]
-        if 200 <= status < 300:
+        if 200 <= status < 300 and _is_acknowledgement(response.body):
             self._outbox.remove(seqs)
             return None
         if retry.is_retryable(status) or status < 400:  # 1xx/3xx: not an answer about the reports
-            self._why = f"HTTP {status}"
+            # A 2xx without the aggregator's {"accepted", "duplicates"} body (a captive portal's
+            # page, a proxy's empty 204, a cut-off answer) is no proof of delivery either: retried.
+            self._why = f"HTTP {status}" + (" without an acknowledgement body" if 200 <= status < 300 else "")
             return retry.retry_after(response.headers, self._clock()) or 0.0
         if status == 400 and (bad := _rejected_indices(response, len(rows))):
             self._drop([seqs[i] for i in bad], status, "; ".join(bad.values()))
@@ -173,6 +176,11 @@ class Sender(threading.Thread):
     def _notify(self) -> None:
         with self.progress:
             self.progress.notify_all()
+
+
+def _is_acknowledgement(body: Any) -> bool:
+    """Whether ``body`` is the aggregator's answer to a stored batch: ``{"accepted": a, "duplicates": d}``."""
+    return isinstance(body, dict) and all(type(body.get(k)) is int for k in ("accepted", "duplicates"))
 
 
 def _rejected_indices(response: Response, size: int) -> dict[int, str]:

@@ -7,9 +7,18 @@ the real client against the real aggregator without patching anything.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, NamedTuple, Protocol
 
 import requests
+
+# The client trusts no server: a response body past this is not read (a hostile or broken
+# server could otherwise stream the app out of memory), and the request counts as failed.
+MAX_RESPONSE_BYTES = 8 << 20
+
+
+class ResponseTooLarge(requests.RequestException):
+    """The server's response body was over :data:`MAX_RESPONSE_BYTES`."""
 
 
 class Response(NamedTuple):
@@ -35,18 +44,28 @@ class RequestsTransport:
         self._session = session or requests.Session()
 
     def post_json(self, url: str, body: Any, timeout: float) -> Response:
-        return _response(self._session.post(url, json=body, timeout=timeout))
+        # Redirects are not followed: requests would turn a POST answered 301/302/303 into a GET,
+        # whose answer (a 405, or a 200 page) says nothing about the reports. A 3xx is retried.
+        return _response(self._session.post(url, json=body, timeout=timeout, allow_redirects=False, stream=True))
 
     def get_json(self, url: str, timeout: float) -> Response:
-        return _response(self._session.get(url, headers={"Accept": "application/json"}, timeout=timeout))
+        return _response(self._session.get(url, headers={"Accept": "application/json"}, timeout=timeout,
+                                           stream=True))
 
     def close(self) -> None:
         self._session.close()
 
 
 def _response(reply: requests.Response) -> Response:
+    """The response with its JSON body, read to at most :data:`MAX_RESPONSE_BYTES`."""
+    content = bytearray()
+    with reply:
+        for chunk in reply.iter_content(64 * 1024):
+            content += chunk
+            if len(content) > MAX_RESPONSE_BYTES:
+                raise ResponseTooLarge(f"the response body is over {MAX_RESPONSE_BYTES} bytes")
     try:
-        body = reply.json()
-    except ValueError:
+        body = json.loads(bytes(content)) if content else None
+    except (ValueError, RecursionError):
         body = None
     return Response(reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, body)

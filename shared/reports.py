@@ -84,11 +84,11 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
         value = record[attribute.name]
         if attribute.type == "boolean":
             if not isinstance(value, bool):
-                raise ValueError(f"{attribute.name} must be True or False, got a {type(value).__name__}")
+                raise ValueError(f"{attribute.name} must be True or False, got a {_type_name(value)}")
             truth[attribute.name] = value
         else:
             if not isinstance(value, str):
-                raise ValueError(f"{attribute.name} must be a category name (str), got a {type(value).__name__}")
+                raise ValueError(f"{attribute.name} must be a category name (str), got a {_type_name(value)}")
             index = attribute.index_of.get(value)
             if index is None:
                 raise ValueError(
@@ -231,6 +231,12 @@ def _is_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return abs(value) < 1e300 and math.isfinite(value)
+
+
+def _type_name(value: Any) -> str:
+    """``int``, or ``numpy.bool`` for a type from elsewhere (whose bare name may read like a builtin)."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _list(categories: tuple[str, ...], limit: int = 8) -> str:
