@@ -101,7 +101,15 @@ class Outbox:
             rows = self._db.execute(
                 "SELECT seq, body FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
             ).fetchall()
-        return [(seq, json.loads(body)) for seq, body in rows]
+        reports, unreadable = [], []
+        for seq, body in rows:
+            report = _loads(body)
+            (reports.append((seq, report)) if isinstance(report, dict) else unreadable.append(seq))
+        if unreadable:  # a damaged row must not stop the sender for good: it would block every later report
+            LOG.error("dropped %d unreadable report(s) from the outbox %s", len(unreadable), self.path)
+            self.remove(unreadable)
+            return reports or self.peek(limit)
+        return reports
 
     def remove(self, seqs: list[int]) -> None:
         """Delete reports the server acknowledged or rejected for good."""
@@ -115,7 +123,8 @@ class Outbox:
             row = self._db.execute(
                 "SELECT definition FROM schemas WHERE endpoint = ? AND name = ?", (self.endpoint, name)
             ).fetchone()
-        return json.loads(row[0]) if row else None
+        definition = _loads(row[0]) if row else None
+        return definition if isinstance(definition, dict) else None  # a damaged copy is no copy
 
     def cache_schema(self, definition: dict[str, Any]) -> None:
         with self._lock:
@@ -126,6 +135,14 @@ class Outbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _loads(text: Any) -> Any:
+    """The JSON value of a stored row, or None if it is damaged."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _dumps(obj: Any) -> str:

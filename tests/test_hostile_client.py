@@ -183,3 +183,38 @@ def test_odd_but_valid_records(tmp_path):
             with pytest.raises(ValueError):
                 client.record(bad)
         assert client.record({"dark_mode": True, "os": Name("linux")}).queued
+
+
+def test_a_damaged_outbox_row_is_dropped_and_the_rest_still_sent(tmp_path, caplog):
+    # It was a JSONDecodeError in the sender thread, which stopped it for good: no later report
+    # was ever sent, in this process or after any restart, while record() still said "queued".
+    endpoint = "http://aggregator.test"
+    with TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, transport=ScriptedTransport(
+            *[ConnectionError("down")] * 50), backoff_base=60) as client:
+        assert client.record(RECORD).queued
+        path = client.outbox_path
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO outbox (endpoint, body) VALUES (?, ?)", (endpoint, "{not json"))
+    db.execute("INSERT INTO outbox (endpoint, body) VALUES (?, ?)", (endpoint, "[1, 2]"))
+    db.commit()
+    db.close()
+    transport = ScriptedTransport()
+    with TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, transport=transport) as client:
+        assert client.flush(10)
+        assert client._sender.is_alive()  # noqa: SLF001
+    assert [len(b) for b in transport.batches] == [1] and outbox_count(path) == 0
+    assert any("unreadable" in r.getMessage() for r in caplog.records)
+
+
+def test_a_damaged_cached_schema_is_ignored(tmp_path):
+    endpoint = "http://aggregator.test"
+    TelemetryClient(endpoint, "app-usage", max_epsilon=4, data_dir=tmp_path, transport=ScriptedTransport()).close(1)
+    db = sqlite3.connect(tmp_path / "app-usage.sqlite3")
+    db.execute("INSERT OR REPLACE INTO schemas VALUES (?, ?, ?)", (endpoint, "app-usage", "{garbage"))
+    db.commit()
+    db.close()
+    client = TelemetryClient(endpoint, "app-usage", max_epsilon=4, data_dir=tmp_path, transport=ScriptedTransport())
+    try:
+        assert client.schema is None and not client.record(RECORD)
+    finally:
+        client.close(1)
