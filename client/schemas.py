@@ -74,8 +74,8 @@ class SchemaSource:
     def refresh(self, transport: Transport, endpoint: str, timeout: float) -> bool:
         """Fetch the latest version from the server. True when it answered, False to retry soon.
 
-        Network errors, retryable statuses and 404 (the schema may be published soon) return
-        False; any other answer returns True, a schema that cannot be used (invalid or greedy)
+        Network errors, retryable statuses, 404 (the schema may be published soon) and a 200 that
+        is no JSON object return False; any other answer returns True, a schema that cannot be used (invalid or greedy)
         after an error is logged: asking again soon would not help.
         """
         url = f"{endpoint}/api/v1/schemas/{quote(self.name)}"
@@ -87,6 +87,11 @@ class SchemaSource:
         if response.status != 200:
             LOG.warning("fetching schema %r answered HTTP %d", self.name, response.status)
             return not (retry.is_retryable(response.status) or response.status == 404)
+        if not isinstance(response.body, dict):
+            # A 200 that is no JSON object (a captive portal's page, a cut-off answer) is no schema the
+            # server refused to give: ask again soon rather than record nothing for schema_refresh.
+            LOG.warning("fetching schema %r answered HTTP 200 without a JSON object", self.name)
+            return False
         if self._offer(response.body, "from the server") and self._outbox is not None:
             self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
         return True

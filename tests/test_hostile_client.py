@@ -7,6 +7,7 @@ never drops a report it has no proof of delivery for. The servers here are real 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -42,6 +43,10 @@ class Hostile(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.requests.append(("GET", self.path))
+        if self.path == "/api/v1/schemas/app-usage":
+            if self.server.schema_mode == "portal":
+                return self.send(200, b"<html>Welcome to the hotel wifi</html>", "text/html")
+            return self.send(200, json.dumps(BOOL_AND_OS).encode())
         if self.path == "/portal":
             return self.send(200, b"<html>Welcome to the hotel wifi</html>", "text/html")
         return self.send(405, b'{"error": "method not allowed on this path", "details": []}')
@@ -85,6 +90,7 @@ def hostile():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     server.daemon_threads = True
     server.mode = "ok"
+    server.schema_mode = "ok"
     server.requests = []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -218,3 +224,18 @@ def test_a_damaged_cached_schema_is_ignored(tmp_path):
         assert client.schema is None and not client.record(RECORD)
     finally:
         client.close(1)
+
+
+def test_a_schema_fetch_answered_by_a_portal_page_is_asked_again_soon(tmp_path, hostile):
+    # It counted as the server's answer: the client refused the schema and recorded nothing for
+    # schema_refresh (an hour), and wait_for_schema() raised.
+    hostile.schema_mode = "portal"
+    url = f"http://127.0.0.1:{hostile.server_address[1]}"
+    client = TelemetryClient(url, "app-usage", max_epsilon=4, data_dir=tmp_path, backoff_base=0.05, backoff_cap=0.1)
+    try:
+        assert not client.wait_for_schema(0.5)  # no error: nothing was refused
+        hostile.schema_mode = "ok"
+        assert client.wait_for_schema(10) and client.record(RECORD).queued
+        assert client.flush(10)
+    finally:
+        client.close(2)
