@@ -35,6 +35,7 @@ LOG = logging.getLogger("ldp_telemetry.client")
 
 QUEUED = "queued"
 MAX_COUNT = 2**31 - 1  # the most reports max_outbox and max_batch may name
+MAX_WAIT = 60.0  # flush() and wait_for_schema() wait in steps of at most this (math.inf is a fine timeout)
 # Far beyond any server's retention (reports that old are refused anyway); keeps the ledger small.
 LEDGER_KEPT = timedelta(days=400)
 CLOSED = "the client is closed"
@@ -179,7 +180,9 @@ class TelemetryClient:
 
         Raises ``ValueError`` if the server's schema was refused (greedy or invalid).
         """
-        self._source.known.wait(timeout)
+        deadline = time.monotonic() + _wait_seconds(timeout)
+        while not self._source.known.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._source.known.wait(min(left, MAX_WAIT))  # a huge timeout would overflow the lock's
         if self._source.current is not None:
             return True
         if self._source.refusal:
@@ -189,14 +192,14 @@ class TelemetryClient:
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait up to ``timeout`` seconds for every queued report to be delivered (or dropped as
         invalid); True when none is left. Reports left are kept and retried."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _wait_seconds(timeout)
         self._sender.wake.set()
         with self._sender.progress:
             while not self._all_sent():
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._sender.is_alive():
                     return False
-                self._sender.progress.wait(left)
+                self._sender.progress.wait(min(left, MAX_WAIT))
         return True
 
     def close(self, timeout: float | None = None) -> None:
@@ -277,6 +280,13 @@ class TelemetryClient:
 
 def _already_reported(window: str) -> RecordResult:
     return RecordResult(False, f"already reported in window {window} (one report per schema per window)", window)
+
+
+def _wait_seconds(timeout: Any) -> float:
+    """A timeout for flush() or wait_for_schema(): a number of seconds >= 0, math.inf for no limit."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:  # NaN too
+        raise ValueError(f"timeout must be a number of seconds of at least 0 (math.inf: no limit), got {timeout!r}")
+    return float(timeout)
 
 
 def _require_positive(name: str, value: Any) -> None:

@@ -239,3 +239,24 @@ def test_a_schema_fetch_answered_by_a_portal_page_is_asked_again_soon(tmp_path, 
         assert client.flush(10)
     finally:
         client.close(2)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, "5", None, True])
+def test_a_bad_flush_or_wait_timeout_is_a_value_error(tmp_path, timeout):
+    # NaN made flush() wait for ever; "5" and None were TypeErrors.
+    with TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                         transport=ScriptedTransport()) as client:
+        with pytest.raises(ValueError, match="timeout"):
+            client.flush(timeout)
+        with pytest.raises(ValueError, match="timeout"):
+            client.wait_for_schema(timeout)
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300])
+def test_flush_and_wait_take_an_unbounded_timeout(tmp_path, timeout):
+    # Both were OverflowErrors ("timestamp out of range") from the lock underneath.
+    with TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                         transport=ScriptedTransport()) as client:
+        assert client.wait_for_schema(timeout)
+        assert client.record(RECORD).queued
+        assert client.flush(timeout)
