@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Union
 
 from . import mechanisms, windows
 from .schema import MAX_VERSION, Attribute, Schema, parse_schema
@@ -47,17 +47,6 @@ class Report:
     schema: Schema
     window: str
     values: dict[str, Any]
-
-    def hits(self) -> Iterator[tuple[Attribute, int]]:
-        """``(attribute, value index)`` for every estimate value this report hits.
-
-        Every attribute in ``values`` adds one to ``n`` of each of its estimate values; the
-        pairs yielded here also add one to ``hits``.
-        """
-        for name, reported in self.values.items():
-            attribute = self.schema.attribute(name)
-            for index in mechanisms.hit_indices(attribute.mechanism, reported, attribute.index_of):
-                yield attribute, index
 
 
 def new_report_id() -> str:
