@@ -9,10 +9,11 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from ..shared.schema import MAX_VERSION, Schema
+from ..shared.schema import Schema
 from ..shared.windows import window_start
 from . import context, estimation
 from .auth import require_admin, require_reader
+from .catalog import version_number
 from .body import json_object
 from .errors import ApiError, detail
 from .ingest import parse_batch, store_batch, window_policy
@@ -59,17 +60,12 @@ def get_schema(name: str, version: str | None = None) -> Response:
 
 def _published(name: str, version: str | None) -> Schema:
     """The schema, or a 404 that says what is missing."""
-    number = _version(version) if version is not None else None
+    number = version_number(version) if version is not None else None
     schema = context.catalog().schema(name, number) if number != 0 else None
     if schema is None:
         what = f"schema {name[:64]!r}" + (f" version {version[:12]}" if version is not None else "")
         raise ApiError(404, f"no published {what}", [detail("schema" if version is None else "version", "not found")])
     return schema
-
-
-def _version(text: str) -> int:
-    """A version from a path or query, 0 for one that cannot exist (so a 404, not a 400)."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_VERSION else 0
 
 
 # -- reports -----------------------------------------------------------------------------------

@@ -13,36 +13,51 @@ from flask import current_app, request
 from .errors import ApiError
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldp-telemetry"'}
+# The dashboard keeps the read token here once a browser opened it with ?token= (see dashboard.py);
+# reads of the API accept it too, so the dashboard's CSV link works in that browser.
+TOKEN_COOKIE = "ldp_read_token"
 
 
-def _bearer_token() -> str | None:
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if any."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
 
 
-def _matches(token: str, expected: str | None) -> bool:
+def matches(token: str, expected: str | None) -> bool:
+    """Whether ``token`` is ``expected`` (never when unset), in constant time."""
     return expected is not None and hmac.compare_digest(token.encode(), expected.encode())
+
+
+def is_reader(token: str) -> bool:
+    """The read token, or the admin token (which may do everything)."""
+    config = current_app.config
+    return matches(token, config["LDP_READ_TOKEN"]) or matches(token, config["LDP_ADMIN_TOKEN"])
+
+
+def reader_token() -> str | None:
+    """The token a read request offers: a bearer header, else the dashboard's cookie."""
+    return bearer_token() or request.cookies.get(TOKEN_COOKIE)
 
 
 def require_admin() -> None:
     """Raise 401/403 unless the request carries the admin token."""
-    token = _bearer_token()
+    token = bearer_token()
     if token is None:
         raise ApiError(401, "this call needs the admin token: Authorization: Bearer <LDP_ADMIN_TOKEN>",
                        headers=_CHALLENGE)
-    if not _matches(token, current_app.config["LDP_ADMIN_TOKEN"]):
+    if not matches(token, current_app.config["LDP_ADMIN_TOKEN"]):
         raise ApiError(403, "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
 
 
 def require_reader() -> None:
     """When ``LDP_READ_TOKEN`` is set, raise 401/403 unless the request carries it (or the admin token)."""
-    expected = current_app.config["LDP_READ_TOKEN"]
-    if expected is None:
+    if current_app.config["LDP_READ_TOKEN"] is None:
         return
-    token = _bearer_token()
+    token = reader_token()
     if token is None:
         raise ApiError(401, "reading needs the read token: Authorization: Bearer <LDP_READ_TOKEN>",
                        headers=_CHALLENGE)
-    if not (_matches(token, expected) or _matches(token, current_app.config["LDP_ADMIN_TOKEN"])):
+    if not is_reader(token):
         raise ApiError(403, "the read token is wrong")

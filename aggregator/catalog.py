@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..shared.schema import Schema, parse_schema
+from ..shared.schema import MAX_VERSION, Schema, parse_schema
 from .store import Store
+
+
+def version_number(text: str) -> int:
+    """A schema version from a URL path or query, 0 for one that cannot exist (so a 404, not a
+    400). Checked before ``int()``, which refuses strings of over 4300 digits."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_VERSION else 0
 
 
 class Catalog:

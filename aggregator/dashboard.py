@@ -13,7 +13,6 @@ so the token leaves the address bar. A bearer header (as for the API) works too.
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +22,8 @@ from flask import Blueprint, Response, current_app, redirect, render_template, r
 
 from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_of, window_start
-from . import context, pages
+from . import auth, context, pages
+from .catalog import version_number
 from .store import Activity, activity, schema_versions
 
 # Templates and the stylesheet live in the package's templates/ and static/ folders, which the
@@ -31,7 +31,6 @@ from .store import Activity, activity, schema_versions
 # blueprint and so outside its read-token check: the stylesheet is not secret.
 bp = Blueprint("dashboard", __name__)
 
-TOKEN_COOKIE = "ldp_read_token"
 # The page reloads at the estimate interval, but neither faster than this nor slower than that.
 REFRESH_BOUNDS = (10, 300)
 PRESETS = {"day": ((7, "last 7 days"), (30, "last 30 days")), "hour": ((24, "last 24 hours"), (24 * 7, "last 7 days"))}
@@ -59,33 +58,23 @@ def counts(schema: Schema, seen: Activity) -> Counts:
 
 @bp.before_request
 def _reader_only() -> Response | tuple[str, int] | None:
-    expected = current_app.config["LDP_READ_TOKEN"]
-    if expected is None:
+    if current_app.config["LDP_READ_TOKEN"] is None:
         return None
     offered = request.args.get("token")
     if offered is not None:
-        if not _is_reader(offered):
+        # Only the read token goes in a URL: the admin token must not land in history and logs.
+        if not auth.matches(offered, current_app.config["LDP_READ_TOKEN"]):
             return _refuse(403, "That token is not this dashboard's read token.")
         args = {k: v for k, v in request.args.items() if k != "token"}
         response = redirect(request.path + (f"?{urlencode(args)}" if args else ""))
-        response.set_cookie(TOKEN_COOKIE, offered, httponly=True, samesite="Strict", secure=request.is_secure)
+        response.set_cookie(auth.TOKEN_COOKIE, offered, httponly=True, samesite="Strict", secure=request.is_secure)
         return response
-    token = _bearer() or request.cookies.get(TOKEN_COOKIE)
+    token = auth.reader_token()
     if token is None:
         return _refuse(401, "This dashboard needs the read token: open it once as /?token=<LDP_READ_TOKEN>.")
-    if not _is_reader(token):
+    if not auth.is_reader(token):
         return _refuse(403, "The read token this browser holds is wrong; open the dashboard with ?token=<LDP_READ_TOKEN>.")
     return None
-
-
-def _bearer() -> str | None:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
-
-
-def _is_reader(token: str) -> bool:
-    accepted = (current_app.config["LDP_READ_TOKEN"], current_app.config["LDP_ADMIN_TOKEN"])
-    return any(t is not None and hmac.compare_digest(token.encode(), t.encode()) for t in accepted)
 
 
 def _refuse(status: int, message: str) -> tuple[str, int]:
@@ -140,9 +129,9 @@ def index() -> tuple[str, int]:
 @bp.get("/schemas/<name>")
 def schema_page(name: str) -> tuple[str, int]:
     version_param = request.args.get("version", "")
-    version = int(version_param) if version_param.isascii() and version_param.isdigit() else None
-    schema = context.catalog().schema(name, version) if version != 0 and len(version_param) <= 10 else None
-    if schema is None or (version_param and version is None):
+    version = version_number(version_param) if version_param else None
+    schema = context.catalog().schema(name, version) if version != 0 else None
+    if schema is None:
         what = f"{name} version {version_param}" if version_param else name
         return _render("error.html", 404, title="No such schema", message=f"No schema {what!r} is published.")
     since, until, range_error = _range(schema)
