@@ -104,7 +104,11 @@ class Sender(threading.Thread):
             self._notify()
             if not rows:
                 if self._stopping.is_set():
-                    return
+                    # A record made after this turn's drain (then close()) must still go out.
+                    self._drain()
+                    if not self._outbox.peek(1):
+                        return
+                    continue
                 woken = self.wake.wait(max(0.0, self._schema_due - time.monotonic()) if self._source.fetched else None)
                 if woken and not self._stopping.is_set():
                     # Let a burst of records gather: one outbox write and one post for all of them,

@@ -250,3 +250,14 @@ def test_a_schema_published_after_the_app_started_is_picked_up(app, client):
         assert telemetry.record(RECORD).queued
         assert telemetry.flush(10)
     assert len(stored_reports(app.config["LDP_DB"])) == 1
+
+
+def test_close_right_after_record_delivers_the_report(live_server, tmp_path):
+    # A one-shot app records and closes at once: the report must go out in close(), not wait on
+    # disk for the next start. Repeated, because the race was between the sender's turn and close().
+    requests.post(live_server.url + "/api/v1/schemas", json=BOOL_AND_OS, headers=ADMIN, timeout=10).raise_for_status()
+    for device in range(5):
+        telemetry = TelemetryClient(live_server.url, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path / f"d{device}")
+        assert telemetry.record({"dark_mode": True, "os": "linux"}).queued
+        telemetry.close()
+    assert len(stored_reports(live_server.db_path)) == 5
