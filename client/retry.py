@@ -1,8 +1,8 @@
 """When to retry a request and how long to wait first.
 
-The policy of posthog-python's consumer, with full jitter: network errors, 5xx, 408 and 429 are
-retried after ``uniform(0, min(cap, base * 2**attempt))`` seconds, never sooner than the server's
-``Retry-After``; any other 4xx is final.
+The policy of posthog-python's consumer, with full jitter: network errors, 5xx, 408 and 429 (and
+401, 403, 404, 405: see below) are retried after ``uniform(0, min(cap, base * 2**attempt))``
+seconds, never sooner than the server's ``Retry-After``; any other 4xx is final.
 """
 
 from __future__ import annotations
@@ -17,9 +17,15 @@ MAX_RETRY_AFTER = 86_400.0
 _MAX_EXPONENT = 60  # 2**60 * base is past any cap; a bigger power of two only risks overflow
 
 
+# 401, 403, 404 and 405 say the request never reached an aggregator that judged the reports (a
+# wrong endpoint, or auth or a proxy in front of it): no verdict on the reports, so they wait on
+# disk and are retried rather than lost. Other 4xx reject the reports themselves.
+_NOT_ABOUT_THE_REPORTS = (401, 403, 404, 405)
+
+
 def is_retryable(status: int) -> bool:
     """Whether a request answered with ``status`` may succeed if sent again unchanged."""
-    return status in (408, 429) or status >= 500
+    return status in (408, 429) or status in _NOT_ABOUT_THE_REPORTS or status >= 500
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:

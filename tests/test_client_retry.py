@@ -97,7 +97,7 @@ def test_the_attempt_count_starts_again_after_a_success(tmp_path):
     assert waits == [1, 2, 1]
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 413, 415, 422])
+@pytest.mark.parametrize("status", [400, 409, 413, 415, 422])
 def test_a_report_the_server_refuses_is_dropped_and_not_retried(tmp_path, status, caplog):
     transport = ScriptedTransport(answer(status, {"error": "no", "details": []}))
     waits: list[float] = []
@@ -107,6 +107,17 @@ def test_a_report_the_server_refuses_is_dropped_and_not_retried(tmp_path, status
         assert client.privacy_spent() != {}  # the budget stays spent: the report may have been seen
     assert waits == [] and len(transport.batches) == 1
     assert any(f"HTTP {status}" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 405])
+def test_an_answer_that_is_no_verdict_on_the_reports_is_retried(tmp_path, status):
+    # A wrong endpoint, or auth or a proxy in front of the aggregator, must not cost the reports.
+    transport = ScriptedTransport(answer(status, {"error": "no", "details": []}))  # then 202
+    waits: list[float] = []
+    with make(tmp_path, transport, waits) as client:
+        queue(client, 1)
+        assert client.flush(10)
+    assert len(transport.batches) == 2 and len(waits) == 1
 
 
 def test_a_400_naming_reports_drops_only_those(tmp_path):
@@ -162,7 +173,8 @@ def test_interpreter_exit_stops_the_sender_and_keeps_the_reports(tmp_path):
 
 
 @pytest.mark.parametrize("status, retryable", [(408, True), (429, True), (500, True), (503, True), (599, True),
-                                               (400, False), (401, False), (404, False), (413, False)])
+                                               (400, False), (401, True), (403, True), (404, True), (405, True),
+                                               (409, False), (413, False), (422, False)])
 def test_is_retryable(status, retryable):
     assert retry.is_retryable(status) is retryable
 
