@@ -144,19 +144,28 @@ class TelemetryClient:
         schema = self._source.current
         if schema is None or self._no_disk:
             return RecordResult(False, self._no_disk or self._source.unavailable)
-        if self._clock is None:
-            window = windows.current_window(schema.window)
-        else:
-            window = windows.window_of(self._clock(), schema.window)
-        truth = validate_record(schema, values)
+        try:
+            truth = validate_record(schema, values)
+        except ValueError:
+            # The server may have published a version with other attributes since this app was
+            # built: a record that fits the version in use before is recorded under that one
+            # (published versions stay valid), rather than raising into the app.
+            schema = self._source.previous
+            if schema is None or not _fits(schema, values):
+                raise
+            truth = validate_record(schema, values)
+            LOG.warning("this record fits schema %r version %d, not the server's version %d: recorded under %d",
+                        schema.name, schema.version, self._source.current.version, schema.version)  # type: ignore[union-attr]
+        moment = self._clock() if self._clock is not None else None
+        window = windows.current_window(schema.window, moment)
         key = (schema.name, window)
-        if key in self._ledger:  # the common case in an app that records often
+        if self._spent(key):  # the common case in an app that records often
             return _already_reported(window)
         report = encode_report(schema, truth, window)
         with self._lock:
             if self._closed:
                 return RecordResult(False, CLOSED)
-            if key in self._ledger:  # another thread reported in this window meanwhile
+            if self._spent(key):  # another thread reported in this window meanwhile
                 return _already_reported(window)
             self._ledger[key] = schema.epsilon
             if len(self._pending) == self._pending.maxlen:
@@ -165,6 +174,17 @@ class TelemetryClient:
         if not self._sender.wake.is_set():
             self._sender.wake.set()
         return RecordResult(True, QUEUED, window)
+
+    def _spent(self, key: tuple[str, str]) -> bool:
+        """Whether the device already reported in this window, or in one overlapping it: a day
+        and the hours inside it overlap, so a schema moved from day to hour windows (or back)
+        cannot buy a second report for the same time."""
+        schema, window = key
+        if key in self._ledger:
+            return True
+        if len(window) > 10:  # an hour: its day
+            return (schema, window[:10]) in self._ledger
+        return any((schema, f"{window}T{hour:02d}") in self._ledger for hour in range(24))
 
     def privacy_spent(self) -> dict[str, dict[str, float]]:
         """The ledger: ``{schema: {window: ε}}`` for every window this device reported in."""
@@ -276,6 +296,14 @@ class TelemetryClient:
         if appended.evicted:
             LOG.warning("the outbox is full (%d reports): dropped the %d oldest",
                         self._outbox.max_reports, appended.evicted)
+
+
+def _fits(schema: Schema, values: Mapping[str, Any]) -> bool:
+    try:
+        validate_record(schema, values)
+    except ValueError:
+        return False
+    return True
 
 
 def _already_reported(window: str) -> RecordResult:

@@ -50,6 +50,7 @@ class SchemaSource:
         self.name = schema_name(spec)
         self.fetched = isinstance(spec, str)
         self.current: Schema | None = None
+        self.previous: Schema | None = None  # the version in use before current, if any
         self.refusal: str | None = None  # why the last schema offered was refused
         self.known = threading.Event()  # set once a schema is in use or one was refused
         self._outbox: Outbox | None = None
@@ -118,6 +119,8 @@ class SchemaSource:
         return True
 
     def _use(self, schema: Schema) -> None:
+        if self.current is not None and self.current.version != schema.version:
+            self.previous = self.current
         self.current = schema
         self.refusal = None
         self.known.set()

@@ -261,3 +261,39 @@ def test_close_right_after_record_delivers_the_report(live_server, tmp_path):
         assert telemetry.record({"dark_mode": True, "os": "linux"}).queued
         telemetry.close()
     assert len(stored_reports(live_server.db_path)) == 5
+
+
+def test_a_record_that_fits_only_the_previous_version_is_recorded_under_it(app, client, caplog):
+    # The server publishes v2 with another attribute while the app still sends v1's records: the
+    # app must not get a ValueError for the server's change; v1 stays valid on the server.
+    publish(client, APP_USAGE)
+    transport = FlaskTransport(client)
+    with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path, transport=transport,
+                         schema_refresh=0.05) as telemetry:
+        assert telemetry.wait_for_schema(10)
+        with_plan = {**APP_USAGE, "version": 2, "attributes": [*APP_USAGE["attributes"], {"name": "plan", "type": "boolean"}]}
+        publish(client, with_plan)
+        assert wait_until(lambda: telemetry.schema.version == 2)
+        assert telemetry.record(RECORD).queued
+        with pytest.raises(ValueError):  # a record that fits neither version is still the app's mistake
+            telemetry.record({"dark_mode": True})
+        assert telemetry.flush(10)
+    (stored,) = stored_reports(app.config["LDP_DB"])
+    assert any("recorded under 1" in r.getMessage() for r in caplog.records)
+
+
+def test_moving_a_schema_from_day_to_hour_windows_buys_no_second_report_that_day(app, client):
+    # Windows overlap (a day holds 24 hours): the ledger counts a report in the day as spent for
+    # every hour of it, so a server cannot multiply a device's budget by changing the window kind.
+    publish(client, APP_USAGE)
+    transport = FlaskTransport(client)
+    clock = Clock()
+    with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path, transport=transport,
+                         schema_refresh=0.05, clock=clock) as telemetry:
+        assert telemetry.wait_for_schema(10)
+        assert telemetry.record(RECORD).queued  # the day window
+        publish(client, {**APP_USAGE, "version": 2, "window": "hour"})
+        assert wait_until(lambda: telemetry.schema.version == 2)
+        assert not telemetry.record(RECORD).queued  # an hour of the day already spent
+        clock.advance(days=1)
+        assert telemetry.record(RECORD).queued  # the next day: a new hour window
