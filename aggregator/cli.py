@@ -162,11 +162,11 @@ def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
     run_server(config, host=host, port=port, workers=workers)
 
 
-def _endpoint_options(token_help: str):
+def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):
     def decorate(command):
         command = click.option("--db", type=click.Path(dir_okay=False),
                                help="Work on this database file directly instead of a running server.")(command)
-        command = click.option("--token", envvar="LDP_ADMIN_TOKEN", help=token_help)(command)
+        command = click.option("--token", envvar=list(token_variables), help=token_help)(command)
         return click.option("--url", default="http://127.0.0.1:8000", show_default=True, envvar="LDP_URL",
                             help="Base URL of a running aggregator.")(command)
     return decorate
@@ -202,7 +202,8 @@ def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
 @click.option("--attribute", help="Only this attribute.")
 @click.option("--window", "windows", type=click.Choice(["all", "each"]), default="all", show_default=True,
               help="The rollup over all windows, or every window.")
-@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_ADMIN_TOKEN].")
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
+                   ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
 def estimates(schema_name: str, schema_version: int | None, attribute: str | None, windows: str, url: str,
               token: str | None, db: str | None) -> None:
     """Print the latest estimates of SCHEMA as a table."""

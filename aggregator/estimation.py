@@ -39,7 +39,8 @@ def refresh(app: Flask) -> RefreshResult:
         rows: list[dict[str, Any]] = []
         for (name, version), keys in groupby(stale, key=lambda key: key[:2]):
             schema = catalog.schema(name, version)
-            assert schema is not None, "counters exist only for published schemas"
+            if schema is None:  # counters exist only for published schemas, which are never deleted
+                raise RuntimeError(f"counters of {name!r} version {version}, which is not published")
             for _, _, window in keys:
                 rows += estimate_rows(schema, window, store.window_counters(name, version, window),
                                       confidence, computed_at)

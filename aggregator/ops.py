@@ -17,7 +17,8 @@ def healthz() -> tuple[Response, int]:
         context.store().check()
     except sqlite3.Error as exc:
         current_app.logger.error("health check failed: %s", exc)
-        return jsonify({"status": "error", "database": str(exc)}), 503
+        # The details (file paths) go to the operator's log, not to anyone who asks.
+        return jsonify({"status": "error", "database": "unavailable"}), 503
     return jsonify({"status": "ok", "database": "ok"}), 200
 
 

@@ -128,10 +128,13 @@ class Store:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # Also when COMMIT itself fails (a full disk): a transaction left open on this thread's
+            # connection would make every later BEGIN on it fail.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def migrate(self) -> None:
         """Bring the tables up to date; safe when several processes start at once."""
