@@ -48,13 +48,13 @@ def built(tmp_path_factory) -> dict[str, Path]:
             shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(path, source / name)
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", root / "dist", source)
+    build = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", root / "dist", source)
     (wheel,) = (root / "dist").glob("ldp_telemetry-*.whl")
     venv = root / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv)
     python = venv / "bin" / "python"
     run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel)
-    return {"root": root, "wheel": wheel, "venv": venv, "python": python}
+    return {"root": root, "wheel": wheel, "venv": venv, "python": python, "build_output": build.stdout + build.stderr}
 
 
 def in_fresh_venv(built: dict[str, Path], code: str, pythonpath: list[Path]) -> str:
@@ -79,6 +79,19 @@ def test_the_wheel_holds_the_three_packages_under_one_import_root(built):
     for package in PACKAGES:
         assert package.replace(".", "/") + "/__init__.py" in names
     assert not [n for n in names if "/tests/" in n or n.startswith("tests/")]
+
+
+def test_the_wheel_carries_the_dashboard_files_without_a_setuptools_warning(built):
+    with zipfile.ZipFile(built["wheel"]) as archive:
+        names = set(archive.namelist())
+    aggregator = REPO / "aggregator"
+    files = [p.relative_to(aggregator).as_posix() for folder in ("templates", "static")
+             for p in (aggregator / folder).iterdir() if p.is_file()]
+    assert files
+    for name in files:
+        assert f"ldp_telemetry/aggregator/{name}" in names, name
+    # The data folders are listed as packages: no "Package would be ignored" on every pip install.
+    assert "would be ignored" not in built["build_output"].lower(), built["build_output"][-3000:]
 
 
 def test_the_base_install_needs_only_requests(built):
