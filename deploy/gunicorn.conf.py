@@ -30,7 +30,10 @@ graceful_timeout = 20
 # Restart workers now and then so that no leak can grow for ever.
 max_requests = 10_000
 max_requests_jitter = 1_000
-forwarded_allow_ips = ""  # never take a client address from X-Forwarded-For
+# Trust X-Forwarded-Proto from the reverse proxy on this host only, so a request that came in over
+# HTTPS is seen as secure (the read-token cookie is then set Secure). Gunicorn takes no client
+# address from these headers, and nginx-site.conf blanks X-Forwarded-For anyway.
+forwarded_allow_ips = os.environ.get("LDP_PROXY_IPS", "127.0.0.1,::1")
 proxy_protocol = False
 # gunicorn 27's control socket would be created in $HOME; nothing here uses it.
 control_socket_disable = True

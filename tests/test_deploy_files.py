@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 APP = "ldp_telemetry.aggregator:create_app()"
 # Read by deploy/gunicorn.conf.py itself, not by the aggregator's settings.
-GUNICORN_VARIABLES = {"LDP_BIND", "LDP_WORKERS", "LDP_THREADS", "LDP_ACCESS_LOG", "LDP_ERROR_LOG", "LDP_LOG_LEVEL"}
+GUNICORN_VARIABLES = {"LDP_BIND", "LDP_WORKERS", "LDP_THREADS", "LDP_ACCESS_LOG", "LDP_ERROR_LOG", "LDP_LOG_LEVEL",
+                      "LDP_PROXY_IPS"}
 
 
 def test_compose_keeps_the_database_on_a_volume_and_checks_health():
