@@ -137,8 +137,16 @@ def share_scale(values: Sequence[float], *, from_zero: bool) -> tuple[Scale, lis
     hi = max(values, default=1.0)
     lo, hi, ticks = nice_ticks(lo, max(hi, lo + 0.01))
     scale = Scale(lo, hi, HEIGHT - BOTTOM, TOP)
-    digits = 0 if len(ticks) < 2 or ticks[1] - ticks[0] >= 0.01 - 1e-12 else 1
+    digits = _exact_digits(ticks)
     return scale, [Tick(scale(t), _percent(t, digits)) for t in ticks]
+
+
+def _exact_digits(shares: Sequence[float], most: int = 3) -> int:
+    """The fewest decimals that label every share in percent exactly (2.5% needs one, 20% none)."""
+    for digits in range(most + 1):
+        if all(abs(round(s * 100, digits) - s * 100) < 1e-6 for s in shares):
+            return digits
+    return most
 
 
 def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tick]:

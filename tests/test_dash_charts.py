@@ -20,6 +20,29 @@ def test_nice_ticks_cover_the_range(lo, hi, expected):
     assert start <= lo and stop >= hi
 
 
+@pytest.mark.parametrize(
+    "values, from_zero, expected",
+    [
+        # a 2.5% step: one decimal, not "0%, 2%, 5%, 8%, 10%, 12%"
+        ([0.03, 0.12], True, ["0.0%", "2.5%", "5.0%", "7.5%", "10.0%", "12.5%"]),
+        ([0.3, 0.7], False, ["30%", "40%", "50%", "60%", "70%"]),
+        ([0.0, 0.062], True, ["0%", "2%", "4%", "6%", "8%"]),
+        ([0.31, 0.47], False, ["30%", "35%", "40%", "45%", "50%"]),
+        ([0.501, 0.505], False, ["50.0%", "50.5%", "51.0%", "51.5%"]),
+        ([0.001, 0.004], False, ["0.0%", "0.2%", "0.4%", "0.6%", "0.8%", "1.0%", "1.2%"]),
+        ([0.0, 1.0], True, ["0%", "20%", "40%", "60%", "80%", "100%"]),
+    ],
+)
+def test_share_tick_labels_are_exact(values, from_zero, expected):
+    scale, ticks = charts.share_scale(values, from_zero=from_zero)
+    labels = [t.label for t in ticks]
+    assert labels == expected
+    # Each label reads back as the share its tick stands at (pixels are rounded to 0.01).
+    for tick, label in zip(ticks, labels):
+        share = scale.lo + (tick.at - scale.start) / (scale.end - scale.start) * (scale.hi - scale.lo)
+        assert float(label.rstrip("%")) == pytest.approx(share * 100, abs=1e-3)
+
+
 def test_band_chart_maps_shares_onto_the_scale():
     windows = ["2026-11-19", "2026-11-20", "2026-11-21"]
     values = [Interval(0.4, 0.3, 0.5), Interval(0.5, 0.4, 0.6), Interval(0.6, 0.5, 0.7)]
