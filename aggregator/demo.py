@@ -4,7 +4,8 @@ It starts the real aggregator (``ldp-telemetry serve``, gunicorn, SQLite in ``./
 publishes a demo schema, and plays a population of devices whose true values it knows. Every
 device randomises its own record on the device side with the client's code (the OS CSPRNG) and
 the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each
-true share beside its estimate and interval, and leaves the server and its dashboard running.
+true share beside its estimate and interval, and serves the dashboard until Ctrl-C, SIGTERM or
+SIGHUP. The server never outlives the demo, even one killed by SIGKILL (see :data:`WATCHDOG`).
 
 Two kinds of device, because each device is its own client: a client's ledger allows one report
 per schema per window, so 20,000 devices are 20,000 ledgers and outboxes, not 20,000 records
@@ -20,11 +21,13 @@ through one client.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -115,14 +118,49 @@ class Progress:
         self.out.flush()
 
 
+# The server dies with the demo, however the demo ends. ServerProcess starts the server in a
+# session of its own (so that a Ctrl-C in the terminal does not reach it before the demo stops it
+# gracefully), which also means that a demo killed by SIGKILL, or by a signal it does not handle,
+# would leave it running, re-parented to PID 1. So the demo's server command is this watchdog:
+# it runs ``ldp-telemetry serve`` as its child, in the same process group, and once its own
+# parent (the demo, whose pid it is given) is gone, it stops the whole group: SIGTERM, then
+# SIGKILL after a grace period. It ignores the SIGTERM that ServerProcess.stop() sends to the
+# group and waits for the server to finish, so a normal stop stays graceful. It polls its parent
+# pid (portable; a closed pipe would need a file descriptor that ServerProcess does not pass on).
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+parent, command = int(sys.argv[1]), sys.argv[2:]
+signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a handler, not SIG_IGN: exec resets it
+server = subprocess.Popen(command)
+while server.poll() is None:
+    if os.getppid() != parent:
+        os.killpg(0, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(0, signal.SIGKILL)
+        break
+    time.sleep(0.2)
+code = server.wait()
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 class DemoServer(ServerProcess):
-    """``ldp-telemetry serve`` on the demo's database, preferring the port asked for."""
+    """``ldp-telemetry serve`` on the demo's database, preferring the port asked for.
+
+    It runs under :data:`WATCHDOG`, so it stops when the demo process ends, even by SIGKILL.
+    """
 
     def __init__(self, data_dir: Path, port: int):
         self.admin_token = secrets.token_urlsafe(24)
-        super().__init__(data_dir / "aggregator.db", workers=2, log_path=data_dir / "server.log",
+        db_path = data_dir / "aggregator.db"
+        serve = [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+                 "--port", "{port}", "--workers", "2", "--db", _literal(str(db_path))]
+        super().__init__(db_path, workers=2, log_path=data_dir / "server.log",
                          env={"LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10",
-                              "LDP_READ_TOKEN": None, "LDP_SCHEDULER": "true"})
+                              "LDP_READ_TOKEN": None, "LDP_SCHEDULER": "true"},
+                         command=[sys.executable, "-c", _literal(WATCHDOG), str(os.getpid()), *serve])
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
 
@@ -222,10 +260,16 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
 
     data_dir = options.data_dir.resolve()
     _fresh(data_dir)
-    server = DemoServer(data_dir, _port(options.port))
-    say(f"Starting the aggregator on {server.url} (SQLite in {data_dir}) ...")
-    server.start(timeout=SERVER_START_TIMEOUT)
+    port = _port(options.port)
+    if options.port and port != options.port:
+        say(f"port {options.port} is busy; using {port}")
+    server = DemoServer(data_dir, port)
+    # SIGTERM (a script, a service manager) and SIGHUP (the terminal closed) stop the server too,
+    # as Ctrl-C does, at any stage; the watchdog covers what no handler can (SIGKILL).
+    restore = _handle_stop_signals()
     try:
+        say(f"Starting the aggregator on {server.url} (SQLite in {data_dir}) ...")
+        server.start(timeout=SERVER_START_TIMEOUT)
         published = server.admin("POST", "/api/v1/schemas", DEMO_SCHEMA)
         schema = parse_schema(published)
         say(f"Published schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
@@ -248,19 +292,25 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         say()
         _print_table(say, schema, rows, answer["confidence"])
         say()
-        say(f"Dashboard: {server.url}/schemas/{schema.name}")
         if options.exit:
+            say(f"Without --exit the dashboard would be served at {server.url}/schemas/{schema.name}; "
+                f"--exit stops the aggregator now.")
             return rows
+        say(f"Dashboard: {server.url}/schemas/{schema.name}")
         say("Serving until Ctrl-C (estimates refresh every 10 s) ...")
-        # A SIGTERM (a script, a service manager) stops the server too, as Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
         try:
             server.wait()
         except KeyboardInterrupt:
-            say("\nStopping.")
+            try:
+                say("\nStopping.")
+            except OSError:  # after SIGHUP the terminal may be gone
+                pass
         return rows
+    except KeyboardInterrupt:  # before the table: the demo did not finish
+        raise RuntimeError("interrupted; the aggregator is stopped") from None
     finally:
         server.stop()
+        restore()
 
 
 def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], confidence: float) -> None:
@@ -280,6 +330,24 @@ def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], co
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _handle_stop_signals() -> Callable[[], None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does; returns what restores the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # only the main thread may set handlers; the watchdog still applies
+    names = ("SIGTERM", "SIGHUP")  # no SIGHUP on Windows
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (getattr(signal, n) for n in names if hasattr(signal, n))}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return restore
+
+
+def _literal(text: str) -> str:
+    """``text`` unchanged by ServerProcess's ``str.format(port=...)`` of its command."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _fresh(data_dir: Path) -> None:

@@ -1,0 +1,119 @@
+"""`ldp-telemetry demo`: its aggregator never outlives it, and it says which port it took.
+
+The server runs in a session of its own (aggregator/process.py), so only the demo can stop it:
+on SIGTERM, SIGHUP and Ctrl-C it does so itself; on SIGKILL its watchdog does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def demo_command(data_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--devices", "60", "--days", "1",
+            "--clients", "2", "--data-dir", str(data_dir), *args]
+
+
+def start_serving(data_dir: Path) -> tuple[subprocess.Popen, str, list[str]]:
+    """The demo (not --exit), once it serves: the process, the server's URL, its output so far."""
+    demo = subprocess.Popen(demo_command(data_dir, "--port", "0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith("Serving until Ctrl-C"):
+        line = demo.stdout.readline()
+        if not line:
+            demo.wait(30)
+            pytest.fail("the demo ended before serving:\n" + "".join(lines))
+        lines.append(line)
+    url = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+)/schemas/demo-app", "".join(lines))[1]
+    assert requests.get(url + "/healthz", timeout=5).status_code == 200
+    return demo, url, lines
+
+
+def answers(url: str) -> bool:
+    try:
+        requests.get(url + "/healthz", timeout=1)
+    except requests.ConnectionError:
+        return False
+    return True
+
+
+def stops_answering(url: str, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not answers(url):
+            return True
+        time.sleep(0.2)
+    return not answers(url)
+
+
+def kill_leftovers(data_dir: Path) -> None:
+    """SIGKILL the process group of anything still running on the demo's database (Linux /proc)."""
+    needle = str(data_dir / "aggregator.db").encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (proc / "cmdline").read_bytes():
+                os.killpg(os.getpgid(int(proc.name)), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def stop(demo: subprocess.Popen) -> None:
+    if demo.poll() is None:
+        demo.send_signal(signal.SIGTERM)
+        try:
+            demo.wait(30)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            demo.wait()
+    demo.stdout.close()
+
+
+def test_the_server_dies_with_a_sigkilled_demo(tmp_path):
+    data_dir = tmp_path / "demo"
+    demo, url, _ = start_serving(data_dir)
+    try:
+        demo.kill()  # SIGKILL: no handler runs, no finally; the watchdog stops the server
+        demo.wait(10)
+        assert stops_answering(url, within=10), "the server outlived the SIGKILLed demo"
+    finally:
+        stop(demo)
+        kill_leftovers(data_dir)
+
+
+def test_sighup_stops_the_demo_and_its_server(tmp_path):
+    data_dir = tmp_path / "demo"
+    demo, url, _ = start_serving(data_dir)
+    try:
+        demo.send_signal(signal.SIGHUP)  # the terminal closed: as Ctrl-C, the demo stops its server
+        assert demo.wait(30) == 0
+        assert "Stopping." in demo.stdout.read()
+        assert not answers(url)
+    finally:
+        stop(demo)
+        kill_leftovers(data_dir)
+
+
+def test_a_busy_port_is_named_with_the_one_used_instead(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(demo_command(tmp_path / "demo", "--port", str(port), "--exit"),
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    used = re.search(rf"^port {port} is busy; using (\d+)$", result.stdout, re.MULTILINE)
+    assert used and int(used[1]) != port, result.stdout[:2000]
+    assert f"Starting the aggregator on http://127.0.0.1:{used[1]} " in result.stdout
