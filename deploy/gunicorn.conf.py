@@ -12,13 +12,10 @@ redacts the one error line gunicorn writes with a client address (a malformed re
 The aggregator's own settings come from LDP_* variables (see deploy/README.md).
 """
 
-import logging
 import os
-import re
 import shutil
 import tempfile
 
-from gunicorn import glogging
 
 # Inside a container bind 0.0.0.0 (LDP_BIND) and publish the port to the host's loopback only.
 bind = os.environ.get("LDP_BIND", "127.0.0.1:8000")
@@ -45,25 +42,21 @@ access_log_format = '"%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
 
 # Atoms of gunicorn's access-log format that name or fingerprint the client.
 _CLIENT_ATOMS = {"h": "-", "a": "-", "f": "-", "q": "-", "u": "-", "l": "-"}
-# "ip=<address>: <error>"; an IPv6 address has colons of its own, hence the look-ahead for ": ".
-_ADDRESS = re.compile(r"ip=(?:\S*?(?=: )|\S+)")
+# With several workers, each counts its own requests: prometheus-client's multiprocess mode keeps
+# the counts in files so that /metrics sums them. The variable must be set before the workers
+# import prometheus_client, so here, in the master, before anything of ours is imported.
+_metrics_dir = None
+if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
+
+# Only now may anything of ours be imported (see above).
+from ldp_telemetry.aggregator.server import NoClientAddressLogger as _RedactingLogger  # noqa: E402
+from ldp_telemetry.aggregator.server import child_exit  # noqa: E402,F401  a dead worker's files go
 
 
-def _redact_address(record: logging.LogRecord) -> bool:
-    """Filter: rewrite "Invalid request from ip=1.2.3.4: ..." without the address."""
-    message = record.getMessage()
-    if "ip=" in message:
-        record.msg, record.args = _ADDRESS.sub("ip=-", message), ()
-    return True
-
-
-class NoClientAddressLogger(glogging.Logger):
-    """Gunicorn's logger, unable to write a client's address, agent, referer or query."""
-
-    def setup(self, cfg):
-        super().setup(cfg)
-        if _redact_address not in self.error_log.filters:
-            self.error_log.addFilter(_redact_address)
+class NoClientAddressLogger(_RedactingLogger):
+    """The logger of ``ldp-telemetry serve`` (client addresses redacted from the error log), with an
+    access log unable to write a client's address, agent, referer or query."""
 
     def atoms(self, resp, req, environ, request_time):
         atoms = super().atoms(resp, req, environ, request_time)
@@ -76,15 +69,6 @@ class NoClientAddressLogger(glogging.Logger):
 
 
 logger_class = NoClientAddressLogger
-
-# With several workers, each counts its own requests: prometheus-client's multiprocess mode keeps
-# the counts in files so that /metrics sums them. The variable must be set before the workers
-# import prometheus_client, so here, in the master, before anything of ours is imported.
-_metrics_dir = None
-if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    _metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
-
-from ldp_telemetry.aggregator.server import child_exit  # noqa: E402  a dead worker's files go
 
 
 def on_exit(server):

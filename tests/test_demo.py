@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
+from test_demo_lifecycle import stop
 import requests
 
 from ldp_telemetry.aggregator.demo import DEMO_SCHEMA, STEADY_SHARES, population
@@ -70,13 +71,7 @@ def test_demo_serves_the_dashboard_until_stopped(tmp_path):
         with pytest.raises(requests.ConnectionError):
             requests.get(url + "/healthz", timeout=5)
     finally:
-        if demo.poll() is None:  # SIGTERM first: the demo then stops the server it started
-            demo.send_signal(signal.SIGTERM)
-            try:
-                demo.wait(30)
-            except subprocess.TimeoutExpired:
-                demo.kill()
-                demo.wait()
+        stop(demo)  # SIGTERM first: the demo then stops the server it started
 
 
 def test_population_holds_the_stated_shares_each_day():
