@@ -136,7 +136,9 @@ def schema_page(name: str) -> tuple[str, int]:
         return _render("error.html", 404, title="No such schema", message=f"No schema {what!r} is published.")
     since, until, range_error = _range(schema)
     store = context.store()
-    confidence = current_app.config["LDP_CONFIDENCE"]
+    # The level the shown intervals were computed at (LDP_CONFIDENCE until the next refresh
+    # after it changed, the previous level).
+    confidence = store.estimates_confidence() or current_app.config["LDP_CONFIDENCE"]
     page = pages.schema_page(schema, store.estimates(schema.name, schema.version, None, since, until), confidence)
     csv_query = {"schema": schema.name, "version": schema.version, "format": "csv",
                  **{k: v for k, v in (("since", since), ("until", until)) if v}}

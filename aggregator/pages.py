@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..shared import privacy
-from ..shared.estimators import z_value
 from ..shared.schema import Attribute, Schema
 from . import charts
 from .estimation import ROLLUP
@@ -69,15 +68,6 @@ class AttributePrivacy:
     curve: list[tuple[float, float]]  # the privacy profile, sampled
     delta_at_zero: float  # δ(0): the total variation distance of the worst pair
     comparison: privacy.LocalVsCentral | None  # None until there is data
-    z: float
-
-    @property
-    def local_half_width(self) -> float | None:
-        return None if self.comparison is None else self.z * self.comparison.local_se
-
-    @property
-    def central_half_width(self) -> float | None:
-        return None if self.comparison is None else self.z * self.comparison.central_se
 
 
 @dataclass(frozen=True)
@@ -132,12 +122,11 @@ def schema_page(schema: Schema, rows: Sequence[dict[str, Any]], confidence: floa
             by_attribute[row["attribute"]].setdefault(row["window"], {})[str(row["value"])] = cell(row)
     windows = sorted({r["window"] for r in rows if r["window"] != ROLLUP})
     computed = max((r["computed_at"] for r in rows), default=None)
-    z = z_value(confidence)
-    views = [attribute_view(a, by_attribute[a.name], z) for a in schema.attributes]
+    views = [attribute_view(a, by_attribute[a.name], confidence) for a in schema.attributes]
     return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views))
 
 
-def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], z: float) -> AttributeView:
+def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], confidence: float) -> AttributeView:
     """One attribute's table, chart and privacy from its cells by window and value."""
     keys = ["true"] if attribute.type == "boolean" else list(attribute.categories)
     windows = sorted(w for w in cells if w != ROLLUP)
@@ -151,7 +140,7 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], z: f
     chart, note = _chart(attribute, windows, cells, [r.label for r in rows])
     shown = rows[:MAX_TABLE_VALUES]
     return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
-                         attribute_privacy(attribute, n, z))
+                         attribute_privacy(attribute, n, confidence))
 
 
 def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, Cell]],
@@ -174,7 +163,7 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
     return charts.bar_chart(shown, categories, values), "; ".join(notes)
 
 
-def attribute_privacy(attribute: Attribute, n: int, z: float) -> AttributePrivacy:
+def attribute_privacy(attribute: Attribute, n: int, confidence: float) -> AttributePrivacy:
     p, q, epsilon = attribute.p, attribute.q, attribute.epsilon
     curve = privacy.profile_curve(attribute.mechanism, p, q, epsilon)
     return AttributePrivacy(
@@ -187,8 +176,7 @@ def attribute_privacy(attribute: Attribute, n: int, z: float) -> AttributePrivac
         posterior=privacy.posterior_bound(epsilon),
         curve=curve,
         delta_at_zero=curve[0][1],
-        comparison=privacy.local_vs_central(p, q, epsilon, n) if n > 0 else None,
-        z=z,
+        comparison=privacy.local_vs_central(p, q, epsilon, n, confidence) if n > 0 else None,
     )
 
 

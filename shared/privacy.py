@@ -16,6 +16,7 @@ from itertools import product
 from typing import Sequence
 
 from . import mechanisms
+from .estimators import DEFAULT_CONFIDENCE, z_value
 
 
 def posterior_bound(epsilon: float, prior: float = 0.5) -> float:
@@ -108,11 +109,21 @@ class LocalVsCentral:
     n: int
     local_se: float
     central_se: float
+    confidence: float = DEFAULT_CONFIDENCE
 
     @property
     def ratio(self) -> float:
         """How many times wider the local interval is (the same z multiplies both)."""
         return self.local_se / self.central_se
+
+    @property
+    def local_half_width(self) -> float:
+        """Half the width of a normal interval at ``confidence``: z times the standard error."""
+        return z_value(self.confidence) * self.local_se
+
+    @property
+    def central_half_width(self) -> float:
+        return z_value(self.confidence) * self.central_se
 
 
 def local_standard_error(p: float, q: float, n: int) -> float:
@@ -139,9 +150,11 @@ def central_standard_error(epsilon: float, n: int) -> float:
     return math.sqrt(2) / (epsilon * n)
 
 
-def local_vs_central(p: float, q: float, epsilon: float, n: int) -> LocalVsCentral:
-    """Both standard errors of one attribute's share at ``n`` reports, with the same ``epsilon``."""
-    return LocalVsCentral(n, local_standard_error(p, q, n), central_standard_error(epsilon, n))
+def local_vs_central(p: float, q: float, epsilon: float, n: int,
+                     confidence: float = DEFAULT_CONFIDENCE) -> LocalVsCentral:
+    """Both standard errors of one attribute's share at ``n`` reports, with the same ``epsilon``,
+    and the half-widths of intervals at ``confidence``."""
+    return LocalVsCentral(n, local_standard_error(p, q, n), central_standard_error(epsilon, n), confidence)
 
 
 def _bit(probability_of_one: float, bit: int) -> float:
