@@ -3,7 +3,8 @@
 415 unless the Content-Type is JSON; 413 past ``LDP_MAX_BODY``, by Content-Length or, for a
 chunked body, by reading no more than the limit; 400 for anything that is not
 one strict JSON object. Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e999`` (read as
-infinity) by default: none of them is JSON, so all are refused here.
+infinity) by default: none of them is JSON, so all are refused here; so is an object with a key
+given twice (which Python would read as its last value).
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise _NotJson(f"the number {text[:40]} is too large")
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct; Python's json would keep the last of a repeated key,
+    so a report read here and by another parser could mean two things."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _NotJson(f"the key {repeated[:40]!r} appears twice in one object")
+    return obj
 
 
 def _read_body(limit: int) -> bytes:
@@ -64,7 +76,8 @@ def json_object() -> dict[str, Any]:
     try:
         # JSON between systems is UTF-8 (RFC 8259 8.1), decoded strictly: json.loads(bytes) would
         # also take UTF-16 or UTF-32, and UTF-8-encoded lone surrogates. A leading BOM is ignored.
-        obj = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, parse_float=_finite_float)
+        obj = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_keys)
     except _NotJson as exc:
         raise ApiError(400, "the body is not valid JSON", [detail("body", str(exc))]) from None
     except (ValueError, RecursionError) as exc:
