@@ -111,6 +111,9 @@ def get_estimates() -> Response:
                 window_start(query[bound], schema.window)
             except ValueError as exc:
                 raise ApiError(400, f"{bound} must be a {schema.window} window", [detail(bound, str(exc))]) from None
+    if "since" in query and "until" in query and query["since"] > query["until"]:  # window names sort in time
+        raise ApiError(400, f"since ({query['since']}) is after until ({query['until']}): no window is in that range",
+                       [detail("since", "after until")])
     rows = context.store().estimates(schema.name, schema.version, attribute, query.get("since"), query.get("until"))
     estimates = [_estimate(schema, row) for row in _in_schema_order(schema, rows)]
     if query.get("format", "json") == "csv":

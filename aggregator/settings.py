@@ -111,7 +111,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_ESTIMATE_INTERVAL", 60.0, "Seconds between scheduled estimate refreshes.",
             _number(0, 86400 * 7, open_low=True)),
     Setting("LDP_MAX_BATCH", 1000, "Most reports accepted in one POST /api/v1/reports.", _integer(1)),
-    Setting("LDP_MAX_BODY", 1 << 20, "Largest request body in bytes; larger gets 413.", _integer(1)),
+    # Below 4 KiB not even one report with a large OUE vector would fit.
+    Setting("LDP_MAX_BODY", 1 << 20, "Largest request body in bytes (at least 4096); larger gets 413.", _integer(4096)),
     Setting("LDP_CONFIDENCE", 0.95, "Confidence level of the estimate intervals, in (0, 1).",
             _number(0, 1, open_low=True, open_high=True)),
     Setting("LDP_RETENTION_DAYS", 30.0,

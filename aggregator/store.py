@@ -107,6 +107,8 @@ class Store:
             # (~40 MiB of WAL) instead of 1,000 lets one checkpoint absorb many rewrites of a page.
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+            # Retention must erase: deleted reports are overwritten, not left in free pages.
+            conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
         return conn
 

@@ -34,4 +34,5 @@ def outbox_path(data_dir: Path, schema_name: str) -> Path:
     app at another server cannot reset the budget spent in a window.
     """
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return data_dir / f"{schema_name}.sqlite3"
+    # A prefix, because a schema may be called "con" or "nul": device names on Windows.
+    return data_dir / f"outbox-{schema_name}.sqlite3"

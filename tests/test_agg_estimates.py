@@ -158,3 +158,9 @@ def test_csv_has_the_same_columns_and_numbers(client):
         assert [float(row[c]) for c in ("estimate", "estimate_clipped", "ci_low", "ci_high", "epsilon")] == \
                [e[c] for c in ("estimate", "estimate_clipped", "ci_low", "ci_high", "epsilon")]
         assert (int(row["n"]), row["window"], row["computed_at"]) == (e["n"], e["window"], e["computed_at"])
+
+
+def test_since_after_until_is_a_clear_400(client, publish_schema):
+    publish_schema(client)
+    response = client.get("/api/v1/estimates?schema=app-usage&since=2026-11-21&until=2026-11-01")
+    assert response.status_code == 400 and "after until" in response.get_json()["error"]

@@ -147,11 +147,11 @@ def test_batch_limit(make_app):
 
 
 def test_body_limit_by_content_length(make_app):
-    app = make_app(LDP_CLOCK=lambda: NOW, LDP_MAX_BODY=2000)
+    app = make_app(LDP_CLOCK=lambda: NOW, LDP_MAX_BODY=4096)
     client = app.test_client()
     publish(client)
     before = db_state(app)
-    response = client.post("/api/v1/reports", json={"reports": reports(20)})
+    response = client.post("/api/v1/reports", json={"reports": reports(60)})
     assert response.status_code == 413 and response.get_json()["error"]
     assert db_state(app) == before
 

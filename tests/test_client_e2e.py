@@ -87,6 +87,8 @@ def test_reports_arrive_once_and_the_estimates_move_toward_the_truth(app, client
         row = rollup[(name, value)]
         assert row["n"] == made
         sd = math.sqrt(mechanisms.variance(attribute.p, attribute.q, made, share))
+        # The device coins are the OS CSPRNG (not seeded): 4.5 standard deviations make a false
+        # failure of any of these 5 checks about 5 x 6.8e-6 = 3.4e-5 (normal approximation).
         assert abs(row["estimate"] - share) < 4.5 * sd, (name, value, row["estimate"], share, sd)
 
 

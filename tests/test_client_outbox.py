@@ -131,7 +131,7 @@ def test_an_unusable_outbox_never_breaks_the_app_and_records_nothing(tmp_path, c
         data_dir.write_text("")
     else:
         data_dir = tmp_path
-        (tmp_path / "app-usage.sqlite3").write_bytes(b"this is not a database, " * 100)
+        (tmp_path / "outbox-app-usage.sqlite3").write_bytes(b"this is not a database, " * 100)
     with TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=data_dir) as client:
         result = client.record(RECORD)
         assert not result.queued and "cannot be used" in result.reason

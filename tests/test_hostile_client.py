@@ -215,7 +215,7 @@ def test_a_damaged_outbox_row_is_dropped_and_the_rest_still_sent(tmp_path, caplo
 def test_a_damaged_cached_schema_is_ignored(tmp_path):
     endpoint = "http://aggregator.test"
     TelemetryClient(endpoint, "app-usage", max_epsilon=4, data_dir=tmp_path, transport=ScriptedTransport()).close(1)
-    db = sqlite3.connect(tmp_path / "app-usage.sqlite3")
+    db = sqlite3.connect(tmp_path / "outbox-app-usage.sqlite3")
     db.execute("INSERT OR REPLACE INTO schemas VALUES (?, ?, ?)", (endpoint, "app-usage", "{garbage"))
     db.commit()
     db.close()
