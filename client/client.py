@@ -112,6 +112,7 @@ class TelemetryClient:
         self._persist_lock = threading.Lock()
         self._persisting = False
         self._closed = False
+        self._older_versions_used: set[int] = set()  # warned about once each
         self._owns_transport = transport is None
         self._transport = transport or RequestsTransport()
         self._sender = Sender(
@@ -150,12 +151,11 @@ class TelemetryClient:
             # The server may have published a version with other attributes since this app was
             # built: a record that fits the version in use before is recorded under that one
             # (published versions stay valid), rather than raising into the app.
-            schema = self._source.previous
-            if schema is None or not _fits(schema, values):
+            fitting = next((s for s in (self._source.current, self._source.previous)  # current may just have changed
+                            if s is not None and _fits(s, values)), None)
+            if fitting is None:
                 raise
-            truth = validate_record(schema, values)
-            LOG.warning("this record fits schema %r version %d, not the server's version %d: recorded under %d",
-                        schema.name, schema.version, self._source.current.version, schema.version)  # type: ignore[union-attr]
+            schema, truth = fitting, validate_record(fitting, values)
         moment = self._clock() if self._clock is not None else None
         window = windows.current_window(schema.window, moment)
         key = (schema.name, window)
@@ -173,18 +173,17 @@ class TelemetryClient:
             self._pending.append(report)
         if not self._sender.wake.is_set():
             self._sender.wake.set()
+        if schema is not self._source.current and schema.version not in self._older_versions_used:
+            self._older_versions_used.add(schema.version)
+            LOG.warning("records fit schema %r version %d, not the server's newer version: recorded under %d",
+                        schema.name, schema.version, schema.version)
         return RecordResult(True, QUEUED, window)
 
     def _spent(self, key: tuple[str, str]) -> bool:
-        """Whether the device already reported in this window, or in one overlapping it: a day
-        and the hours inside it overlap, so a schema moved from day to hour windows (or back)
-        cannot buy a second report for the same time."""
+        """Whether this process knows the device reported in this window or one overlapping it
+        (:func:`windows.overlapping`); the outbox checks again, for every process, when it stores."""
         schema, window = key
-        if key in self._ledger:
-            return True
-        if len(window) > 10:  # an hour: its day
-            return (schema, window[:10]) in self._ledger
-        return any((schema, f"{window}T{hour:02d}") in self._ledger for hour in range(24))
+        return key in self._ledger or any((schema, w) in self._ledger for w in windows.overlapping(window))
 
     def privacy_spent(self) -> dict[str, dict[str, float]]:
         """The ledger: ``{schema: {window: ε}}`` for every window this device reported in."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldp_telemetry.shared import windows
+
 LOG = logging.getLogger("ldp_telemetry.client")
 
 _TABLES = """
@@ -76,10 +78,11 @@ class Outbox:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for report in reports:
-                    entry = (report["schema"], report["window"], report["epsilon"])
-                    if self._db.execute("INSERT OR IGNORE INTO ledger VALUES (?, ?, ?)", entry).rowcount == 0:
+                    if self._spent(report["schema"], report["window"]):
                         spent += 1
                         continue
+                    self._db.execute("INSERT INTO ledger VALUES (?, ?, ?)",
+                                     (report["schema"], report["window"], report["epsilon"]))
                     self._db.execute("INSERT INTO outbox (endpoint, body) VALUES (?, ?)", (self.endpoint, _dumps(report)))
                     stored += 1
                 evicted = max(0, self.count + stored - self.max_reports)
@@ -94,6 +97,13 @@ class Outbox:
                 raise
             self.count += stored - evicted
         return Appended(stored, spent, evicted)
+
+    def _spent(self, schema: str, window: str) -> bool:
+        """Whether any client on this file reported in ``window`` or a window overlapping it."""
+        names = windows.overlapping(window)
+        marks = ",".join("?" * len(names))
+        return self._db.execute(f"SELECT 1 FROM ledger WHERE schema = ? AND window IN ({marks}) LIMIT 1",
+                                (schema, *names)).fetchone() is not None
 
     def peek(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
         """The oldest ``limit`` reports, as ``(seq, report)``, left in place until removed."""

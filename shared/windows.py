@@ -43,6 +43,15 @@ def _window_by_index(index: int, kind: str) -> str:
     return window_of(datetime.fromtimestamp(index * LENGTH[kind].total_seconds(), timezone.utc), kind)
 
 
+def overlapping(name: str) -> tuple[str, ...]:
+    """The window names whose time overlaps window ``name``: itself, and its day (for an hour) or
+    its 24 hours (for a day). The ledger counts all of them as spent, so moving a schema between
+    day and hour windows buys no second report for the same time."""
+    if len(name) > 10:  # YYYY-MM-DDTHH
+        return (name, name[:10])
+    return (name, *(f"{name}T{hour:02d}" for hour in range(24)))
+
+
 def window_start(name: str, kind: str) -> datetime:
     """The aware UTC start of the window called ``name``; ``ValueError`` if it is not one."""
     if not isinstance(name, str):

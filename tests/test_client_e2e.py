@@ -21,6 +21,14 @@ RECORD = {"dark_mode": True, "os": "linux"}
 FAST = {"backoff_base": 0.01, "backoff_cap": 0.1}  # real waits, kept short
 
 
+def stored_versions(db_path) -> list[int]:
+    connection = sqlite3.connect(db_path)
+    try:
+        return [v for (v,) in connection.execute("SELECT version FROM reports ORDER BY version")]
+    finally:
+        connection.close()
+
+
 def stored_reports(db_path) -> list[tuple[str, str]]:
     """(id, window) of every report the aggregator stored."""
     connection = sqlite3.connect(db_path)
@@ -277,11 +285,13 @@ def test_a_record_that_fits_only_the_previous_version_is_recorded_under_it(app, 
         publish(client, with_plan)
         assert wait_until(lambda: telemetry.schema.version == 2)
         assert telemetry.record(RECORD).queued
+        assert not telemetry.record(RECORD).queued  # suppressed by the ledger: no second warning
         with pytest.raises(ValueError):  # a record that fits neither version is still the app's mistake
             telemetry.record({"dark_mode": True})
         assert telemetry.flush(10)
-    (stored,) = stored_reports(app.config["LDP_DB"])
-    assert any("recorded under 1" in r.getMessage() for r in caplog.records)
+    assert len(stored_reports(app.config["LDP_DB"])) == 1
+    assert stored_versions(app.config["LDP_DB"]) == [1]
+    assert sum("recorded under 1" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_moving_a_schema_from_day_to_hour_windows_buys_no_second_report_that_day(app, client):
@@ -299,3 +309,35 @@ def test_moving_a_schema_from_day_to_hour_windows_buys_no_second_report_that_day
         assert not telemetry.record(RECORD).queued  # an hour of the day already spent
         clock.advance(days=1)
         assert telemetry.record(RECORD).queued  # the next day: a new hour window
+
+
+def test_hour_and_day_windows_of_one_device_overlap_across_processes(app, client):
+    # Two app processes on one data folder, one still on a day schema (v1), one on an hour schema
+    # (v2): the outbox ledger, shared by both, lets only one report out for that day.
+    publish(client, APP_USAGE)
+    hourly = {**APP_USAGE, "version": 2, "window": "hour"}
+    publish(client, hourly)
+    transport = FlaskTransport(client)
+    clock = Clock()
+    with TelemetryClient(ENDPOINT, hourly, max_epsilon=4, data_dir=app.instance_path, transport=transport,
+                         clock=clock) as by_hour:
+        with TelemetryClient(ENDPOINT, APP_USAGE, max_epsilon=4, data_dir=app.instance_path, transport=transport,
+                             clock=clock) as by_day:
+            assert by_hour.record(RECORD).queued
+            assert by_hour.flush(10)
+            by_day.record(RECORD)  # this process has not seen the hour report: it queues, the outbox refuses
+            assert by_day.flush(10)
+    assert len(stored_reports(app.config["LDP_DB"])) == 1
+
+
+def test_an_hour_already_spent_blocks_its_day(app, client):
+    publish(client, APP_USAGE)
+    transport = FlaskTransport(client)
+    clock = Clock()
+    hourly = {**APP_USAGE, "version": 2, "window": "hour"}
+    with TelemetryClient(ENDPOINT, hourly, max_epsilon=4, data_dir=app.instance_path + "/a", transport=transport,
+                         clock=clock) as telemetry:
+        assert telemetry.record(RECORD).queued
+    with TelemetryClient(ENDPOINT, APP_USAGE, max_epsilon=4, data_dir=app.instance_path + "/a", transport=transport,
+                         clock=clock) as telemetry:
+        assert not telemetry.record(RECORD).queued  # an hour of this day was spent: the day is too
