@@ -38,7 +38,7 @@ def is_reader(token: str) -> bool:
 
 def reader_token() -> str | None:
     """The token a read request offers: a bearer header, else the dashboard's cookie."""
-    return bearer_token() or request.cookies.get(TOKEN_COOKIE)
+    return bearer_token() or request.cookies.get(TOKEN_COOKIE) or None  # an empty cookie is no token
 
 
 def require_admin() -> None:

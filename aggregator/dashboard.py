@@ -174,6 +174,9 @@ def _range(schema: Schema) -> tuple[str | None, str | None, str | None]:
             except ValueError:
                 errors.append(f"'{text[:40]}' is not a {schema.window} window ({WINDOW_FORMATS[schema.window]}, UTC); "
                               f"showing every window instead.")
+    if bounds["since"] and bounds["until"] and bounds["since"] > bounds["until"]:  # window names sort in time
+        errors.append(f"'{bounds['since']}' is after '{bounds['until']}'; showing every window instead.")
+        bounds["since"] = bounds["until"] = None
     return bounds["since"], bounds["until"], " ".join(errors) or None
 
 

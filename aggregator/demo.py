@@ -29,10 +29,11 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import numpy as np
 import requests
@@ -309,7 +310,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
     except KeyboardInterrupt:  # before the table: the demo did not finish
         raise RuntimeError("interrupted; the aggregator is stopped") from None
     finally:
-        server.stop()
+        with _stop_signals_ignored():  # a second Ctrl-C or SIGTERM must not break off the server's stop
+            server.stop()
         restore()
 
 
@@ -343,6 +345,21 @@ def _handle_stop_signals() -> Callable[[], None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return restore
+
+
+@contextmanager
+def _stop_signals_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP inside the block (main thread only), then put back what was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _literal(text: str) -> str:

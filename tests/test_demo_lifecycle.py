@@ -59,14 +59,33 @@ def stops_answering(url: str, within: float) -> bool:
     return not answers(url)
 
 
-def kill_leftovers(data_dir: Path) -> None:
-    """SIGKILL the process group of anything still running on the demo's database (Linux /proc)."""
+def processes_on(data_dir: Path) -> list[int]:
+    """Every process (watchdog, gunicorn master, workers) whose command names the demo's database."""
     needle = str(data_dir / "aggregator.db").encode()
+    found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             if needle in (proc / "cmdline").read_bytes():
-                os.killpg(os.getpgid(int(proc.name)), signal.SIGKILL)
+                found.append(int(proc.name))
         except (OSError, ValueError):
+            pass
+    return found
+
+
+def all_gone(data_dir: Path, within: float) -> bool:
+    """Poll until no process of the demo's server is left (the port closes before they all exit)."""
+    deadline = time.monotonic() + within
+    while processes_on(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not processes_on(data_dir)
+
+
+def kill_leftovers(data_dir: Path) -> None:
+    """SIGKILL the process group of anything still running on the demo's database (Linux /proc)."""
+    for pid in processes_on(data_dir):
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except OSError:
             pass
 
 
@@ -88,6 +107,7 @@ def test_the_server_dies_with_a_sigkilled_demo(tmp_path):
         demo.kill()  # SIGKILL: no handler runs, no finally; the watchdog stops the server
         demo.wait(10)
         assert stops_answering(url, within=10), "the server outlived the SIGKILLed demo"
+        assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
         stop(demo)
         kill_leftovers(data_dir)
@@ -101,6 +121,7 @@ def test_sighup_stops_the_demo_and_its_server(tmp_path):
         assert demo.wait(30) == 0
         assert "Stopping." in demo.stdout.read()
         assert not answers(url)
+        assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
         stop(demo)
         kill_leftovers(data_dir)
