@@ -138,7 +138,7 @@ def share_scale(values: Sequence[float], *, from_zero: bool) -> tuple[Scale, lis
     lo, hi, ticks = nice_ticks(lo, max(hi, lo + 0.01))
     scale = Scale(lo, hi, HEIGHT - BOTTOM, TOP)
     digits = _exact_digits(ticks)
-    return scale, [Tick(scale(t), _percent(t, digits)) for t in ticks]
+    return scale, [Tick(scale(t), percent(t, digits)) for t in ticks]
 
 
 def _exact_digits(shares: Sequence[float], most: int = 3) -> int:
@@ -174,7 +174,7 @@ def band_chart(windows: Sequence[str], values: Sequence[Interval]) -> LineChart:
     xs = _spread(len(windows))
     points = [
         Point(x, scale(v.estimate), scale(v.low), scale(v.high),
-              f"{w}: {_percent(v.estimate)} ({_percent(v.low)} to {_percent(v.high)})")
+              f"{w}: {percent(v.estimate)} ({percent(v.low)} to {percent(v.high)})")
         for x, w, v in zip(xs, windows, values)
     ]
     return LineChart(points, window_ticks(windows, xs), y_ticks, band=True)
@@ -201,7 +201,7 @@ def bar_chart(windows: Sequence[str], categories: Sequence[str], values: Sequenc
             top = scale(max(0.0, v.estimate))
             bars.append(Bar(round(first + c * bar, 2), top, round(bar * 0.9, 2), round(scale(0.0) - top, 2),
                             scale(v.low), scale(v.high), c,
-                            f"{window} · {category}: {_percent(v.estimate)} ({_percent(v.low)} to {_percent(v.high)})"))
+                            f"{window} · {category}: {percent(v.estimate)} ({percent(v.low)} to {percent(v.high)})"))
     return BarChart(bars, window_ticks(windows, centres), y_ticks, list(categories))
 
 
@@ -242,5 +242,6 @@ def _spread(count: int) -> list[float]:
     return [x(i) for i in range(count)]
 
 
-def _percent(share: float, digits: int = 1) -> str:
+def percent(share: float, digits: int = 1) -> str:
+    """``0.123`` as ``12.3%`` (the dashboard's ``pct`` filter too)."""
     return f"{share * 100:.{digits}f}%"

@@ -22,7 +22,7 @@ from flask import Blueprint, Response, current_app, redirect, render_template, r
 
 from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_of, window_start
-from . import auth, context, pages
+from . import auth, charts, context, pages
 from .catalog import version_number
 from .store import Activity, activity, schema_versions
 
@@ -84,9 +84,7 @@ def _refuse(status: int, message: str) -> tuple[str, int]:
 
 # -- pages --------------------------------------------------------------------------------------
 
-@bp.app_template_filter("pct")
-def _pct(share: float, digits: int = 1) -> str:
-    return f"{share * 100:.{digits}f}%"
+bp.add_app_template_filter(charts.percent, "pct")
 
 
 @bp.app_template_filter("points")

@@ -16,7 +16,7 @@ import numpy as np
 
 from ldp_telemetry.aggregator.ingest import value_key
 from ldp_telemetry.aggregator.store import ReportRow, Store
-from ldp_telemetry.shared import randomize
+from ldp_telemetry.shared import mechanisms, randomize
 from ldp_telemetry.shared.schema import Schema
 
 CHUNK = 100_000
@@ -56,7 +56,7 @@ def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: in
                     for value in attribute.values:
                         # Hit probability at a share of 1/len(values): the numbers only need to be plausible.
                         share = 1 / max(2, len(attribute.values))
-                        hits = int(rng.binomial(n, attribute.q + (attribute.p - attribute.q) * share))
+                        hits = int(rng.binomial(n, mechanisms.hit_probability(attribute.p, attribute.q, share)))
                         out.append((schema.name, schema.version, window, attribute.name, value_key(value), n, hits))
             return out
 

@@ -1,7 +1,7 @@
 """``TelemetryClient``: record true values in an app; only randomised reports ever leave it.
 
 ``record()`` is the hot path and touches neither the network nor the disk: it validates the
-record, checks the ledger, randomises at once with the OS CSPRNG (:func:`shared.randomize`) and
+record, checks the ledger, randomises at once with the OS CSPRNG (:func:`shared.reports.encode_report`) and
 queues the randomised report in memory. The sender thread commits it to the outbox file within
 milliseconds (with its ledger entry, in one transaction) and delivers it. See README.md,
 "Embedding the client".

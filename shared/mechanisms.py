@@ -43,8 +43,7 @@ _SCALE = 1 << _BITS
 
 def parameters(mechanism: str, epsilon: float, d: int = 2) -> tuple[float, float]:
     """``(p, q)`` of ``mechanism`` at ``epsilon`` for ``d`` categories (see the module docstring)."""
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    check_epsilon(epsilon)
     e = math.exp(epsilon)
     if mechanism == "rr":
         return e / (1 + e), 1 / (1 + e)
@@ -55,6 +54,17 @@ def parameters(mechanism: str, epsilon: float, d: int = 2) -> tuple[float, float
     if mechanism == "oue":
         return 0.5, 1 / (e + 1)
     raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+
+
+def check_epsilon(epsilon: float) -> None:
+    """``ValueError`` unless ``epsilon`` is a positive finite number."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+
+
+def hit_probability(p: float, q: float, theta: float) -> float:
+    r"""The chance that one report hits a value whose true share is ``theta``: :math:`q + (p-q)\theta`."""
+    return q + (p - q) * theta
 
 
 def choose(epsilon: float, d: int) -> str:
@@ -91,7 +101,7 @@ def variance(p: float, q: float, n: int, theta: float | None = None, *, conditio
         raise ValueError(f"theta must be in [0, 1], got {theta}")
     if conditional:
         return (theta * p * (1 - p) + (1 - theta) * q * (1 - q)) / scale
-    pi = q + (p - q) * theta
+    pi = hit_probability(p, q, theta)
     return pi * (1 - pi) / scale
 
 

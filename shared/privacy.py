@@ -27,7 +27,7 @@ def posterior_bound(epsilon: float, prior: float = 0.5) -> float:
     for a prior :math:`\beta`; with :math:`\beta = 1/2`, :math:`\frac{e^\varepsilon}{1+e^\varepsilon}`.
     For binary RR that is exactly the keep probability ``p``: the bound is attained.
     """
-    _check_epsilon(epsilon)
+    mechanisms.check_epsilon(epsilon)
     if not 0 <= prior <= 1:
         raise ValueError(f"prior must be in [0, 1], got {prior!r}")
     # e^-ε form avoids overflow at large ε.
@@ -82,7 +82,7 @@ def privacy_profile(mechanism: str, p: float, q: float, epsilon_prime: float) ->
 
 def profile_curve(mechanism: str, p: float, q: float, epsilon: float, points: int = 41) -> list[tuple[float, float]]:
     """``points`` samples ``(ε', δ(ε'))`` with ε' evenly from 0 to 1.25·``epsilon`` (δ is 0 past ε)."""
-    _check_epsilon(epsilon)
+    mechanisms.check_epsilon(epsilon)
     if points < 2:
         raise ValueError(f"points must be at least 2, got {points}")
     top = 1.25 * epsilon
@@ -96,7 +96,7 @@ def window_budget(epsilon: float, windows: int) -> float:
     (Σε)-DP. The client's ledger sends at most one report per schema per window, so W windows
     cost at most W·ε, whatever the device does in between.
     """
-    _check_epsilon(epsilon)
+    mechanisms.check_epsilon(epsilon)
     if windows < 0:
         raise ValueError(f"windows must be at least 0, got {windows}")
     return windows * epsilon
@@ -144,7 +144,7 @@ def central_standard_error(epsilon: float, n: int) -> float:
     count; publishing every category's count at once would need Laplace(2/ε), since a device
     that changes its answer moves two counts, doubling this standard error.)
     """
-    _check_epsilon(epsilon)
+    mechanisms.check_epsilon(epsilon)
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     return math.sqrt(2) / (epsilon * n)
@@ -159,8 +159,3 @@ def local_vs_central(p: float, q: float, epsilon: float, n: int,
 
 def _bit(probability_of_one: float, bit: int) -> float:
     return probability_of_one if bit else 1 - probability_of_one
-
-
-def _check_epsilon(epsilon: float) -> None:
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")

@@ -12,7 +12,6 @@ Error messages about a *record* never repeat the value the app passed: it may be
 from __future__ import annotations
 
 import base64
-import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slo
 from typing import Any, Callable, Union
 
 from . import mechanisms, windows
-from .schema import MAX_VERSION, Attribute, Schema, parse_schema
+from .schema import MAX_EPSILON, MAX_VERSION, Attribute, Schema, is_number, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
@@ -166,7 +165,8 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     except ValueError as exc:
         raise ReportError("window", str(exc)) from None
     epsilon = obj["epsilon"]
-    if not _is_number(epsilon) or not abs(epsilon - schema.epsilon) <= EPSILON_TOLERANCE:
+    # In range before subtracting: a JSON integer can be too large for a float.
+    if not is_number(epsilon) or not 0 < epsilon <= MAX_EPSILON or abs(epsilon - schema.epsilon) > EPSILON_TOLERANCE:
         raise ReportError("epsilon", f"must equal the schema's total epsilon {schema.epsilon}")
     values = obj["values"]
     if not isinstance(values, Mapping):
@@ -213,13 +213,6 @@ def _check_value(attribute: Attribute, reported: Any) -> None:
             or any(type(bit) is not int or bit not in (0, 1) for bit in reported)
         ):
             raise ReportError(field, f"must be a list of {d} integers, each 0 or 1 (OUE)")
-
-
-def _is_number(value: Any) -> bool:
-    # A JSON integer can be huge; one beyond a float's range is no epsilon either.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return abs(value) < 1e300 and math.isfinite(value)
 
 
 def _type_name(value: Any) -> str:

@@ -216,7 +216,7 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
         if field in raw:
             given = raw[field]
             # 0 <= given <= 1 first: subtracting a float from a huge JSON int overflows.
-            if not _is_number(given) or not 0 <= given <= 1 or abs(given - derived) > PARAMETER_TOLERANCE:
+            if not is_number(given) or not 0 <= given <= 1 or abs(given - derived) > PARAMETER_TOLERANCE:
                 raise ValueError(
                     f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {_show(given)}"
@@ -262,7 +262,7 @@ def _name(value: Any, field: str) -> str:
 
 
 def _epsilon(value: Any, field: str) -> float:
-    if not _is_number(value) or not 0 < value <= MAX_EPSILON:
+    if not is_number(value) or not 0 < value <= MAX_EPSILON:
         raise ValueError(f"{field} must be a number in (0, {MAX_EPSILON:g}], got {_show(value)}")
     return float(value)
 
@@ -277,7 +277,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON number: an int (however large) or a finite float, not a bool."""
     if isinstance(value, bool):
         return False
     # An int is finite however large; math.isfinite() would overflow on a huge one.
@@ -286,7 +287,7 @@ def _is_number(value: Any) -> bool:
 
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else "a number" if _is_number(value) else type(value).__name__
+        type(value), "null" if value is None else "a number" if is_number(value) else type(value).__name__
     )
 
 
