@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from ..shared.schema import Schema
-from ..shared.windows import window_start
+from ..shared.windows import ROLLUP, window_start
 from . import context, estimation
 from .auth import require_admin, require_reader
 from .catalog import version_number
@@ -148,16 +148,14 @@ def _estimates_query() -> dict[str, str]:
 
 def _in_schema_order(schema: Schema, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Windows in time order with the rollup last; attributes and values in the schema's order."""
-    position = {(a.name, "true" if a.type == "boolean" else v): (i, j)
-                for i, a in enumerate(schema.attributes) for j, v in enumerate(a.values)}
-    return sorted(rows, key=lambda r: (r["window"] == estimation.ROLLUP, r["window"],
+    position = {(a.name, key): (i, j) for i, a in enumerate(schema.attributes) for j, key in enumerate(a.keys)}
+    return sorted(rows, key=lambda r: (r["window"] == ROLLUP, r["window"],
                                        position[(r["attribute"], r["value"])]))
 
 
 def _estimate(schema: Schema, row: dict[str, Any]) -> dict[str, Any]:
-    boolean = schema.attribute(row["attribute"]).type == "boolean"
-    return {column: (True if boolean else row["value"]) if column == "value" else row[column]
-            for column in ESTIMATE_COLUMNS}
+    value = schema.attribute(row["attribute"]).value_of(row["value"])
+    return {column: value if column == "value" else row[column] for column in ESTIMATE_COLUMNS}
 
 
 def _csv(estimates: list[dict[str, Any]]) -> Response:

@@ -209,6 +209,8 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
     """Print the latest estimates of SCHEMA as a table."""
     from urllib.parse import urlencode
 
+    from ..shared.schema import BOOLEAN_KEY
+    from ..shared.windows import ROLLUP
     from .remote import call
 
     query = {"schema": schema_name, "version": schema_version, "attribute": attribute}
@@ -216,7 +218,7 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
     status, answer = call("GET", path, url=url, db=db, token=token)
     if status != 200:
         raise click.ClickException(f"{status}: {answer.get('error', answer)}")
-    rows = [e for e in answer["estimates"] if (e["window"] == "all") == (windows == "all")]
+    rows = [e for e in answer["estimates"] if (e["window"] == ROLLUP) == (windows == "all")]
     click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
     if not rows:
         click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds)")
@@ -225,7 +227,7 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
     click.echo(header)
     click.echo("-" * len(header))
     for e in rows:
-        value = "true" if e["value"] is True else e["value"]
+        value = BOOLEAN_KEY if e["value"] is True else e["value"]
         click.echo(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} {e['estimate']:>9.4f} "
                    f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
 

@@ -41,7 +41,7 @@ import requests
 from ..client import RequestsTransport, TelemetryClient, randomize
 from ..shared.schema import Schema, parse_schema
 from ..shared.simulation import true_values
-from ..shared.windows import LENGTH, window_of, window_start
+from ..shared.windows import LENGTH, ROLLUP, window_of, window_start
 from .process import ServerProcess
 
 DEMO_SCHEMA: dict[str, Any] = {
@@ -241,15 +241,13 @@ def send_in_batches(server: DemoServer, schema: Schema, devices: list[Device], p
 
 def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str, Any]]) -> list[Row]:
     """The rollup estimate of every value beside the population's true share."""
-    rollup = {(e["attribute"], "true" if e["value"] is True else e["value"]): e
-              for e in estimates if e["window"] == "all"}
+    rollup = {(e["attribute"], e["value"]): e for e in estimates if e["window"] == ROLLUP}
     rows = []
     for attribute in schema.attributes:
         column = [d.record[attribute.name] for d in devices]
-        for value in attribute.values:
-            key = "true" if value is True else value
+        for value, key in zip(attribute.values, attribute.keys):
             truth = sum(v == value for v in column) / len(column)
-            rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, key)]))
+            rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, value)]))
     return rows
 
 

@@ -17,10 +17,9 @@ from flask import Flask
 
 from ..shared.estimators import estimate
 from ..shared.schema import Schema
+from ..shared.windows import ROLLUP
 from . import context
 from .ingest import window_policy
-
-ROLLUP = "all"
 
 
 @dataclass(frozen=True)

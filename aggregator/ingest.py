@@ -145,12 +145,6 @@ def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
     rows: list[CounterRow] = []
     for (schema, version, window, name), count in n.items():
         attribute = schemas[(schema, version)].by_name[name]
-        for index, value in enumerate(attribute.values):
-            rows.append((schema, version, window, name, value_key(value), count,
-                         hits[(schema, version, window, name, index)]))
+        for index, key in enumerate(attribute.keys):
+            rows.append((schema, version, window, name, key, count, hits[(schema, version, window, name, index)]))
     return rows
-
-
-def value_key(value: str | bool) -> str:
-    """How an estimate value is stored: the category name, or ``"true"`` for a boolean."""
-    return "true" if value is True else value

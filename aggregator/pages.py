@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from ..shared import privacy
 from ..shared.schema import Attribute, Schema
+from ..shared.windows import ROLLUP
 from . import charts
-from .estimation import ROLLUP
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
 MAX_CHART_CATEGORIES = charts.PALETTE_SIZE
@@ -128,7 +128,7 @@ def schema_page(schema: Schema, rows: Sequence[dict[str, Any]], confidence: floa
 
 def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], confidence: float) -> AttributeView:
     """One attribute's table, chart and privacy from its cells by window and value."""
-    keys = ["true"] if attribute.type == "boolean" else list(attribute.categories)
+    keys = list(attribute.keys)
     windows = sorted(w for w in cells if w != ROLLUP)
     latest = windows[-1] if windows else None
     rollup = cells.get(ROLLUP, {})
@@ -149,10 +149,11 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
         return None, ""
     notes = []
     if attribute.type == "boolean":
-        shown = [w for w in windows if "true" in cells[w]][-MAX_LINE_WINDOWS:]
+        key = attribute.keys[0]
+        shown = [w for w in windows if key in cells[w]][-MAX_LINE_WINDOWS:]
         if len(shown) < len(windows):
             notes.append(f"the last {len(shown)} windows of the range")
-        return charts.band_chart(shown, [cells[w]["true"].interval for w in shown]), "; ".join(notes)
+        return charts.band_chart(shown, [cells[w][key].interval for w in shown]), "; ".join(notes)
     shown = windows[-MAX_BAR_WINDOWS:]
     if len(shown) < len(windows):
         notes.append(f"the last {len(shown)} of {len(windows)} windows in the range")

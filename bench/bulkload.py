@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ldp_telemetry.aggregator.ingest import value_key
 from ldp_telemetry.aggregator.store import ReportRow, Store
 from ldp_telemetry.shared import mechanisms, randomize
 from ldp_telemetry.shared.schema import Schema
@@ -53,11 +52,11 @@ def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: in
                 if n == 0:
                     continue
                 for attribute in schema.attributes:
-                    for value in attribute.values:
-                        # Hit probability at a share of 1/len(values): the numbers only need to be plausible.
-                        share = 1 / max(2, len(attribute.values))
+                    for key in attribute.keys:
+                        # Hit probability at a share of 1/len(keys): the numbers only need to be plausible.
+                        share = 1 / max(2, len(attribute.keys))
                         hits = int(rng.binomial(n, mechanisms.hit_probability(attribute.p, attribute.q, share)))
-                        out.append((schema.name, schema.version, window, attribute.name, value_key(value), n, hits))
+                        out.append((schema.name, schema.version, window, attribute.name, key, n, hits))
             return out
 
         store.ingest(rows, counters)

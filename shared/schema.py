@@ -27,6 +27,8 @@ MAX_CATEGORY_LENGTH = 64
 MAX_DESCRIPTION_LENGTH = 10_000
 MAX_VERSION = 2**31 - 1
 EPSILON_SUM_TOLERANCE = 1e-9
+# How a boolean attribute's one estimate value (the share of true) is keyed in counters and estimates.
+BOOLEAN_KEY = "true"
 # p and q given back in a re-posted derived schema must match what we derive.
 PARAMETER_TOLERANCE = 1e-9
 
@@ -64,6 +66,15 @@ class Attribute:
     def values(self) -> tuple[Any, ...]:
         """The values an estimate is made for: ``True`` for a boolean, else each category."""
         return (True,) if self.type == "boolean" else self.categories
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """How each of :attr:`values` is stored and keyed: :data:`BOOLEAN_KEY`, else the category."""
+        return (BOOLEAN_KEY,) if self.type == "boolean" else self.categories
+
+    def value_of(self, key: str) -> Any:
+        """The JSON value of a stored ``key``: ``True`` for a boolean, else the category itself."""
+        return True if self.type == "boolean" else key
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}

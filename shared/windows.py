@@ -16,6 +16,8 @@ from datetime import datetime, timedelta, timezone
 _FORMATS = {"day": ("%Y-%m-%d", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")),
             "hour": ("%Y-%m-%dT%H", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}"))}
 LENGTH = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
+# The name of the rollup over every window of a schema version, where a window name would stand.
+ROLLUP = "all"
 
 
 def window_of(moment: datetime, kind: str) -> str:
