@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from ..shared.schema import Schema
+from ..shared.schema import Schema, SchemaError
 from ..shared.windows import ROLLUP, window_start
 from . import context, estimation
 from .auth import require_admin, require_reader
@@ -24,8 +23,6 @@ bp = Blueprint("api", __name__, url_prefix="/api/v1")
 ESTIMATE_COLUMNS = ("window", "attribute", "value", "estimate", "estimate_clipped", "ci_low", "ci_high", "n",
                     "epsilon", "computed_at")
 ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "format")
-# The field a parse_schema() message starts with: "attributes[2].categories must ...".
-_FIELD_RE = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+)?(?:\[\d+\])?) (?:must|has|is|appears)\b")
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -36,10 +33,8 @@ def publish_schema() -> tuple[Response, int]:
     raw = json_object()
     try:
         status, derived = context.catalog().publish(raw, context.iso(context.now()))
-    except ValueError as exc:
-        message = str(exc)
-        match = _FIELD_RE.match(message)
-        raise ApiError(400, f"invalid schema: {message}", [detail(match[1] if match else "schema", message)]) from None
+    except SchemaError as exc:
+        raise ApiError(400, f"invalid schema: {exc}", [detail(exc.field, str(exc))]) from None
     if status == "conflict":
         raise ApiError(409, f"schema {derived['name']} version {derived['version']} is already published with "
                             "other content; publish the change as a new version",

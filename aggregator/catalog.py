@@ -42,7 +42,7 @@ class Catalog:
     def publish(self, raw: Any, published_at: str) -> tuple[str, dict[str, Any]]:
         """Parse and store a schema: ``("created" | "identical" | "conflict", derived definition)``.
 
-        Raises ``ValueError`` (from :func:`parse_schema`) for an invalid schema.
+        Raises :class:`SchemaError` (from :func:`parse_schema`) for an invalid schema.
         """
         derived = parse_schema(raw).to_dict()
         return self.store.publish_schema(derived, published_at), derived

@@ -15,7 +15,6 @@ from typing import Any, Iterable
 
 from flask import Flask
 
-from ..shared.estimators import estimate
 from ..shared.schema import Schema
 from ..shared.windows import ROLLUP
 from . import context
@@ -50,15 +49,21 @@ def refresh(app: Flask) -> RefreshResult:
 
 def estimate_rows(schema: Schema, window: str, counters: Iterable[tuple[str, str, int, int]], confidence: float,
                   computed_at: str) -> list[dict[str, Any]]:
-    """One estimate row per ``(attribute, value, n, hits)`` counter, with the shared estimator."""
+    """One estimate row per value of each attribute in ``(attribute, value, n, amount)`` counters,
+    from the attribute's mechanism (:meth:`Mechanism.estimates`)."""
+    totals: dict[str, int] = {}
+    amounts: dict[str, dict[str, int]] = {}
+    for name, key, n, amount in counters:
+        totals[name] = n
+        amounts.setdefault(name, {})[key] = amount
     rows = []
-    for name, value, n, hits in counters:
+    for name, n in totals.items():
         attribute = schema.attribute(name)
-        e = estimate(hits, n, attribute.p, attribute.q, confidence)
-        rows.append({"schema": schema.name, "version": schema.version, "window": window, "attribute": name,
-                     "value": value, "estimate": e.estimate, "estimate_clipped": e.estimate_clipped,
-                     "ci_low": e.ci_low, "ci_high": e.ci_high, "n": n, "hits": hits,
-                     "epsilon": attribute.epsilon, "computed_at": computed_at})
+        for key, e in attribute.mech.estimates(attribute, n, amounts[name], confidence):
+            rows.append({"schema": schema.name, "version": schema.version, "window": window, "attribute": name,
+                         "value": key, "estimate": e.estimate, "estimate_clipped": e.estimate_clipped,
+                         "ci_low": e.ci_low, "ci_high": e.ci_high, "n": n, "hits": e.hits,
+                         "epsilon": attribute.epsilon, "computed_at": computed_at})
     return rows
 
 

@@ -17,7 +17,6 @@ from typing import Any, Hashable, Sequence
 
 from flask import Flask
 
-from ..shared import mechanisms
 from ..shared.reports import Report, ReportError, validate_report
 from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_start
@@ -124,7 +123,7 @@ def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
     """The counter increments of ``reports``, pre-aggregated: one row per counter touched.
 
     Every attribute a report carries adds one to ``n`` of each of that attribute's values; each
-    value its wire value hits (:func:`mechanisms.hit_indices`) also gets one ``hit``. Reports are
+    value key its mechanism's statistics name (:meth:`Mechanism.statistics`) also gets its amount. Reports are
     first counted by wire value, so each distinct wire value is decoded once, not once a report.
     """
     wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
@@ -136,15 +135,15 @@ def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
             wire[(s.name, s.version, report.window, name,
                   tuple(reported) if type(reported) is list else reported)] += 1  # OUE vectors as tuples
     n: Counter[tuple[str, int, str, str]] = Counter()
-    hits: Counter[tuple[str, int, str, str, int]] = Counter()
+    hits: Counter[tuple[str, int, str, str, str]] = Counter()
     for (schema, version, window, name, reported), count in wire.items():
         attribute = schemas[(schema, version)].by_name[name]
         n[(schema, version, window, name)] += count
-        for index in mechanisms.hit_indices(attribute.mechanism, reported, attribute.index_of):
-            hits[(schema, version, window, name, index)] += count
+        for key, amount in attribute.mech.statistics(attribute, reported):
+            hits[(schema, version, window, name, key)] += amount * count
     rows: list[CounterRow] = []
     for (schema, version, window, name), count in n.items():
         attribute = schemas[(schema, version)].by_name[name]
-        for index, key in enumerate(attribute.keys):
-            rows.append((schema, version, window, name, key, count, hits[(schema, version, window, name, index)]))
+        for key in attribute.keys:
+            rows.append((schema, version, window, name, key, count, hits[(schema, version, window, name, key)]))
     return rows

@@ -1,16 +1,25 @@
 """The OpenAPI 3 document of the HTTP API (served at ``/api/v1/openapi.json``).
 
-Written by hand from DESIGN.md; ``tests/test_agg_openapi.py`` checks that every route of the
-app is in it and runs schemathesis against it.
+Written from DESIGN.md, with every limit, pattern and mechanism taken from the constants and
+the registry the validators use, so the document cannot drift from them;
+``tests/test_agg_openapi.py`` checks that every route of the app is in it and runs schemathesis
+against it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
-VERSION = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
-WINDOW = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}(T\d{2})?$", "description": "YYYY-MM-DD or YYYY-MM-DDTHH (UTC)"}
+from ..shared import mechanisms
+from ..shared.reports import ID_RE
+from ..shared.schema import (MAX_ATTRIBUTES, MAX_CATEGORIES, MAX_CATEGORY_LENGTH, MAX_DESCRIPTION_LENGTH,
+                             MAX_EPSILON, MAX_VERSION, MIN_CATEGORIES, NAME_RE, SPLITS, TYPES, WINDOWS)
+from ..shared.windows import NAME_PATTERN
+
+NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
+VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
+WINDOW = {"type": "string", "pattern": f"^{NAME_PATTERN}$", "description": "YYYY-MM-DD or YYYY-MM-DDTHH (UTC)"}
+MECHANISM_NAMES = list(mechanisms.REGISTRY)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -38,37 +47,36 @@ COMPONENTS: dict[str, Any] = {
             "details": {"type": "array", "items": {"type": "object", "required": ["field", "message"], "properties": {
                 "index": {"type": "integer"}, "field": {"type": "string"}, "message": {"type": "string"}}}}}},
         "AttributeInput": {"type": "object", "required": ["name", "type"], "additionalProperties": False, "properties": {
-            "name": NAME, "type": {"type": "string", "enum": ["boolean", "categorical"]},
-            "categories": {"type": "array", "minItems": 2, "maxItems": 1024,
-                           "items": {"type": "string", "minLength": 1, "maxLength": 64}},
-            "mechanism": {"type": "string", "enum": ["auto", "rr", "grr", "oue"]},
+            "name": NAME, "type": {"type": "string", "enum": list(TYPES)},
+            "categories": {"type": "array", "minItems": MIN_CATEGORIES, "maxItems": MAX_CATEGORIES,
+                           "items": {"type": "string", "minLength": 1, "maxLength": MAX_CATEGORY_LENGTH}},
+            "mechanism": {"type": "string", "enum": [mechanisms.AUTO, *MECHANISM_NAMES]},
             "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}}},
         "SchemaInput": {"type": "object", "required": ["name", "version", "epsilon", "attributes"],
                         "additionalProperties": False, "properties": {
             "name": NAME, "version": VERSION,
-            "epsilon": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 20},
-            "window": {"type": "string", "enum": ["hour", "day"]},
-            "split": {"type": "string", "enum": ["equal", "sample"]},
-            "description": {"type": "string", "maxLength": 10000},
-            "attributes": {"type": "array", "minItems": 1, "maxItems": 64, "items": _ref("AttributeInput")}}},
+            "epsilon": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": MAX_EPSILON},
+            "window": {"type": "string", "enum": list(WINDOWS)},
+            "split": {"type": "string", "enum": list(SPLITS)},
+            "description": {"type": "string", "maxLength": MAX_DESCRIPTION_LENGTH},
+            "attributes": {"type": "array", "minItems": 1, "maxItems": MAX_ATTRIBUTES,
+                           "items": _ref("AttributeInput")}}},
         "Attribute": {"type": "object", "required": ["name", "type", "epsilon", "mechanism", "p", "q"], "properties": {
-            "name": {"type": "string"}, "type": {"type": "string", "enum": ["boolean", "categorical"]},
+            "name": {"type": "string"}, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "items": {"type": "string"}},
-            "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": ["rr", "grr", "oue"]},
+            "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": MECHANISM_NAMES},
             "p": {"type": "number"}, "q": {"type": "number"}}},
         "Schema": {"type": "object", "required": ["name", "version", "epsilon", "window", "split", "description",
                                                   "attributes"], "properties": {
             "name": {"type": "string"}, "version": {"type": "integer"}, "epsilon": {"type": "number"},
-            "window": {"type": "string", "enum": ["hour", "day"]}, "split": {"type": "string", "enum": ["equal", "sample"]},
+            "window": {"type": "string", "enum": list(WINDOWS)}, "split": {"type": "string", "enum": list(SPLITS)},
             "description": {"type": "string"}, "attributes": {"type": "array", "items": _ref("Attribute")}}},
         "Report": {"type": "object", "required": ["id", "schema", "version", "window", "epsilon", "values"],
                    "additionalProperties": False, "properties": {
-            "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,64}$"}, "schema": NAME, "version": VERSION,
+            "id": {"type": "string", "pattern": f"^{ID_RE.pattern}$"}, "schema": NAME, "version": VERSION,
             "window": WINDOW, "epsilon": {"type": "number"},
-            "values": {"type": "object", "description": "attribute -> true/false, a category, or an OUE list of 0/1",
-                       "additionalProperties": {"oneOf": [
-                           {"type": "boolean"}, {"type": "string"},
-                           {"type": "array", "items": {"type": "integer", "enum": [0, 1]}}]}}}},
+            "values": {"type": "object", "description": "attribute -> its randomised value, as its mechanism reports it",
+                       "additionalProperties": {"anyOf": [m.wire_schema for m in mechanisms.REGISTRY.values()]}}}},
         "Batch": {"type": "object", "required": ["reports"], "additionalProperties": False, "properties": {
             "reports": {"type": "array", "minItems": 1, "items": _ref("Report")}}},
         "Ingested": {"type": "object", "required": ["accepted", "duplicates"], "properties": {

@@ -24,8 +24,6 @@ MAX_BAR_WINDOWS = 12
 MAX_LINE_WINDOWS = 400
 # How many windows the budget table shows, per window kind.
 BUDGET_WINDOWS = {"day": (1, 7, 30, 365), "hour": (1, 24, 24 * 7, 24 * 30)}
-MECHANISM_NAMES = {"rr": "binary randomised response", "grr": "generalised randomised response",
-                   "oue": "optimised unary encoding"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,7 @@ class AttributePrivacy:
     epsilon: float
     mechanism: str
     mechanism_name: str
+    description: str  # what a device does, in one sentence
     p: float
     q: float
     categories: int
@@ -170,7 +169,8 @@ def attribute_privacy(attribute: Attribute, n: int, confidence: float) -> Attrib
     return AttributePrivacy(
         epsilon=epsilon,
         mechanism=attribute.mechanism,
-        mechanism_name=MECHANISM_NAMES[attribute.mechanism],
+        mechanism_name=attribute.mech.title,
+        description=attribute.mech.describe(p, q, len(attribute.categories), charts.percent),
         p=p,
         q=q,
         categories=len(attribute.categories),

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ldp_telemetry.aggregator.store import ReportRow, Store
-from ldp_telemetry.shared import mechanisms, randomize
+from ldp_telemetry.shared import randomize
+from ldp_telemetry.shared.mechanisms import hit_probability
 from ldp_telemetry.shared.schema import Schema
 
 CHUNK = 100_000
@@ -55,7 +56,7 @@ def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: in
                     for key in attribute.keys:
                         # Hit probability at a share of 1/len(keys): the numbers only need to be plausible.
                         share = 1 / max(2, len(attribute.keys))
-                        hits = int(rng.binomial(n, mechanisms.hit_probability(attribute.p, attribute.q, share)))
+                        hits = int(rng.binomial(n, hit_probability(attribute.p, attribute.q, share)))
                         out.append((schema.name, schema.version, window, attribute.name, key, n, hits))
             return out
 

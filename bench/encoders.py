@@ -10,7 +10,8 @@ import statistics
 import time
 from typing import Any, Callable
 
-from ldp_telemetry.shared import mechanisms, parse_schema, randomize
+from ldp_telemetry.shared import parse_schema, randomize
+from ldp_telemetry.shared.mechanisms import SYSTEM
 
 # The demo-like report: a boolean (RR) and a 4-category attribute (GRR), and an OUE one.
 BENCH_SCHEMA = parse_schema({
@@ -51,11 +52,11 @@ def run() -> dict[str, float]:
     pure_grr = DEClient(grr.epsilon, 4, index_mapper=identity)
     pure_oue = UEClient(page.epsilon, 16, use_oue=True, index_mapper=identity)
     us = {
-        "ours_rr": per_call_seconds(lambda: mechanisms.encode_rr(True, rr.p)),
+        "ours_rr": per_call_seconds(lambda: rr.mech.encode(rr, True, SYSTEM)),
         "pure_rr": per_call_seconds(lambda: pure_rr.privatise(1)),
-        "ours_grr": per_call_seconds(lambda: mechanisms.encode_grr(0, 4, grr.p)),
+        "ours_grr": per_call_seconds(lambda: grr.mech.encode(grr, 0, SYSTEM)),
         "pure_grr": per_call_seconds(lambda: pure_grr.privatise(0)),
-        "ours_oue16": per_call_seconds(lambda: mechanisms.encode_oue(3, 16, page.p, page.q)),
+        "ours_oue16": per_call_seconds(lambda: page.mech.encode(page, 3, SYSTEM)),
         "pure_oue16": per_call_seconds(lambda: pure_oue.privatise(3)),
         # A whole report: validation, both encoders, id and window; pure-LDP's equivalent is its
         # two encoders alone.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import product
 from typing import Sequence
 
 from . import mechanisms
@@ -45,27 +44,9 @@ def hockey_stick(pairs: Sequence[tuple[float, float]], epsilon_prime: float) -> 
 
 
 def worst_pair(mechanism: str, p: float, q: float) -> list[tuple[float, float]]:
-    r"""The output distributions ``(P(o|x), P(o|x'))`` of the pair of inputs that leaks most.
-
-    - ``rr`` and ``grr``: every pair of distinct true values is alike. Only three kinds of output
-      matter: the true value of x (``p`` vs ``q``), that of x' (``q`` vs ``p``), and any other
-      (``q`` vs ``q``, absent for ``rr``); those give the closed form
-      :math:`\delta(\varepsilon') = [p - e^{\varepsilon'} q]_+` for :math:`\varepsilon' \ge 0`.
-    - ``oue``: x and x' differ in two bits (x's bit is 1 w.p. ``p`` under x and ``q`` under x',
-      x''s the other way round); every other bit has the same law under both and cancels. The
-      four outputs are the combinations of those two bits, each a product of independent bits.
-    """
-    if mechanism in ("rr", "grr"):
-        # one "other" output carries the q-vs-q mass; it never adds to δ for ε' ≥ 0
-        return [(p, q), (q, p), (q, q)] if mechanism == "grr" else [(p, q), (q, p)]
-    if mechanism == "oue":
-        pairs = []
-        for bit_x, bit_x2 in product((1, 0), repeat=2):
-            under_x = _bit(p, bit_x) * _bit(q, bit_x2)
-            under_x2 = _bit(q, bit_x) * _bit(p, bit_x2)
-            pairs.append((under_x, under_x2))
-        return pairs
-    raise ValueError(f"mechanism must be one of {', '.join(mechanisms.MECHANISMS)}, got {mechanism!r}")
+    """The output distributions ``(P(o|x), P(o|x'))`` of the pair of inputs that leaks most, as
+    the mechanism called ``mechanism`` gives them (:meth:`Mechanism.worst_pair`)."""
+    return mechanisms.get(mechanism).worst_pair(p, q)
 
 
 def privacy_profile(mechanism: str, p: float, q: float, epsilon_prime: float) -> float:
@@ -155,7 +136,3 @@ def local_vs_central(p: float, q: float, epsilon: float, n: int,
     """Both standard errors of one attribute's share at ``n`` reports, with the same ``epsilon``,
     and the half-widths of intervals at ``confidence``."""
     return LocalVsCentral(n, local_standard_error(p, q, n), central_standard_error(epsilon, n), confidence)
-
-
-def _bit(probability_of_one: float, bit: int) -> float:
-    return probability_of_one if bit else 1 - probability_of_one

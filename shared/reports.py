@@ -18,8 +18,10 @@ from datetime import datetime
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from typing import Any, Callable, Union
 
-from . import mechanisms, windows
-from .schema import MAX_EPSILON, MAX_VERSION, Attribute, Schema, is_number, parse_schema
+from . import windows
+from .mechanisms import SYSTEM, RandomSource, WireError
+from .mechanisms.randomness import randbelow
+from .schema import MAX_EPSILON, MAX_VERSION, Schema, is_number, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
@@ -48,9 +50,10 @@ class Report:
     values: dict[str, Any]
 
 
-def new_report_id() -> str:
-    """A fresh random id (32 url-safe characters, 192 bits) that makes retries idempotent."""
-    return base64.urlsafe_b64encode(mechanisms.random_bytes(24)).decode("ascii")
+def new_report_id(source: RandomSource = SYSTEM) -> str:
+    """A fresh random id (32 url-safe characters: 24 bytes of ``source``, base64url) that makes
+    retries idempotent."""
+    return base64.urlsafe_b64encode(source.take(24)).decode("ascii")
 
 
 def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
@@ -81,20 +84,21 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
             if index is None:
                 raise ValueError(
                     f"{attribute.name} must be one of the schema's categories "
-                    f"({_list(attribute.categories)}); the value given is not"
+                    f"({attribute.categories_shown}); the value given is not"
                 )
             truth[attribute.name] = index
     return truth
 
 
 def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
-              window: str | datetime | None = None) -> dict[str, Any]:
+              window: str | datetime | None = None, source: RandomSource = SYSTEM) -> dict[str, Any]:
     """Randomise a record of true values into a report, on the device, with the OS CSPRNG.
 
     ``schema`` is a :class:`Schema` or the schema JSON as the server serves it. ``window`` is a
     window name or a time in it (default: now, UTC). Under ``split: "sample"`` one attribute,
     chosen uniformly, is randomised with the whole ε; otherwise every attribute is, with its own ε.
-    No ledger here: limiting reports per window is :class:`TelemetryClient`'s job.
+    No ledger here: limiting reports per window is :class:`TelemetryClient`'s job. ``source`` gives
+    the coins: the OS CSPRNG, unless a test vector fixes the bytes.
     """
     schema = parse_schema(schema)
     truth = validate_record(schema, record)
@@ -103,35 +107,30 @@ def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
     else:
         windows.window_start(window, schema.window)
         window_name = window
-    return encode_report(schema, truth, window_name)
+    return encode_report(schema, truth, window_name, source)
 
 
-def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str) -> dict[str, Any]:
+def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str,
+                  source: RandomSource = SYSTEM) -> dict[str, Any]:
     """The randomised report of ``truth`` (as :func:`validate_record` returns it) in ``window``.
 
-    The inputs are trusted: :func:`randomize` checks them first. Under ``split: "sample"`` one
-    attribute, chosen uniformly, is randomised with the whole ε.
+    The inputs are trusted: :func:`randomize` checks them first. The bytes of ``source`` are
+    used in this order: the id (24 bytes); under ``split: "sample"`` the index of the one
+    attribute carried (uniform, with the whole ε); then each carried attribute's coins, in the
+    schema's order.
     """
+    report_id = new_report_id(source)
     attributes = schema.attributes
     if schema.split == "sample":
-        attributes = (attributes[mechanisms.randbelow(len(attributes))],)
+        attributes = (attributes[randbelow(len(attributes), source)],)
     return {
-        "id": new_report_id(),
+        "id": report_id,
         "schema": schema.name,
         "version": schema.version,
         "window": window,
         "epsilon": schema.epsilon,
-        "values": {a.name: _encode(a, truth[a.name]) for a in attributes},
+        "values": {a.name: a.mech.encode(a, truth[a.name], source) for a in attributes},
     }
-
-
-def _encode(attribute: Attribute, true_value: int | bool) -> Any:
-    if attribute.mechanism == "rr":
-        return mechanisms.encode_rr(bool(true_value), attribute.p)
-    d = len(attribute.categories)
-    if attribute.mechanism == "grr":
-        return attribute.categories[mechanisms.encode_grr(int(true_value), d, attribute.p)]
-    return mechanisms.encode_oue(int(true_value), d, attribute.p, attribute.q)
 
 
 def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
@@ -182,7 +181,10 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
             missing = [n for n in schema.by_name if n not in values]
             raise ReportError(f"values.{missing[0]}", "is required (the schema's split is 'equal')")
     for key, reported in values.items():
-        _check_value(schema.by_name[key], reported)
+        try:
+            schema.by_name[key].mech.check(schema.by_name[key], reported)
+        except WireError as exc:
+            raise ReportError(f"values.{key}", str(exc)) from None
     return Report(report_id, schema, obj["window"], dict(values))
 
 
@@ -197,30 +199,8 @@ def _resolve(schemas: Schema | SchemaLookup, name: str, version: int) -> Schema:
     return schema
 
 
-def _check_value(attribute: Attribute, reported: Any) -> None:
-    field = f"values.{attribute.name}"
-    if attribute.mechanism == "rr":
-        if not isinstance(reported, bool):
-            raise ReportError(field, "must be JSON true or false")
-    elif attribute.mechanism == "grr":
-        if not isinstance(reported, str) or reported not in attribute.index_of:
-            raise ReportError(field, f"must be one of the categories {_list(attribute.categories)}")
-    else:
-        d = len(attribute.categories)
-        if (
-            not isinstance(reported, list)
-            or len(reported) != d
-            or any(type(bit) is not int or bit not in (0, 1) for bit in reported)
-        ):
-            raise ReportError(field, f"must be a list of {d} integers, each 0 or 1 (OUE)")
-
-
 def _type_name(value: Any) -> str:
     """``int``, or ``numpy.bool`` for a type from elsewhere (whose bare name may read like a builtin)."""
     kind = type(value)
     return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
-
-def _list(categories: tuple[str, ...], limit: int = 8) -> str:
-    shown = ", ".join(repr(c) for c in categories[:limit])
-    return shown + (f", ... ({len(categories)} in all)" if len(categories) > limit else "")

@@ -5,7 +5,8 @@ publishes it; the server answers with the *derived* form (per-attribute ``epsilo
 ``mechanism``, ``p`` and ``q`` filled in); clients randomise with exactly those parameters.
 Parsing the derived form again gives the same schema, so a derived schema can be re-published.
 
-Every invalid schema raises ``ValueError`` with one sentence naming the field and the bad value.
+Every invalid schema raises :class:`SchemaError` (a ``ValueError``) with one sentence naming
+the field and the bad value, and the field itself in ``.field`` for code to use.
 """
 
 from __future__ import annotations
@@ -34,11 +35,18 @@ PARAMETER_TOLERANCE = 1e-9
 
 WINDOWS = ("hour", "day")
 SPLITS = ("equal", "sample")
-BOOLEAN_MECHANISMS = ("auto", "rr")
-CATEGORICAL_MECHANISMS = ("auto", "grr", "oue")
+TYPES = ("boolean", "categorical")
 
 _SCHEMA_FIELDS = {"name", "version", "epsilon", "window", "split", "description", "attributes"}
 _ATTRIBUTE_FIELDS = {"name", "type", "categories", "mechanism", "epsilon", "p", "q"}
+
+
+class SchemaError(ValueError):
+    """A schema is invalid. ``field`` says where (``attributes[2].categories``), ``str()`` says what."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -50,9 +58,9 @@ class Attribute:
     """
 
     name: str
-    type: str  # "boolean" or "categorical"
+    type: str  # one of TYPES
     epsilon: float
-    mechanism: str  # "rr", "grr" or "oue"
+    mechanism: str  # the registry name of ``mech``
     p: float
     q: float
     categories: tuple[str, ...] = ()
@@ -61,6 +69,18 @@ class Attribute:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index_of", {c: i for i, c in enumerate(self.categories)})
+
+    @property
+    def mech(self) -> mechanisms.Mechanism:
+        """The registry object of :attr:`mechanism`: its encoder, wire check, estimator, privacy."""
+        return mechanisms.REGISTRY[self.mechanism]
+
+    @property
+    def categories_shown(self) -> str:
+        """The categories for an error message: the first few, and how many there are."""
+        limit = 8
+        shown = ", ".join(repr(c) for c in self.categories[:limit])
+        return shown + (f", ... ({len(self.categories)} in all)" if len(self.categories) > limit else "")
 
     @property
     def values(self) -> tuple[Any, ...]:
@@ -125,44 +145,45 @@ class Schema:
 def parse_schema(obj: Any) -> Schema:
     """Validate a schema (as decoded from JSON, or a :class:`Schema`) and derive its parameters.
 
-    Raises ``ValueError`` with a sentence naming the field and the bad value.
+    Raises :class:`SchemaError` with a sentence naming the field and the bad value.
     """
     if isinstance(obj, Schema):
         return obj
     if not isinstance(obj, Mapping):
-        raise ValueError(f"a schema must be a JSON object, got {_kind(obj)}")
+        raise SchemaError("schema", f"a schema must be a JSON object, got {_kind(obj)}")
     _reject_unknown(obj, _SCHEMA_FIELDS, "schema")
     name = _name(obj.get("name"), "name")
     version = obj.get("version")
     if not _is_int(version) or not 1 <= version <= MAX_VERSION:
-        raise ValueError(f"version must be an integer from 1 to {MAX_VERSION}, got {_show(version)}")
+        raise SchemaError("version", f"version must be an integer from 1 to {MAX_VERSION}, got {_show(version)}")
     epsilon = _epsilon(obj.get("epsilon"), "epsilon")
     window = obj.get("window", "day")
     if window not in WINDOWS:
-        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, got {_show(window)}")
+        raise SchemaError("window", f"window must be one of {', '.join(WINDOWS)}, got {_show(window)}")
     split = obj.get("split", "equal")
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {_show(split)}")
+        raise SchemaError("split", f"split must be one of {', '.join(SPLITS)}, got {_show(split)}")
     description = obj.get("description", "")
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_LENGTH:
-        raise ValueError(
-            f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
+        raise SchemaError(
+            "description", f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
             f"got {_show(description)}"
         )
     _require_unicode(description, "description")
     raw_attributes = obj.get("attributes")
     if not isinstance(raw_attributes, list) or not 1 <= len(raw_attributes) <= MAX_ATTRIBUTES:
-        raise ValueError(
-            f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {_show(raw_attributes)}"
+        raise SchemaError(
+            "attributes", f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {_show(raw_attributes)}"
         )
     epsilons = _split_budget(raw_attributes, epsilon, split)
     attributes = tuple(
         _attribute(raw, eps, f"attributes[{i}]") for i, (raw, eps) in enumerate(zip(raw_attributes, epsilons))
     )
     seen: set[str] = set()
-    for attribute in attributes:
+    for i, attribute in enumerate(attributes):
         if attribute.name in seen:
-            raise ValueError(f"attribute names must be distinct, {attribute.name!r} appears twice")
+            raise SchemaError(f"attributes[{i}].name",
+                              f"attribute names must be distinct, {attribute.name!r} appears twice")
         seen.add(attribute.name)
     return Schema(name, version, epsilon, window, split, description, attributes)
 
@@ -171,25 +192,25 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
     """Each attribute's ε: given explicitly for all (or none), else ε/k or the whole ε (sample)."""
     for i, raw in enumerate(raw_attributes):
         if not isinstance(raw, Mapping):
-            raise ValueError(f"attributes[{i}] must be a JSON object, got {_kind(raw)}")
+            raise SchemaError(f"attributes[{i}]", f"attributes[{i}] must be a JSON object, got {_kind(raw)}")
     given = [raw.get("epsilon") for raw in raw_attributes]
     if all(e is None for e in given):
         share = total if split == "sample" else total / len(raw_attributes)
         return [share] * len(raw_attributes)
     if any(e is None for e in given):
-        raise ValueError("attributes[].epsilon must be given for every attribute or for none")
+        raise SchemaError("attributes", "attributes[].epsilon must be given for every attribute or for none")
     values = [_epsilon(e, f"attributes[{i}].epsilon") for i, e in enumerate(given)]
     if split == "sample":
         # Each report carries one attribute with the whole budget.
         for i, e in enumerate(values):
             if abs(e - total) > EPSILON_SUM_TOLERANCE:
-                raise ValueError(
-                    f"attributes[{i}].epsilon must equal the total epsilon {total} under split "
+                raise SchemaError(
+                    f"attributes[{i}].epsilon", f"attributes[{i}].epsilon must equal the total epsilon {total} under split "
                     f"'sample', got {e}"
                 )
     elif abs(math.fsum(values) - total) > EPSILON_SUM_TOLERANCE:
-        raise ValueError(
-            f"attributes[].epsilon must sum to the total epsilon {total}, got {math.fsum(values)}"
+        raise SchemaError(
+            "attributes", f"attributes[].epsilon must sum to the total epsilon {total}, got {math.fsum(values)}"
         )
     return values
 
@@ -198,58 +219,51 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
     _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
     name = _name(raw.get("name"), f"{where}.name")
     kind = raw.get("type")
-    mechanism = raw.get("mechanism", "auto")
     if kind == "boolean":
         if "categories" in raw:
-            raise ValueError(f"{where}.categories is not allowed on a boolean attribute")
-        if mechanism not in BOOLEAN_MECHANISMS:
-            raise ValueError(
-                f"{where}.mechanism must be one of {', '.join(BOOLEAN_MECHANISMS)} for a boolean, "
-                f"got {_show(mechanism)}"
-            )
+            raise SchemaError(f"{where}.categories", f"{where}.categories is not allowed on a boolean attribute")
         categories: tuple[str, ...] = ()
-        resolved = "rr"
     elif kind == "categorical":
         categories = _categories(raw.get("categories"), f"{where}.categories")
-        if mechanism not in CATEGORICAL_MECHANISMS:
-            raise ValueError(
-                f"{where}.mechanism must be one of {', '.join(CATEGORICAL_MECHANISMS)}, "
-                f"got {_show(mechanism)}"
-            )
-        resolved = mechanisms.choose(epsilon, len(categories)) if mechanism == "auto" else mechanism
     else:
-        raise ValueError(f"{where}.type must be 'boolean' or 'categorical', got {_show(kind)}")
-    p, q = mechanisms.parameters(resolved, epsilon, len(categories))
+        raise SchemaError(f"{where}.type", f"{where}.type must be one of {', '.join(TYPES)}, got {_show(kind)}")
+    d = max(2, len(categories))  # a boolean has two values
+    try:
+        mechanism = mechanisms.resolve(kind, raw.get("mechanism", mechanisms.AUTO), epsilon=epsilon, d=d)
+    except ValueError as exc:
+        raise SchemaError(f"{where}.mechanism",
+                          f"{where}.mechanism {exc}, got {_show(raw.get('mechanism'))}") from None
+    p, q = mechanism.parameters(epsilon=epsilon, d=d)
     if not p > q:  # e^ε rounds to 1: the reports carry nothing, and the estimator would divide by 0
-        raise ValueError(f"{where}.epsilon must be large enough that p exceeds q in floating point; "
-                         f"{epsilon!r} is too small")
+        raise SchemaError(f"{where}.epsilon", f"{where}.epsilon must be large enough that p exceeds q in "
+                                               f"floating point; {epsilon!r} is too small")
     for field, derived in (("p", p), ("q", q)):
         if field in raw:
             given = raw[field]
             # 0 <= given <= 1 first: subtracting a float from a huge JSON int overflows.
             if not is_number(given) or not 0 <= given <= 1 or abs(given - derived) > PARAMETER_TOLERANCE:
-                raise ValueError(
-                    f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
+                raise SchemaError(
+                    f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {_show(given)}"
                 )
-    return Attribute(name, kind, epsilon, resolved, p, q, categories)
+    return Attribute(name, kind, epsilon, mechanism.name, p, q, categories)
 
 
 def _categories(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not MIN_CATEGORIES <= len(raw) <= MAX_CATEGORIES:
-        raise ValueError(
-            f"{where} must be a list of {MIN_CATEGORIES} to {MAX_CATEGORIES} strings, got {_show(raw)}"
+        raise SchemaError(
+            where, f"{where} must be a list of {MIN_CATEGORIES} to {MAX_CATEGORIES} strings, got {_show(raw)}"
         )
     seen: set[str] = set()
     for i, category in enumerate(raw):
         if not isinstance(category, str) or not 1 <= len(category) <= MAX_CATEGORY_LENGTH:
-            raise ValueError(
-                f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
+            raise SchemaError(
+                f"{where}[{i}]", f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
                 f"characters, got {_show(category)}"
             )
         _require_unicode(category, f"{where}[{i}]")
         if category in seen:
-            raise ValueError(f"{where} must be distinct, {category!r} appears twice")
+            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct, {category!r} appears twice")
         seen.add(category)
     return tuple(raw)
 
@@ -260,13 +274,13 @@ def _require_unicode(text: str, field: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{field} must be valid Unicode text; it contains a lone UTF-16 surrogate") from None
+        raise SchemaError(field, f"{field} must be valid Unicode text; it contains a lone UTF-16 surrogate") from None
 
 
 def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise ValueError(
-            f"{field} must match [a-z0-9][a-z0-9_-]{{0,63}} (lower-case letters, digits, _ and -), "
+        raise SchemaError(
+            field, f"{field} must match [a-z0-9][a-z0-9_-]{{0,63}} (lower-case letters, digits, _ and -), "
             f"got {_show(value)}"
         )
     return value
@@ -274,14 +288,14 @@ def _name(value: Any, field: str) -> str:
 
 def _epsilon(value: Any, field: str) -> float:
     if not is_number(value) or not 0 < value <= MAX_EPSILON:
-        raise ValueError(f"{field} must be a number in (0, {MAX_EPSILON:g}], got {_show(value)}")
+        raise SchemaError(field, f"{field} must be a number in (0, {MAX_EPSILON:g}], got {_show(value)}")
     return float(value)
 
 
 def _reject_unknown(obj: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(str(k) for k in obj if k not in allowed)
     if unknown:
-        raise ValueError(f"{where} has unknown field(s): {', '.join(unknown)}")
+        raise SchemaError(where, f"{where} has unknown field(s): {', '.join(unknown)}")
 
 
 def _is_int(value: Any) -> bool:

@@ -12,47 +12,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .estimators import DEFAULT_CONFIDENCE, Estimate, estimate
+from .estimators import DEFAULT_CONFIDENCE, Estimate
 from .schema import Attribute, Schema, parse_schema
 
-# OUE vectors are built this many devices at a time, to bound memory at d = 1024.
-_CHUNK = 1 << 16
-
-
-def encode_rr_bulk(truth: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
-    """Binary RR for a boolean array: each entry kept with probability ``p``, else negated."""
-    keep = rng.random(truth.shape[0]) < p
-    return np.where(keep, truth, ~truth)
-
-
-def encode_grr_bulk(truth: np.ndarray, d: int, p: float, rng: np.random.Generator) -> np.ndarray:
-    """GRR for an array of category indices: kept w.p. ``p``, else one of the other d-1."""
-    keep = rng.random(truth.shape[0]) < p
-    other = rng.integers(0, d - 1, size=truth.shape[0])
-    other += other >= truth
-    return np.where(keep, truth, other)
-
-
-def encode_oue_bulk(truth: np.ndarray, d: int, p: float, q: float, rng: np.random.Generator) -> np.ndarray:
-    """OUE for an array of category indices: an (n, d) array of 0/1, true bit 1 w.p. ``p``, others ``q``."""
-    n = truth.shape[0]
-    bits = (rng.random((n, d)) < q).astype(np.uint8)
-    bits[np.arange(n), truth] = rng.random(n) < p
-    return bits
-
-
 def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Randomise ``truth`` (bools or category indices) and count the hits of each estimate value."""
-    if attribute.mechanism == "rr":
-        return np.array([np.count_nonzero(encode_rr_bulk(truth, attribute.p, rng))])
-    d = len(attribute.categories)
-    if attribute.mechanism == "grr":
-        return np.bincount(encode_grr_bulk(truth, d, attribute.p, rng), minlength=d)
-    counts = np.zeros(d, dtype=np.int64)
-    for start in range(0, truth.shape[0], _CHUNK):
-        chunk = truth[start : start + _CHUNK]
-        counts += encode_oue_bulk(chunk, d, attribute.p, attribute.q, rng).sum(axis=0, dtype=np.int64)
-    return counts
+    """Randomise ``truth`` (bools or category indices) with the attribute's mechanism and sum
+    each value key's amount (:meth:`Mechanism.encode_bulk`)."""
+    return attribute.mech.encode_bulk(attribute, truth, rng)
 
 
 @dataclass(frozen=True)
@@ -140,17 +106,11 @@ def simulate(
         if reporting == 0:
             continue
         truth = true_values(attribute, spec, reporting, rng, sampled=sampled)
-        hits = hit_counts(attribute, truth, rng)
+        amounts = dict(zip(attribute.keys, hit_counts(attribute, truth, rng).tolist()))
         target = spec[: len(attribute.values)] if sampled else _realised_shares(attribute, truth)
-        for index, value in enumerate(attribute.values):
-            results.append(
-                SimulatedEstimate(
-                    attribute.name,
-                    value,
-                    target[index],
-                    estimate(int(hits[index]), reporting, attribute.p, attribute.q, confidence),
-                )
-            )
+        estimates = attribute.mech.estimates(attribute, reporting, amounts, confidence)
+        for index, (value, (_, estimate)) in enumerate(zip(attribute.values, estimates)):
+            results.append(SimulatedEstimate(attribute.name, value, target[index], estimate))
     return results
 
 

@@ -15,6 +15,8 @@ from datetime import datetime, timedelta, timezone
 # and the same window would then be stored under a second name.
 _FORMATS = {"day": ("%Y-%m-%d", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")),
             "hour": ("%Y-%m-%dT%H", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}"))}
+# Either kind of window name, for documents that describe both (the OpenAPI document).
+NAME_PATTERN = rf"{_FORMATS['day'][1].pattern}(T[0-9]{{2}})?"
 LENGTH = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 # The name of the rollup over every window of a schema version, where a window name would stand.
 ROLLUP = "all"

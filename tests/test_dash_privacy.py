@@ -25,7 +25,7 @@ def test_posterior_bound(epsilon, prior, expected):
 
 def test_posterior_bound_equals_rr_keep_probability():
     for epsilon in (0.1, 0.5, 1.0, 2.0, 5.0):
-        p, _ = mechanisms.parameters("rr", epsilon)
+        p, _ = mechanisms.get("rr").parameters(epsilon=epsilon, d=2)
         assert privacy.posterior_bound(epsilon) == pytest.approx(p)
 
 
@@ -49,12 +49,12 @@ PROFILE_CASES = [
 
 @pytest.mark.parametrize("mechanism, epsilon, d, epsilon_prime, expected", PROFILE_CASES)
 def test_privacy_profile_hand_values(mechanism, epsilon, d, epsilon_prime, expected):
-    p, q = mechanisms.parameters(mechanism, epsilon, d)
+    p, q = mechanisms.get(mechanism).parameters(epsilon=epsilon, d=d)
     assert privacy.privacy_profile(mechanism, p, q, epsilon_prime) == pytest.approx(expected, abs=1e-12)
 
 
 def test_oue_worst_pair_is_a_distribution_over_the_two_bits():
-    p, q = mechanisms.parameters("oue", 1.3, 5)
+    p, q = mechanisms.get("oue").parameters(epsilon=1.3, d=5)
     pairs = privacy.worst_pair("oue", p, q)
     assert len(pairs) == 4
     assert math.fsum(a for a, _ in pairs) == pytest.approx(1.0)
@@ -64,7 +64,7 @@ def test_oue_worst_pair_is_a_distribution_over_the_two_bits():
 @pytest.mark.parametrize("mechanism, d", [("rr", 2), ("grr", 3), ("grr", 50), ("oue", 8)])
 def test_profile_curve_falls_to_zero_at_epsilon(mechanism, d):
     epsilon = 1.5
-    p, q = mechanisms.parameters(mechanism, epsilon, d)
+    p, q = mechanisms.get(mechanism).parameters(epsilon=epsilon, d=d)
     curve = privacy.profile_curve(mechanism, p, q, epsilon, points=21)
     assert curve[0][0] == 0.0 and curve[-1][0] == pytest.approx(1.25 * epsilon)
     deltas = [delta for _, delta in curve]
@@ -82,7 +82,7 @@ def test_window_budget_is_linear():
 
 def test_local_vs_central_hand_values():
     # rr at ε = ln 3, n = 10 000: local SE = sqrt(3/16) / (1/2 · 100); central SE = √2 / (10 000 ln 3)
-    p, q = mechanisms.parameters("rr", LN3)
+    p, q = mechanisms.get("rr").parameters(epsilon=LN3, d=2)
     comparison = privacy.local_vs_central(p, q, LN3, 10_000)
     local = math.sqrt(3 / 16) / 50
     central = math.sqrt(2) / (10_000 * LN3)
@@ -93,7 +93,7 @@ def test_local_vs_central_hand_values():
 
 
 def test_local_to_central_ratio_grows_as_sqrt_n():
-    p, q = mechanisms.parameters("grr", 1.0, 4)
+    p, q = mechanisms.get("grr").parameters(epsilon=1.0, d=4)
     small = privacy.local_vs_central(p, q, 1.0, 100)
     large = privacy.local_vs_central(p, q, 1.0, 10_000)
     assert large.ratio / small.ratio == pytest.approx(10.0)

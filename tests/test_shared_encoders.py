@@ -1,9 +1,9 @@
 """The device encoders (OS CSPRNG, so these draws are NOT seeded) against e^ε and the bulk encoders.
 
 Because the device draws cannot be seeded, every check is a hypothesis test that a correct
-encoder fails only with probability ALPHA = 1e-8. This module makes 76 such checks (rr 3 x 4,
-grr 10 + 16, oue 5 + 10, randbelow 7, device vs bulk 3, end to end 13), so by the union bound a
-correct implementation fails a run of it with probability below 7.6e-7 < 1e-6.
+encoder fails only with probability ALPHA = 1e-8. This module makes 109 such checks (rr 3 x 4,
+grr 10 + 16, oue 5 + 10, randbelow 7, device vs bulk 36, end to end 13), so by the union bound a
+correct implementation fails a run of it with probability below 1.09e-6.
 Draw counts are then chosen so that a real error of a few per cent in a probability is caught.
 """
 
@@ -19,14 +19,31 @@ from scipy import stats
 
 from test_shared_examples import example
 
-from ldp_telemetry.aggregator.ingest import counter_rows, value_key
-from ldp_telemetry.shared import mechanisms, simulation
+from ldp_telemetry.aggregator.ingest import counter_rows
+from ldp_telemetry.shared import mechanisms
+from ldp_telemetry.shared.mechanisms.randomness import SYSTEM, bernoulli, randbelow
 from ldp_telemetry.shared.estimators import estimate
 from ldp_telemetry.shared.reports import randomize, validate_report
-from ldp_telemetry.shared.schema import parse_schema
+from ldp_telemetry.shared.schema import Attribute, parse_schema
 
 ALPHA = 1e-8
 Z = NormalDist().inv_cdf(1 - ALPHA / 2)  # 5.73
+
+
+def attribute_of(mechanism: str, epsilon: float, d: int = 2) -> Attribute:
+    """A parsed attribute randomised by ``mechanism`` at ``epsilon`` with ``d`` categories (a
+    boolean for ``rr``)."""
+    kind = mechanisms.get(mechanism).types[0]
+    raw = {"name": "a", "type": kind, "mechanism": mechanism}
+    if kind == "categorical":
+        raw["categories"] = [f"c{i}" for i in range(d)]
+    return parse_schema({"name": "s", "version": 1, "epsilon": epsilon, "attributes": [raw]}).attributes[0]
+
+
+def encode(attribute: Attribute, truth: object) -> object:
+    """One device draw, from the OS CSPRNG; a category comes back as its index."""
+    out = attribute.mech.encode(attribute, truth, SYSTEM)
+    return attribute.index_of[out] if isinstance(out, str) else out
 
 
 def assert_rate(successes: int, draws: int, probability: float) -> None:
@@ -51,10 +68,11 @@ def assert_log_ratio(p_hat: float, n_p: int, q_hat: float, n_q: int, expected: f
 def test_rr_output_ratio_is_e_to_the_epsilon(epsilon):
     # 100,000 draws per input: at ε = 1 the log-ratio's standard error is
     # sqrt((1-p)/(Np) + (1-q)/(Nq)) = 0.0056, so a ratio off by more than 3.2% fails.
-    p, q = mechanisms.parameters("rr", epsilon)
+    rr = attribute_of("rr", epsilon)
+    p, q = rr.p, rr.q
     draws = 100_000
-    true_given_true = sum(mechanisms.encode_rr(True, p) for _ in range(draws))
-    true_given_false = sum(mechanisms.encode_rr(False, p) for _ in range(draws))
+    true_given_true = sum(encode(rr, True) for _ in range(draws))
+    true_given_false = sum(encode(rr, False) for _ in range(draws))
     assert_rate(true_given_true, draws, p)
     assert_rate(true_given_false, draws, q)
     # P(report true | true) / P(report true | false) = p/q = e^ε, and likewise for "false"
@@ -67,11 +85,12 @@ def test_rr_output_ratio_is_e_to_the_epsilon(epsilon):
 
 @pytest.mark.parametrize(("epsilon", "d"), [(1.0, 4), (2.0, 7)])
 def test_grr_output_ratio_is_e_to_the_epsilon(epsilon, d):
-    p, q = mechanisms.parameters("grr", epsilon, d)
+    grr = attribute_of("grr", epsilon, d)
+    p, q = grr.p, grr.q
     draws = 60_000
     x, other = 0, d - 1  # the ends, where the skip-over of the true index matters most
-    given_x = Counter(mechanisms.encode_grr(x, d, p) for _ in range(draws))
-    given_other = Counter(mechanisms.encode_grr(other, d, p) for _ in range(draws))
+    given_x = Counter(encode(grr, x) for _ in range(draws))
+    given_other = Counter(encode(grr, other) for _ in range(draws))
     assert set(given_x) | set(given_other) <= set(range(d))
     for output in range(d):
         assert_rate(given_x[output], draws, p if output == x else q)
@@ -86,11 +105,12 @@ def test_grr_output_ratio_is_e_to_the_epsilon(epsilon, d):
 
 @pytest.mark.parametrize(("epsilon", "d", "index"), [(1.0, 4, 2), (2.0, 9, 0)])
 def test_oue_bit_probabilities_and_ratio(epsilon, d, index):
-    p, q = mechanisms.parameters("oue", epsilon, d)
+    oue = attribute_of("oue", epsilon, d)
+    p, q = oue.p, oue.q
     draws = 40_000
     ones = np.zeros(d, dtype=np.int64)
     for _ in range(draws):
-        vector = mechanisms.encode_oue(index, d, p, q)
+        vector = encode(oue, index)
         assert len(vector) == d
         ones += vector
     for bit in range(d):
@@ -111,60 +131,43 @@ def test_oue_bit_probabilities_and_ratio(epsilon, d, index):
 @pytest.mark.parametrize("n", [2, 3, 5, 6, 7, 10, 300])
 def test_randbelow_is_uniform(n):
     draws = 20 * n if n > 100 else 30_000
-    counts = np.bincount([mechanisms.randbelow(n) for _ in range(draws)], minlength=n)
+    counts = np.bincount([randbelow(n, SYSTEM) for _ in range(draws)], minlength=n)
     assert counts.shape == (n,)
     assert stats.chisquare(counts).pvalue > ALPHA
 
 
 def test_randbelow_1_is_0_and_bernoulli_edges_are_exact():
-    assert {mechanisms.randbelow(1) for _ in range(100)} == {0}
-    assert not any(mechanisms.bernoulli(0.0) for _ in range(10_000))
-    assert all(mechanisms.bernoulli(1.0) for _ in range(10_000))
+    assert {randbelow(1, SYSTEM) for _ in range(100)} == {0}
+    assert not any(bernoulli(0.0, SYSTEM) for _ in range(10_000))
+    assert all(bernoulli(1.0, SYSTEM) for _ in range(10_000))
 
 
 # --- device and bulk encoders agree in distribution ---------------------------------------
 
 
-def assert_same_distribution(device: list, bulk: list) -> None:
-    """A chi-square test of homogeneity on the two samples' histograms of outcomes."""
-    outcomes = sorted(set(device) | set(bulk))
-    device_counts, bulk_counts = Counter(device), Counter(bulk)
-    table = np.array([[device_counts[o] for o in outcomes], [bulk_counts[o] for o in outcomes]])
-    assert stats.chi2_contingency(table).pvalue > ALPHA, (outcomes, table)
-
-
 DRAWS = 40_000
 
 
-def test_rr_device_and_bulk_agree():
-    p, _ = mechanisms.parameters("rr", 0.7)
-    rng = np.random.default_rng(11)
-    truth = np.array([True, False] * (DRAWS // 2))
-    device = [(bool(t), mechanisms.encode_rr(bool(t), p)) for t in truth]
-    bulk = list(zip(truth.tolist(), simulation.encode_rr_bulk(truth, p, rng).tolist()))
-    assert_same_distribution(device, bulk)
-
-
-def test_grr_device_and_bulk_agree():
-    d = 5
-    p, _ = mechanisms.parameters("grr", 1.2, d)
-    rng = np.random.default_rng(12)
-    truth = np.arange(DRAWS) % d  # every true index, so the pair (truth, output) is compared
-    device = [(int(t), mechanisms.encode_grr(int(t), d, p)) for t in truth]
-    bulk = list(zip(truth.tolist(), simulation.encode_grr_bulk(truth, d, p, rng).tolist()))
-    assert_same_distribution(device, bulk)
-
-
-def test_oue_device_and_bulk_agree_on_whole_vectors():
-    # Whole vectors, so the bits' independence is compared too: 3 true indices x 2^3 vectors.
-    d = 3
-    p, q = mechanisms.parameters("oue", 0.9, d)
-    rng = np.random.default_rng(13)
-    truth = np.arange(DRAWS) % d
-    device = [(int(t), tuple(mechanisms.encode_oue(int(t), d, p, q))) for t in truth]
-    bulk_bits = simulation.encode_oue_bulk(truth, d, p, q, rng)
-    bulk = [(int(t), tuple(int(b) for b in row)) for t, row in zip(truth, bulk_bits)]
-    assert_same_distribution(device, bulk)
+@pytest.mark.parametrize(("mechanism", "epsilon", "d", "seed"), [("rr", 0.7, 2, 11), ("grr", 1.2, 5, 12),
+                                                                  ("oue", 0.9, 3, 13)])
+def test_device_and_bulk_encoders_agree(mechanism, epsilon, d, seed):
+    # The bulk encoder returns each value key's summed amount. Per true value and key, the device's
+    # count (from its statistics) and the bulk's are binomial draws of the same probability if the
+    # encoders agree: a 2 x 2 homogeneity test each (rr 2, grr 25, oue 9 checks of this module).
+    attribute = attribute_of(mechanism, epsilon, d)
+    rng = np.random.default_rng(seed)
+    per_truth = DRAWS // d
+    for true_index in range(d):
+        truth_value = true_index == 0 if mechanism == "rr" else true_index
+        device: Counter = Counter()
+        for _ in range(per_truth):
+            reported = attribute.mech.encode(attribute, truth_value, SYSTEM)
+            device.update(dict(attribute.mech.statistics(attribute, reported)))
+        truth = np.full(per_truth, truth_value, dtype=bool if mechanism == "rr" else np.int64)
+        bulk = attribute.mech.encode_bulk(attribute, truth, rng).tolist()
+        for key, bulk_hits in zip(attribute.keys, bulk):
+            table = np.array([[device[key], per_truth - device[key]], [bulk_hits, per_truth - bulk_hits]])
+            assert stats.chi2_contingency(table).pvalue > ALPHA, (true_index, key, table)
 
 
 # --- the device path end to end: randomize -> validate_report -> hits -> estimate ----------
@@ -185,13 +188,13 @@ def test_device_reports_decode_to_the_population_shares():
     ]
     reports = [validate_report(randomize(schema, record), schema) for record in population]
     hits: Counter = Counter()  # summed over windows, in case the run straddles midnight UTC
-    for _, _, _, name, value, _, count in counter_rows(reports):
-        hits[name, value] += count
+    for _, _, _, name, key, _, count in counter_rows(reports):
+        hits[name, key] += count
     truth = {("flag", 0): 0.3, **{("os", i): s for i, s in enumerate(shares["os"])},
              **{("lang", i): s for i, s in enumerate(shares["lang"])}}
     for (name, index), theta in truth.items():
         attribute = schema.attribute(name)
-        result = estimate(hits[name, value_key(attribute.values[index])], devices, attribute.p, attribute.q)
+        result = estimate(hits[name, attribute.keys[index]], devices, attribute.p, attribute.q)
         sd = math.sqrt(mechanisms.variance(attribute.p, attribute.q, devices, theta))
         assert abs(result.estimate - theta) < Z * sd, (name, index, result.estimate, theta)
 

@@ -91,8 +91,8 @@ def test_estimate_is_unclipped_and_maps_the_wilson_ends():
 def test_the_approximate_variance_has_wang_et_al_closed_forms(epsilon, d):
     e = math.exp(epsilon)
     n = 1000
-    grr = mechanisms.variance(*mechanisms.parameters("grr", epsilon, d), n)
-    oue = mechanisms.variance(*mechanisms.parameters("oue", epsilon, d), n)
+    grr = mechanisms.variance(*mechanisms.get("grr").parameters(epsilon=epsilon, d=d), n)
+    oue = mechanisms.variance(*mechanisms.get("oue").parameters(epsilon=epsilon, d=d), n)
     assert grr == pytest.approx((e + d - 2) / (n * (e - 1) ** 2), rel=1e-12)
     assert oue == pytest.approx(4 * e / (n * (e - 1) ** 2), rel=1e-12)
 
@@ -113,7 +113,7 @@ def test_conditional_and_unconditional_variance_by_hand(theta):
 
 def test_wang_et_al_eq_2_form_of_the_conditional_variance():
     # Var = q(1-q)/(n(p-q)^2) + θ(1-p-q)/(n(p-q))
-    p, q = mechanisms.parameters("grr", 1.5, 6)
+    p, q = mechanisms.get("grr").parameters(epsilon=1.5, d=6)
     n, theta = 5000, 0.3
     expected = q * (1 - q) / (n * (p - q) ** 2) + theta * (1 - p - q) / (n * (p - q))
     assert mechanisms.variance(p, q, n, theta) == pytest.approx(expected, rel=1e-12)
@@ -130,4 +130,4 @@ def test_variance_rejects_bad_arguments(args, kwargs):
                                                           ("oue", math.inf, 4), ("grr", 1.0, 1)])
 def test_parameters_reject_bad_arguments(mechanism, epsilon, d):
     with pytest.raises(ValueError):
-        mechanisms.parameters(mechanism, epsilon, d)
+        mechanisms.get(mechanism).parameters(epsilon=epsilon, d=d)

@@ -141,8 +141,8 @@ def test_hits_name_the_values_a_report_counts_for():
     ]
     for values, expected in cases:
         validated = validate_report({**base, "values": values}, s)
-        hits = [(name, index) for name, reported in validated.values.items()
-                for index in mechanisms.hit_indices(s.attribute(name).mechanism, reported, s.attribute(name).index_of)]
+        hits = [(name, s.attribute(name).keys.index(key)) for name, reported in validated.values.items()
+                for key, amount in s.attribute(name).mech.statistics(s.attribute(name), reported)]
         assert hits == expected
 
 

@@ -323,7 +323,7 @@ def test_auto_picks_grr_exactly_when_d_minus_2_is_below_3_e_to_the_epsilon(d, ep
     attribute = parse_schema(schema_of(categorical([f"c{i}" for i in range(d)]), epsilon=epsilon)).attributes[0]
     assert attribute.mechanism == expected
     # ... which is the lower-variance one (Wang et al.'s approximate variance at small shares)
-    variances = {m: mechanisms.variance(*mechanisms.parameters(m, epsilon, d), n=1) for m in ("grr", "oue")}
+    variances = {m: mechanisms.variance(*mechanisms.get(m).parameters(epsilon=epsilon, d=d), n=1) for m in ("grr", "oue")}
     assert variances[expected] < variances[{"grr": "oue", "oue": "grr"}[expected]]
 
 

@@ -10,6 +10,7 @@ from test_shared_examples import example
 
 from ldp_telemetry.shared import simulation
 from ldp_telemetry.shared.schema import parse_schema
+from ldp_telemetry.shared.mechanisms import shares
 from ldp_telemetry.shared.simulation import hit_counts, population_shares, simulate, true_values
 
 SHARES = {"flag": 0.3, "os": [0.1, 0.2, 0.3, 0.4], "lang": [0.5, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.0]}
@@ -80,7 +81,7 @@ def test_oue_counts_over_several_chunks_hit_each_bit_at_its_rate():
     # OUE vectors are built a chunk of devices at a time (to bound memory); across chunks, with
     # devices drawn from the shares, every bit j is Binomial(n, q + (p - q)θ_j): within 5 sd.
     attribute = schema().attribute("lang")
-    n = 3 * simulation._CHUNK + 17
+    n = 3 * shares._CHUNK + 17
     rng = np.random.default_rng(5)
     counts = hit_counts(attribute, true_values(attribute, SHARES["lang"], n, rng, sampled=True), rng)
     for count, share in zip(counts, SHARES["lang"]):

@@ -190,7 +190,7 @@ def test_the_variance_test_can_tell_conditional_from_unconditional():
 def test_the_approximate_variance_is_exact_at_theta_0():
     # Wang et al.'s q(1-q)/(n(p-q)²) is the θ -> 0 limit of both forms.
     for mechanism, d in (("rr", 2), ("grr", 4), ("oue", 4)):
-        p, q = mechanisms.parameters(mechanism, EPSILON, d)
+        p, q = mechanisms.get(mechanism).parameters(epsilon=EPSILON, d=d)
         approx = mechanisms.variance(p, q, DEVICES)
         assert approx == mechanisms.variance(p, q, DEVICES, 0.0) == mechanisms.variance(p, q, DEVICES, 0.0,
                                                                                           conditional=False)

@@ -1,0 +1,101 @@
+"""What every mechanism object answers: the interface the registry holds.
+
+A mechanism is one object (as diffprivlib has one class per mechanism). Schema parsing, report
+validation, ingest, estimation, simulation, the privacy panel, the OpenAPI document and the
+dashboard all ask it, and none of them compares mechanism names: adding a mechanism is adding
+one object to :data:`ldp_telemetry.shared.mechanisms.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..estimators import Estimate
+from .randomness import RandomSource
+
+if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
+    import numpy as np
+
+    from ..schema import Attribute
+
+
+class WireError(ValueError):
+    """A reported wire value does not fit its attribute; the message says what it must be."""
+
+
+@dataclass(frozen=True)
+class Estimand:
+    """What a mechanism's estimates are, and on what scale a page shows them."""
+
+    name: str  # "share": the fraction of devices whose true value is the estimate's value
+    percent: bool  # shown as a percentage (a share) rather than in the attribute's own units
+
+
+SHARE = Estimand("share", percent=True)
+
+
+def check_epsilon(epsilon: float) -> None:
+    """``ValueError`` unless ``epsilon`` is a positive finite number."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+
+
+class Mechanism(ABC):
+    """One randomisation mechanism: device encoder, wire check, statistics, estimator, privacy."""
+
+    name: ClassVar[str]  # as the derived schema names it
+    title: ClassVar[str]  # in plain words, for the dashboard
+    types: ClassVar[tuple[str, ...]]  # the attribute types it can randomise
+    estimand: ClassVar[Estimand]
+    wire_schema: ClassVar[dict[str, Any]]  # the JSON Schema of a wire value, for the OpenAPI document
+
+    def __repr__(self) -> str:
+        return f"<mechanism {self.name}>"
+
+    @abstractmethod
+    def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
+        """``(p, q)`` at ``epsilon`` for ``d`` values: the hit probabilities the estimator uses."""
+
+    @abstractmethod
+    def worst_variance(self, *, epsilon: float, d: int) -> float:
+        """The variance of one report's estimate in the worst case (times 1/n for n reports);
+        ``auto`` picks the mechanism for which this is lowest."""
+
+    @abstractmethod
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> Any:
+        """The wire value of the true value ``truth`` (as ``validate_record`` gives it), with
+        coins from ``source``."""
+
+    @abstractmethod
+    def check(self, attribute: Attribute, reported: Any) -> None:
+        """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
+
+    @abstractmethod
+    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int | float]]:
+        """What one checked wire value adds to the counters: ``(key, amount)`` pairs, none zero.
+
+        Every report also adds one to the attribute's ``n``; that is not listed here.
+        """
+
+    @abstractmethod
+    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+                  confidence: float) -> list[tuple[str, Estimate]]:
+        """One estimate per value key of ``attribute`` from ``n`` reports and the summed
+        ``amounts`` (a key with no amount is 0)."""
+
+    @abstractmethod
+    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Randomise many devices' true values at once (numpy; simulation only) and return the
+        summed amount of each value key, in :attr:`Attribute.keys` order."""
+
+    @abstractmethod
+    def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
+        """The output distributions ``(P(o|x), P(o|x'))`` of the pair of inputs that leaks most."""
+
+    @abstractmethod
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+        """One sentence, for people, of what a device does; ``percent`` formats a probability."""

@@ -1,0 +1,248 @@
+r"""The mechanisms that estimate shares: binary RR, GRR and OUE.
+
+Each is a randomised response whose output probabilities depend only on the device's true
+value. For every estimate value :math:`j` a report contributes one Bernoulli *hit*:
+
+- binary RR (``rr``): the report is ``true``;
+- generalised RR (``grr``): the reported category is :math:`j`;
+- optimised unary encoding (``oue``): bit :math:`j` of the reported vector is 1;
+
+with probability :math:`p` when the true value is :math:`j` and :math:`q` otherwise, so
+:math:`P(\text{hit}_j) = q + (p - q)\theta_j`. Parameters (Wang, Blocki, Li, Jha, *Locally
+Differentially Private Protocols for Frequency Estimation*, USENIX Security 2017):
+
+- ``rr``:  :math:`p = e^\varepsilon/(1+e^\varepsilon)`, :math:`q = 1/(1+e^\varepsilon)`
+  (Warner 1965; the flip probability is :math:`q`).
+- ``grr``: :math:`p = e^\varepsilon/(e^\varepsilon+d-1)`, :math:`q = 1/(e^\varepsilon+d-1)`.
+- ``oue``: :math:`p = 1/2`, :math:`q = 1/(e^\varepsilon+1)`.
+
+Each is :math:`\varepsilon`-LDP: for RR and GRR the ratio of output probabilities is at most
+:math:`p/q = e^\varepsilon`; for OUE two inputs differ in two bits, giving
+:math:`\frac{p(1-q)}{q(1-p)} = e^\varepsilon`. The counters keep, per value, only the hits
+that are not zero; the estimator and its interval are in :mod:`..estimators`.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterable, Mapping
+from itertools import product
+from typing import TYPE_CHECKING, Any
+
+from ..estimators import Estimate, estimate
+from .base import SHARE, Mechanism, WireError, check_epsilon
+from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..schema import Attribute
+
+# OUE vectors are simulated this many devices at a time, to bound memory at d = 1024.
+_CHUNK = 1 << 16
+# Coins are little-endian on every machine; array("Q") reads in the machine's order.
+_BIG_ENDIAN_MACHINE = array("Q", [1]).tobytes()[0] != 1
+
+
+def hit_probability(p: float, q: float, theta: float) -> float:
+    r"""The chance that one report hits a value whose true share is ``theta``: :math:`q + (p-q)\theta`."""
+    return q + (p - q) * theta
+
+
+def variance(p: float, q: float, n: int, theta: float | None = None, *, conditional: bool = True) -> float:
+    r"""Variance of the estimate :math:`\hat\theta = (f - q)/(p - q)` from ``n`` reports.
+
+    - ``theta=None``: Wang et al.'s approximation :math:`\frac{q(1-q)}{n(p-q)^2}` (exact as
+      :math:`\theta \to 0`); for GRR it equals :math:`\frac{e^\varepsilon+d-2}{n(e^\varepsilon-1)^2}`,
+      for OUE :math:`\frac{4e^\varepsilon}{n(e^\varepsilon-1)^2}`.
+    - ``conditional=True``: given the population's true values (a share :math:`\theta` hits with
+      probability p, the rest with q): :math:`\frac{\theta p(1-p) + (1-\theta) q(1-q)}{n(p-q)^2}`
+      (Wang et al. 2017, Eq. 2 generalised).
+    - ``conditional=False``: devices drawn independently from a population with share
+      :math:`\theta`, so each hit is Bernoulli(:math:`\pi = q + (p-q)\theta`):
+      :math:`\frac{\pi(1-\pi)}{n(p-q)^2}`.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    if not p > q:
+        raise ValueError(f"p must exceed q, got p={p}, q={q}")
+    scale = n * (p - q) ** 2
+    if theta is None:
+        return q * (1 - q) / scale
+    if not 0 <= theta <= 1:
+        raise ValueError(f"theta must be in [0, 1], got {theta}")
+    if conditional:
+        return (theta * p * (1 - p) + (1 - theta) * q * (1 - q)) / scale
+    pi = hit_probability(p, q, theta)
+    return pi * (1 - pi) / scale
+
+
+class ShareMechanism(Mechanism):
+    """What the three share mechanisms have in common: hits per value, and the Wilson estimator."""
+
+    estimand = SHARE
+
+    def worst_variance(self, *, epsilon: float, d: int) -> float:
+        p, q = self.parameters(epsilon=epsilon, d=d)
+        # An ε so small that p == q in floating point carries nothing; the schema refuses it.
+        return variance(p, q, n=1) if p > q else math.inf
+
+    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+                  confidence: float) -> list[tuple[str, Estimate]]:
+        return [(key, estimate(int(amounts.get(key, 0)), n, attribute.p, attribute.q, confidence))
+                for key in attribute.keys]
+
+
+class BinaryRR(ShareMechanism):
+    """Binary randomised response (Warner 1965): the true bit with probability ``p``, else its
+    negation. Wire value: JSON ``true`` or ``false``. One coin per report."""
+
+    name = "rr"
+    title = "binary randomised response"
+    types = ("boolean",)
+    wire_schema = {"type": "boolean"}
+
+    def parameters(self, *, epsilon: float, d: int = 2) -> tuple[float, float]:
+        check_epsilon(epsilon)
+        e = math.exp(epsilon)
+        return e / (1 + e), 1 / (1 + e)
+
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> bool:
+        value = bool(truth)
+        return value if bernoulli(attribute.p, source) else not value
+
+    def check(self, attribute: Attribute, reported: Any) -> None:
+        if not isinstance(reported, bool):
+            raise WireError("must be JSON true or false")
+
+    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+        return ((attribute.keys[0], 1),) if reported else ()
+
+    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        keep = rng.random(truth.shape[0]) < attribute.p
+        return np.array([np.count_nonzero(np.where(keep, truth, ~truth))])
+
+    def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
+        # The two outputs: the true value of x (p vs q) and that of x' (q vs p); for ε' ≥ 0 this
+        # gives δ(ε') = [p − e^ε' q]₊.
+        return [(p, q), (q, p)]
+
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+        return (f"A device keeps its true answer with probability {percent(p)} and flips it with "
+                f"probability {percent(q)}.")
+
+
+class GeneralisedRR(ShareMechanism):
+    """Generalised (k-ary) randomised response: the true category with probability ``p``, else one
+    of the other d−1 uniformly. Wire value: the reported category's name. Coins: one Bernoulli(p),
+    then, if it failed, a uniform index below d−1 that skips over the true one."""
+
+    name = "grr"
+    title = "generalised randomised response"
+    types = ("categorical",)
+    wire_schema = {"type": "string", "description": "the reported category"}
+
+    def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
+        check_epsilon(epsilon)
+        if d < 2:
+            raise ValueError(f"grr needs at least 2 categories, got {d}")
+        e = math.exp(epsilon)
+        return e / (e + d - 1), 1 / (e + d - 1)
+
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> str:
+        index = int(truth)
+        if not bernoulli(attribute.p, source):
+            other = randbelow(len(attribute.categories) - 1, source)
+            index = other + 1 if other >= index else other
+        return attribute.categories[index]
+
+    def check(self, attribute: Attribute, reported: Any) -> None:
+        if not isinstance(reported, str) or reported not in attribute.index_of:
+            raise WireError(f"must be one of the categories {attribute.categories_shown}")
+
+    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+        return ((reported, 1),)
+
+    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        d = len(attribute.categories)
+        keep = rng.random(truth.shape[0]) < attribute.p
+        other = rng.integers(0, d - 1, size=truth.shape[0])
+        other += other >= truth
+        return np.bincount(np.where(keep, truth, other), minlength=d)
+
+    def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
+        # As for rr, plus one "other" output carrying the q-vs-q mass (it never adds to δ for ε' ≥ 0).
+        return [(p, q), (q, p), (q, q)]
+
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+        return (f"A device reports its true category with probability {percent(p)}; otherwise one of "
+                f"the other {d - 1} categories, each with probability {percent(q)}.")
+
+
+class OptimisedUnaryEncoding(ShareMechanism):
+    """Optimised unary encoding (Wang et al. 2017): a one-hot vector whose true bit is reported as 1
+    with probability ``p`` = 1/2 and every other bit with probability ``q``. Wire value: a list of
+    d JSON integers 0 or 1 in the schema's category order. Coins: one per bit, in order."""
+
+    name = "oue"
+    title = "optimised unary encoding"
+    types = ("categorical",)
+    wire_schema = {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
+                   "description": "one bit per category, in the schema's order"}
+
+    def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
+        check_epsilon(epsilon)
+        return 0.5, 1 / (math.exp(epsilon) + 1)
+
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> list[int]:
+        index, d = int(truth), len(attribute.categories)
+        # d coins in one read of the source (the same draws as d bernoulli() calls, faster).
+        words = array("Q")
+        words.frombytes(source.take(COIN_BYTES * d))
+        if _BIG_ENDIAN_MACHINE:
+            words.byteswap()
+        low, high = threshold(attribute.q), threshold(attribute.p)
+        bits = [1 if (w >> COIN_SHIFT) < low else 0 for w in words]
+        bits[index] = 1 if (words[index] >> COIN_SHIFT) < high else 0
+        return bits
+
+    def check(self, attribute: Attribute, reported: Any) -> None:
+        d = len(attribute.categories)
+        if (not isinstance(reported, list) or len(reported) != d
+                or any(type(bit) is not int or bit not in (0, 1) for bit in reported)):
+            raise WireError(f"must be a list of {d} integers, each 0 or 1 (OUE)")
+
+    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+        categories = attribute.categories
+        return ((categories[i], 1) for i, bit in enumerate(reported) if bit)
+
+    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        d = len(attribute.categories)
+        counts = np.zeros(d, dtype=np.int64)
+        for start in range(0, truth.shape[0], _CHUNK):
+            chunk = truth[start : start + _CHUNK]
+            n = chunk.shape[0]
+            bits = (rng.random((n, d)) < attribute.q).astype(np.uint8)
+            bits[np.arange(n), chunk] = rng.random(n) < attribute.p
+            counts += bits.sum(axis=0, dtype=np.int64)
+        return counts
+
+    def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
+        # x and x' differ in two bits (x's bit is 1 w.p. p under x and q under x', x''s the other
+        # way round); every other bit has the same law under both and cancels. The four outputs
+        # are the combinations of those two bits, each a product of independent bits.
+        def bit(probability_of_one: float, value: int) -> float:
+            return probability_of_one if value else 1 - probability_of_one
+
+        return [(bit(p, a) * bit(q, b), bit(q, a) * bit(p, b)) for a, b in product((1, 0), repeat=2)]
+
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+        return (f"A device sends one bit per category: its own category's bit is 1 with probability "
+                f"{percent(p)}, every other bit with probability {percent(q)}.")
