@@ -12,6 +12,7 @@ Error messages about a *record* never repeat the value the app passed: it may be
 from __future__ import annotations
 
 import base64
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,10 +21,13 @@ from typing import Any, Callable, Union
 
 from . import windows
 from .mechanisms import SYSTEM, RandomSource, WireError
-from .mechanisms.randomness import randbelow
-from .schema import MAX_EPSILON, MAX_VERSION, Schema, is_number, parse_schema
+from .mechanisms.randomness import HmacStream, randbelow
+from .schema import MAX_EPSILON, MAX_VERSION, Attribute, Schema, is_number, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
+DEVICE_SECRET_BYTES = 32
+# Domain separation of the permanent responses' HMAC messages: a new derivation is a new tag.
+PERMANENT_TAG = "ldp-telemetry/permanent-response/v1"
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 EPSILON_TOLERANCE = 1e-9
@@ -91,27 +95,52 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
 
 
 def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
-              window: str | datetime | None = None, source: RandomSource = SYSTEM) -> dict[str, Any]:
+              window: str | datetime | None = None, device_secret: bytes | None = None,
+              source: RandomSource = SYSTEM) -> dict[str, Any]:
     """Randomise a record of true values into a report, on the device, with the OS CSPRNG.
 
     ``schema`` is a :class:`Schema` or the schema JSON as the server serves it. ``window`` is a
     window name or a time in it (default: now, UTC). Under ``split: "sample"`` one attribute,
     chosen uniformly, is randomised with the whole ε; otherwise every attribute is, with its own ε.
     No ledger here: limiting reports per window is :class:`TelemetryClient`'s job. ``source`` gives
-    the coins: the OS CSPRNG, unless a test vector fixes the bytes.
+    the coins: the OS CSPRNG, unless a test vector fixes the bytes. A memoised schema
+    (``epsilon_permanent``) needs the device's 32-byte ``device_secret``, from which each value's
+    permanent response is derived.
     """
     schema = parse_schema(schema)
+    check_device_secret(schema, device_secret)
     truth = validate_record(schema, record)
     if window is None or isinstance(window, datetime):
         window_name = windows.current_window(schema.window, window)
     else:
         windows.window_start(window, schema.window)
         window_name = window
-    return encode_report(schema, truth, window_name, source)
+    return encode_report(schema, truth, window_name, source, device_secret)
+
+
+def check_device_secret(schema: Schema, device_secret: bytes | None) -> None:
+    """``ValueError`` unless ``device_secret`` fits ``schema``: 32 bytes for a memoised one."""
+    if schema.epsilon_permanent is None:
+        return
+    if not isinstance(device_secret, bytes) or len(device_secret) != DEVICE_SECRET_BYTES:
+        raise ValueError(f"schema {schema.name!r} is memoised (epsilon_permanent): randomize() needs the "
+                         f"device's secret, device_secret=<{DEVICE_SECRET_BYTES} bytes>")
+
+
+def permanent_source(device_secret: bytes, schema: Schema, attribute: Attribute, truth: Any) -> HmacStream:
+    """The coins of ``attribute``'s permanent response to ``truth`` on this device.
+
+    HMAC-SHA256 keyed by the device's secret over the schema's name, the attribute's derived
+    definition and the true value (JSON, with a domain tag): the same value always gets the same
+    response, a changed attribute or another value a new one, and nothing is stored.
+    """
+    message = json.dumps([PERMANENT_TAG, schema.name, attribute.to_dict(), truth], separators=(",", ":"),
+                         sort_keys=True)
+    return HmacStream(device_secret, message.encode("utf-8"))
 
 
 def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str,
-                  source: RandomSource = SYSTEM) -> dict[str, Any]:
+                  source: RandomSource = SYSTEM, device_secret: bytes | None = None) -> dict[str, Any]:
     """The randomised report of ``truth`` (as :func:`validate_record` returns it) in ``window``.
 
     The inputs are trusted: :func:`randomize` checks them first. The bytes of ``source`` are
@@ -129,7 +158,9 @@ def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str,
         "version": schema.version,
         "window": window,
         "epsilon": schema.epsilon,
-        "values": {a.name: a.mech.encode(a, truth[a.name], source) for a in attributes},
+        "values": {a.name: a.mech.encode(a, truth[a.name], source, None if a.memo is None else
+                                         permanent_source(device_secret, schema, a, truth[a.name]))  # type: ignore[arg-type]
+                   for a in attributes},
     }
 
 

@@ -21,6 +21,7 @@ from . import mechanisms
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_EPSILON = 20.0
+MAX_EPSILON_PERMANENT = 50.0
 MAX_ATTRIBUTES = 64
 MIN_CATEGORIES = 2
 MAX_CATEGORIES = 1024
@@ -37,8 +38,9 @@ WINDOWS = ("hour", "day")
 SPLITS = ("equal", "sample")
 TYPES = ("boolean", "categorical")
 
-_SCHEMA_FIELDS = {"name", "version", "epsilon", "window", "split", "description", "attributes"}
-_ATTRIBUTE_FIELDS = {"name", "type", "categories", "mechanism", "epsilon", "p", "q"}
+_SCHEMA_FIELDS = {"name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"}
+# "permanent" and "instantaneous" are derived (memoised schemas) and, like p and q, checked when given back.
+_ATTRIBUTE_FIELDS = {"name", "type", "categories", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous"}
 
 
 class SchemaError(ValueError):
@@ -64,6 +66,7 @@ class Attribute:
     p: float
     q: float
     categories: tuple[str, ...] = ()
+    memo: mechanisms.Memo | None = None  # the permanent and instantaneous layers of a memoised attribute
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
 
@@ -101,7 +104,16 @@ class Attribute:
         if self.type == "categorical":
             out["categories"] = list(self.categories)
         out.update(epsilon=self.epsilon, mechanism=self.mechanism, p=self.p, q=self.q)
+        out.update(self._memo_fields())
         return out
+
+    def _memo_fields(self) -> dict[str, Any]:
+        """The derived layers of a memoised attribute, as the derived schema shows them."""
+        if self.memo is None:
+            return {}
+        m = self.memo
+        return {"permanent": {"epsilon": m.epsilon_permanent, "p": m.permanent_p, "q": m.permanent_q},
+                "instantaneous": {"p": m.instant_p, "q": m.instant_q}}
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,7 @@ class Schema:
     split: str
     description: str
     attributes: tuple[Attribute, ...]
+    epsilon_permanent: float | None = None  # memoisation's bound on what a value can ever cost
     # name -> attribute, built once: reports are validated against it on the ingest hot path
     by_name: dict[str, Attribute] = field(init=False, compare=False, repr=False)
 
@@ -138,6 +151,7 @@ class Schema:
             "window": self.window,
             "split": self.split,
             "description": self.description,
+            **({} if self.epsilon_permanent is None else {"epsilon_permanent": self.epsilon_permanent}),
             "attributes": [a.to_dict() for a in self.attributes],
         }
 
@@ -176,8 +190,10 @@ def parse_schema(obj: Any) -> Schema:
             "attributes", f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {_show(raw_attributes)}"
         )
     epsilons = _split_budget(raw_attributes, epsilon, split)
+    permanents = _permanent_budget(obj, epsilon, epsilons, split)
     attributes = tuple(
-        _attribute(raw, eps, f"attributes[{i}]") for i, (raw, eps) in enumerate(zip(raw_attributes, epsilons))
+        _attribute(raw, eps, permanent, f"attributes[{i}]")
+        for i, (raw, eps, permanent) in enumerate(zip(raw_attributes, epsilons, permanents))
     )
     seen: set[str] = set()
     for i, attribute in enumerate(attributes):
@@ -185,7 +201,29 @@ def parse_schema(obj: Any) -> Schema:
             raise SchemaError(f"attributes[{i}].name",
                               f"attribute names must be distinct, {attribute.name!r} appears twice")
         seen.add(attribute.name)
-    return Schema(name, version, epsilon, window, split, description, attributes)
+    return Schema(name, version, epsilon, window, split, description, attributes,
+                  None if permanents[0] is None else float(obj["epsilon_permanent"]))
+
+
+def _permanent_budget(obj: Mapping, epsilon: float, epsilons: list[float], split: str) -> list[float | None]:
+    """Each attribute's share of ε∞, shared as ε is; all None when the schema is not memoised.
+
+    Under ``split: "sample"`` a device may report each attribute in turn, so each permanent layer
+    gets ε∞/k, and a report's ε must stay below that."""
+    if "epsilon_permanent" not in obj:
+        return [None] * len(epsilons)
+    total = obj["epsilon_permanent"]
+    if not is_number(total) or not epsilon < total <= MAX_EPSILON_PERMANENT:
+        raise SchemaError("epsilon_permanent", f"epsilon_permanent must be a number above epsilon ({epsilon:g}) "
+                                               f"and at most {MAX_EPSILON_PERMANENT:g}, got {_show(total)}")
+    k = len(epsilons)
+    if split == "sample":
+        if not epsilon < total / k:
+            raise SchemaError("epsilon_permanent", f"under split 'sample' each attribute's permanent layer gets "
+                                                   f"epsilon_permanent / {k} = {total / k:g}, which must exceed "
+                                                   f"epsilon ({epsilon:g})")
+        return [total / k] * k
+    return [total * e / epsilon for e in epsilons]
 
 
 def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]:
@@ -215,7 +253,7 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
     return values
 
 
-def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
+def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, where: str) -> Attribute:
     _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
     name = _name(raw.get("name"), f"{where}.name")
     kind = raw.get("type")
@@ -237,6 +275,13 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
     if not p > q:  # e^ε rounds to 1: the reports carry nothing, and the estimator would divide by 0
         raise SchemaError(f"{where}.epsilon", f"{where}.epsilon must be large enough that p exceeds q in "
                                                f"floating point; {epsilon!r} is too small")
+    memo = None
+    if epsilon_permanent is not None:
+        if not mechanism.memoisable:
+            raise SchemaError(f"{where}.type", f"{where} cannot be memoised ({mechanism.title}); publish it in a "
+                                               f"schema without epsilon_permanent")
+        memo = mechanism.memoise(epsilon=epsilon, epsilon_permanent=epsilon_permanent, d=d)
+        p, q = memo.p, memo.q
     for field, derived in (("p", p), ("q", q)):
         if field in raw:
             given = raw[field]
@@ -246,7 +291,13 @@ def _attribute(raw: Mapping, epsilon: float, where: str) -> Attribute:
                     f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {_show(given)}"
                 )
-    return Attribute(name, kind, epsilon, mechanism.name, p, q, categories)
+    attribute = Attribute(name, kind, epsilon, mechanism.name, p, q, categories, memo)
+    derived = attribute.to_dict()
+    for key in ("permanent", "instantaneous"):
+        if key in raw and raw[key] != derived.get(key):
+            raise SchemaError(f"{where}.{key}", f"{where}.{key} is derived from epsilon_permanent and must be "
+                                                f"{derived.get(key)}, got {_show(raw[key])}")
+    return attribute
 
 
 def _categories(raw: Any, where: str) -> tuple[str, ...]:

@@ -38,6 +38,19 @@ class Estimand:
 SHARE = Estimand("share", percent=True)
 
 
+@dataclass(frozen=True)
+class Memo:
+    """The two layers of a memoised attribute (see :class:`.shares.ShareMechanism`)."""
+
+    epsilon_permanent: float  # the attribute's share of ε∞: what the server can ever learn of a value
+    permanent_p: float  # the permanent response's hit probabilities, at ε∞
+    permanent_q: float
+    instant_p: float  # the instantaneous response's, applied to the permanent one
+    instant_q: float
+    p: float  # the two composed: what one report's estimator uses
+    q: float
+
+
 def check_epsilon(epsilon: float) -> None:
     """``ValueError`` unless ``epsilon`` is a positive finite number."""
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -51,6 +64,7 @@ class Mechanism(ABC):
     title: ClassVar[str]  # in plain words, for the dashboard
     types: ClassVar[tuple[str, ...]]  # the attribute types it can randomise
     estimand: ClassVar[Estimand]
+    memoisable: ClassVar[bool] = False  # can take a permanent randomised response (memoisation)
     wire_schema: ClassVar[dict[str, Any]]  # the JSON Schema of a wire value, for the OpenAPI document
 
     def __repr__(self) -> str:
@@ -66,9 +80,16 @@ class Mechanism(ABC):
         ``auto`` picks the mechanism for which this is lowest."""
 
     @abstractmethod
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> Any:
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource,
+               permanent: RandomSource | None = None) -> Any:
         """The wire value of the true value ``truth`` (as ``validate_record`` gives it), with
-        coins from ``source``."""
+        coins from ``source``; for a memoised attribute the permanent layer's coins come from
+        ``permanent`` (derived from the device's secret and the value)."""
+
+    def memoise(self, *, epsilon: float, epsilon_permanent: float, d: int) -> Memo:
+        """The permanent and instantaneous layers for one report of ``epsilon`` over
+        ``epsilon_permanent``; only mechanisms with :attr:`memoisable` have them."""
+        raise ValueError(f"{self.name} cannot be memoised")
 
     @abstractmethod
     def check(self, attribute: Attribute, reported: Any) -> None:

@@ -15,6 +15,8 @@ client can reproduce it:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import threading
 from typing import Protocol
@@ -81,6 +83,25 @@ class FixedBytes:
     def used(self) -> int:
         """How many bytes were taken so far."""
         return self._position
+
+
+class HmacStream:
+    """A deterministic stream of bytes: HMAC-SHA256(key, message ‖ counter) for counter 0, 1, ...
+    (4-byte big-endian), concatenated. Memoisation derives a value's permanent randomised
+    response from it, so the response needs no stored state and never changes for that value."""
+
+    def __init__(self, key: bytes, message: bytes):
+        self._key, self._message = key, message
+        self._buffer = b""
+        self._counter = 0
+
+    def take(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            block = hmac.new(self._key, self._message + self._counter.to_bytes(4, "big"), hashlib.sha256)
+            self._buffer += block.digest()
+            self._counter += 1
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
 
 
 SYSTEM = SystemRandom()

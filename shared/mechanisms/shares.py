@@ -25,13 +25,14 @@ that are not zero; the estimator and its interval are in :mod:`..estimators`.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from ..estimators import Estimate, estimate
-from .base import SHARE, Mechanism, WireError, check_epsilon
+from .base import SHARE, Mechanism, Memo, WireError, check_epsilon
 from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
 
 if TYPE_CHECKING:
@@ -79,9 +80,97 @@ def variance(p: float, q: float, n: int, theta: float | None = None, *, conditio
 
 
 class ShareMechanism(Mechanism):
-    """What the three share mechanisms have in common: hits per value, and the Wilson estimator."""
+    """What the three share mechanisms have in common: hits per value, the Wilson estimator, and
+    memoisation.
+
+    Each is a *response* on an internal value (a bool, a category index, a bit vector) with hit
+    probabilities ``(p, q)``. Without memoisation a report is one response to the true value at
+    the attribute's ``(p, q)``. With it (RAPPOR: Erlingsson, Pihur, Korolova, CCS 2014) the
+    permanent randomised response (PRR) answers the true value at ``(p₁, q₁)``, the mechanism's own
+    parameters at the attribute's share of ε∞, with coins derived from the device's secret so it
+    never changes for the same value; the instantaneous response (IRR) then answers the PRR with
+    fresh coins, keeping it with probability ``keep``. The two compose into one response of the
+    same form with :math:`p = p_1 p_2 + (1 - p_1) q_2`, :math:`q = q_1 p_2 + (1 - q_1) q_2`
+    (``(p₂, q₂)`` the IRR's hit probabilities), and ``keep`` is solved so that this one report is
+    exactly ε-LDP: the estimator and its interval are unchanged within a window.
+    """
 
     estimand = SHARE
+    memoisable = True
+
+    def _uninformative_keep(self, d: int) -> float:
+        """The IRR's keep probability at which a report says nothing (the search's lower end)."""
+        return 0.5
+
+    def _irr(self, keep: float, d: int) -> tuple[float, float]:
+        """The IRR's hit probabilities ``(p₂, q₂)`` when it keeps the PRR with probability ``keep``."""
+        return keep, 1 - keep
+
+    def _epsilon_of(self, p: float, q: float) -> float:
+        """The ε of one response with hit probabilities ``(p, q)``: the largest log-ratio of an
+        output's probabilities under two inputs."""
+        return math.log(p / q)
+
+    def memoise(self, *, epsilon: float, epsilon_permanent: float, d: int) -> Memo:
+        """The two layers for one report of ε = ``epsilon`` over a permanent ``epsilon_permanent``.
+
+        The composed ε rises monotonically from 0 (an IRR that says nothing) to ε∞ (an IRR that
+        keeps the PRR), so bisection finds ``keep``; the lower end is kept, so the report's ε
+        never exceeds ``epsilon``.
+        """
+        if not epsilon_permanent > epsilon:
+            raise ValueError(f"epsilon_permanent must exceed epsilon, got {epsilon_permanent!r} <= {epsilon!r}")
+        p1, q1 = self.parameters(epsilon=epsilon_permanent, d=d)
+        low, high = self._uninformative_keep(d), 1.0
+        for _ in range(200):
+            middle = (low + high) / 2
+            if middle in (low, high):
+                break
+            if self._epsilon_of(*self._compose(p1, q1, middle, d)) < epsilon:
+                low = middle
+            else:
+                high = middle
+        p, q = self._compose(p1, q1, low, d)
+        p2, q2 = self._irr(low, d)
+        return Memo(epsilon_permanent=epsilon_permanent, permanent_p=p1, permanent_q=q1,
+                    instant_p=p2, instant_q=q2, p=p, q=q)
+
+    def _compose(self, p1: float, q1: float, keep: float, d: int) -> tuple[float, float]:
+        p2, q2 = self._irr(keep, d)
+        return p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2
+
+    def encode(self, attribute: Attribute, truth: Any, source: RandomSource,
+               permanent: RandomSource | None = None) -> Any:
+        value = self._internal(attribute, truth)
+        memo = attribute.memo
+        if memo is None:
+            return self._wire(attribute, self._respond(attribute, value, attribute.p, attribute.q, source))
+        if permanent is None:
+            raise ValueError(f"{attribute.name} is memoised: its permanent response needs the device's secret")
+        prr = self._respond(attribute, value, memo.permanent_p, memo.permanent_q, permanent)
+        return self._wire(attribute, self._respond(attribute, prr, memo.instant_p, memo.instant_q, source))
+
+    def permanent_response(self, attribute: Attribute, truth: Any, permanent: RandomSource) -> Any:
+        """The wire form of a memoised attribute's permanent response to ``truth``: what the
+        instantaneous layer randomises afresh in every report (never sent as it is)."""
+        memo = attribute.memo
+        if memo is None:
+            raise ValueError(f"{attribute.name} is not memoised")
+        value = self._internal(attribute, truth)
+        return self._wire(attribute, self._respond(attribute, value, memo.permanent_p, memo.permanent_q, permanent))
+
+    @abstractmethod
+    def _internal(self, attribute: Attribute, truth: Any) -> Any:
+        """The value a response works on, from the true value ``validate_record`` gives."""
+
+    @abstractmethod
+    def _respond(self, attribute: Attribute, value: Any, p: float, q: float, source: RandomSource) -> Any:
+        """One response to ``value``: each possible hit with probability ``p`` where ``value`` has
+        it, ``q`` where it does not."""
+
+    @abstractmethod
+    def _wire(self, attribute: Attribute, value: Any) -> Any:
+        """The wire form of a response."""
 
     def worst_variance(self, *, epsilon: float, d: int) -> float:
         p, q = self.parameters(epsilon=epsilon, d=d)
@@ -108,9 +197,14 @@ class BinaryRR(ShareMechanism):
         e = math.exp(epsilon)
         return e / (1 + e), 1 / (1 + e)
 
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> bool:
-        value = bool(truth)
-        return value if bernoulli(attribute.p, source) else not value
+    def _internal(self, attribute: Attribute, truth: Any) -> bool:
+        return bool(truth)
+
+    def _respond(self, attribute: Attribute, value: bool, p: float, q: float, source: RandomSource) -> bool:
+        return value if bernoulli(p, source) else not value
+
+    def _wire(self, attribute: Attribute, value: bool) -> bool:
+        return value
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         if not isinstance(reported, bool):
@@ -152,12 +246,24 @@ class GeneralisedRR(ShareMechanism):
         e = math.exp(epsilon)
         return e / (e + d - 1), 1 / (e + d - 1)
 
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> str:
-        index = int(truth)
-        if not bernoulli(attribute.p, source):
-            other = randbelow(len(attribute.categories) - 1, source)
-            index = other + 1 if other >= index else other
-        return attribute.categories[index]
+    def _uninformative_keep(self, d: int) -> float:
+        return 1 / d
+
+    def _irr(self, keep: float, d: int) -> tuple[float, float]:
+        return keep, (1 - keep) / (d - 1)
+
+    def _internal(self, attribute: Attribute, truth: Any) -> int:
+        return int(truth)
+
+    def _respond(self, attribute: Attribute, value: int, p: float, q: float, source: RandomSource) -> int:
+        # q is implied: the other d-1 categories share 1 - p equally.
+        if bernoulli(p, source):
+            return value
+        other = randbelow(len(attribute.categories) - 1, source)
+        return other + 1 if other >= value else other
+
+    def _wire(self, attribute: Attribute, value: int) -> str:
+        return attribute.categories[value]
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         if not isinstance(reported, str) or reported not in attribute.index_of:
@@ -199,17 +305,26 @@ class OptimisedUnaryEncoding(ShareMechanism):
         check_epsilon(epsilon)
         return 0.5, 1 / (math.exp(epsilon) + 1)
 
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource) -> list[int]:
-        index, d = int(truth), len(attribute.categories)
+    def _epsilon_of(self, p: float, q: float) -> float:
+        # Two inputs differ in two bits: p(1-q) / (q(1-p)).
+        return math.log(p * (1 - q) / (q * (1 - p)))
+
+    def _internal(self, attribute: Attribute, truth: Any) -> list[int]:
+        bits = [0] * len(attribute.categories)
+        bits[int(truth)] = 1
+        return bits
+
+    def _respond(self, attribute: Attribute, value: list[int], p: float, q: float, source: RandomSource) -> list[int]:
         # d coins in one read of the source (the same draws as d bernoulli() calls, faster).
         words = array("Q")
-        words.frombytes(source.take(COIN_BYTES * d))
+        words.frombytes(source.take(COIN_BYTES * len(value)))
         if _BIG_ENDIAN_MACHINE:
             words.byteswap()
-        low, high = threshold(attribute.q), threshold(attribute.p)
-        bits = [1 if (w >> COIN_SHIFT) < low else 0 for w in words]
-        bits[index] = 1 if (words[index] >> COIN_SHIFT) < high else 0
-        return bits
+        below = (threshold(q), threshold(p))
+        return [1 if (w >> COIN_SHIFT) < below[bit] else 0 for w, bit in zip(words, value)]
+
+    def _wire(self, attribute: Attribute, value: list[int]) -> list[int]:
+        return value
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         d = len(attribute.categories)
