@@ -127,6 +127,38 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
                f"simulated in {elapsed:.2f} s ({devices / elapsed:,.0f} devices/s)")
 
 
+@main.command()
+@click.argument("schema_file", metavar="SCHEMA", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--reports", "-n", default=10_000, show_default=True, type=click.IntRange(min=1),
+              help="Reports of the schema (per window, or over the range an analyst reads).")
+@click.option("--half-width", default=0.01, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="The half-width wanted, for the reports-needed column (a share, or a mean's units).")
+@click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Confidence level of the intervals.")
+def plan(schema_file: Path, reports: int, half_width: float, confidence: float) -> None:
+    """Plan a schema: each attribute's interval with --reports reports, the reports a --half-width
+    needs, and the smallest share it can tell from zero, as published and under the other splits."""
+    from ..shared.planner import alternatives
+
+    try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
+        options = alternatives(json.loads(schema_file.read_text()), confidence=confidence)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{reports:,} reports, {confidence:.0%} intervals; 'needed' is for ±{half_width:g}")
+    header = f"{'split':<13} {'attribute':<16} {'mech':<7} {'eps':>6} {'± now':>9} {'needed':>12} {'detects':>8}"
+    click.echo(header)
+    click.echo("-" * len(header))
+    for split, plans in options.items():
+        if isinstance(plans, str):
+            click.echo(f"{split:<13} not possible: {plans}")
+            continue
+        for p in plans:
+            detects = p.detection_threshold(reports)
+            click.echo(f"{split:<13} {p.attribute.name:<16.16} {p.attribute.mechanism:<7} {p.attribute.epsilon:>6.3g} "
+                       f"{p.half_width(reports):>9.4g} {p.reports_for(half_width):>12,} "
+                       f"{'' if detects is None else f'{detects:.4f}':>8}")
+
+
 def _setting_options(command):
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
     from .settings import SETTINGS

@@ -109,6 +109,11 @@ class Mechanism(ABC):
         ``amounts`` (a key with no amount is 0)."""
 
     @abstractmethod
+    def report_variance(self, attribute: Attribute) -> float:
+        """The most one report's estimate can vary, over every true value, in the estimate's units
+        squared: :math:`n` reports give :math:`1/n` of it. The planner builds on it."""
+
+    @abstractmethod
     def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Randomise many devices' true values at once (numpy; simulation only) and return the
         summed amount of each value key, in :attr:`Attribute.keys` order."""

@@ -177,6 +177,15 @@ class ShareMechanism(Mechanism):
         # An ε so small that p == q in floating point carries nothing; the schema refuses it.
         return variance(p, q, n=1) if p > q else math.inf
 
+    def report_variance(self, attribute: Attribute) -> float:
+        r"""The variance of a sampled population's estimate, :math:`\pi(1-\pi)/(p-q)^2` with
+        :math:`\pi = q + (p-q)\theta`, at its largest over :math:`\theta \in [0, 1]`: at
+        :math:`\pi = 1/2` when :math:`q \le 1/2 \le p`, else at the end nearer 1/2. The Wilson
+        interval's width follows the same :math:`\pi(1-\pi)`."""
+        p, q = attribute.p, attribute.q
+        pi = min(max(0.5, q), p)
+        return pi * (1 - pi) / (p - q) ** 2
+
     def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         return [(key, estimate(int(amounts.get(key, 0)), n, attribute.p, attribute.q, confidence))

@@ -1,0 +1,100 @@
+r"""Planning: how wide an attribute's interval is with n reports, and how many reports a width needs.
+
+An analyst's two questions, answered from the variance formulas alone (no data). For an
+attribute whose one report has variance at most :math:`V` (per report, in the estimate's units)
+and which a share :math:`s` of the reports carry (1 under ``split: "equal"``, :math:`1/k` under
+``"sample"``), an interval at confidence level with normal quantile :math:`z` from :math:`n` reports
+has half-width about
+
+.. math:: h(n) = z \sqrt{V / (s n)}, \qquad n(h) = \left\lceil \frac{z^2 V}{s h^2} \right\rceil.
+
+:math:`V` is the mechanism's bound over every true value (:meth:`Mechanism.report_variance`), so
+the plan is what the widest interval would be. The *detection threshold* (RAPPOR's detection
+frequency, Erlingsson et al. 2014) is the smallest true share an attribute can tell from zero:
+the half-width at a share of 0, :math:`z\sqrt{q(1-q)/(s n)}/(p-q)`.
+
+Each plan is made for the schema as published and for its alternatives (every attribute ε/k on
+every report, or one attribute per report with the whole ε), so the panel can show what another
+split would buy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .estimators import DEFAULT_CONFIDENCE, z_value
+from .schema import Attribute, Schema, SchemaError, parse_schema
+
+ALTERNATIVES = ("equal", "sample")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planning figures of one attribute under one way of splitting the budget."""
+
+    attribute: Attribute
+    split: str  # "equal", "sample", or "per-attribute" (the schema's own ε per attribute)
+    carried: float  # the share of reports that carry the attribute
+    variance: float  # per report, at most, in the estimate's units squared
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def half_width(self, n: int) -> float:
+        """About half the interval's width with ``n`` reports of the schema."""
+        if not n >= 1:
+            raise ValueError(f"n must be at least 1, got {n!r}")
+        return z_value(self.confidence) * math.sqrt(self.variance / (self.carried * n))
+
+    def reports_for(self, half_width: float) -> int:
+        """Reports of the schema needed for an interval of about ``half_width`` either side."""
+        if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width > 0):
+            raise ValueError(f"half_width must be a positive number, got {half_width!r}")
+        return max(1, math.ceil(z_value(self.confidence) ** 2 * self.variance / (self.carried * half_width ** 2)))
+
+    def detection_threshold(self, n: int) -> float | None:
+        """The smallest true share told from 0 with ``n`` reports; None for a mean."""
+        if not self.attribute.mech.estimand.percent:
+            return None
+        p, q = self.attribute.p, self.attribute.q
+        return z_value(self.confidence) * math.sqrt(q * (1 - q) / (self.carried * n)) / (p - q)
+
+
+def plan(schema: Schema | Mapping[str, Any], *, confidence: float = DEFAULT_CONFIDENCE) -> list[Plan]:
+    """One :class:`Plan` per attribute of ``schema`` as published."""
+    schema = parse_schema(schema)
+    carried = 1 / len(schema.attributes) if schema.split == "sample" else 1.0
+    label = schema.split if not _has_own_epsilons(schema) else "per-attribute"
+    return [Plan(a, label, carried, a.mech.report_variance(a), confidence) for a in schema.attributes]
+
+
+def alternatives(schema: Schema | Mapping[str, Any], *, confidence: float = DEFAULT_CONFIDENCE
+                 ) -> dict[str, list[Plan] | str]:
+    """The plans of ``schema`` as published and under each other split: a split's plans, or the
+    sentence that says why the schema cannot take it (a memoised schema under ``sample`` needs
+    ε below ε∞/k)."""
+    schema = parse_schema(schema)
+    published = plan(schema, confidence=confidence)
+    out: dict[str, list[Plan] | str] = {published[0].split: published}
+    for split in ALTERNATIVES:
+        if split in out:
+            continue
+        definition = schema.to_dict()
+        definition["split"] = split
+        definition["attributes"] = [{k: v for k, v in a.items() if k in _CHOSEN} for a in definition["attributes"]]
+        try:
+            out[split] = plan(definition, confidence=confidence)
+        except SchemaError as exc:
+            out[split] = str(exc)
+    return out
+
+
+# What an operator chooses of an attribute; everything else is derived again under another split,
+# the mechanism too (auto: the best one at the ε that split gives).
+_CHOSEN = ("name", "type", "categories", "range", "edges")
+
+
+def _has_own_epsilons(schema: Schema) -> bool:
+    share = schema.epsilon if schema.split == "sample" else schema.epsilon / len(schema.attributes)
+    return any(not math.isclose(a.epsilon, share, rel_tol=1e-12) for a in schema.attributes)

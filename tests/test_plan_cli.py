@@ -1,0 +1,40 @@
+"""`ldp-telemetry plan`: the planner's table for a schema file."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from ldp_telemetry.aggregator.cli import main
+from ldp_telemetry.shared.planner import alternatives
+
+SCHEMA = {"name": "app-usage", "version": 1, "epsilon": 2.0,
+          "attributes": [{"name": "dark_mode", "type": "boolean"},
+                         {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]}]}
+
+
+def test_plan_prints_every_split_with_the_planner_figures(tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA))
+    result = CliRunner().invoke(main, ["plan", str(path), "--reports", "20000", "--half-width", "0.02"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()[3:]]
+    expected = [(split, p.attribute.name, f"{p.half_width(20000):.4g}", f"{p.reports_for(0.02):,}")
+                for split, plans in alternatives(SCHEMA).items() for p in plans]
+    assert [(r[0], r[1], r[4], r[5]) for r in rows] == expected
+
+
+def test_plan_says_which_split_a_memoised_schema_cannot_take(tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps({**SCHEMA, "epsilon_permanent": 3.0}))
+    result = CliRunner().invoke(main, ["plan", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "sample        not possible: under split 'sample'" in result.output
+
+
+def test_plan_names_a_bad_schema(tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps({**SCHEMA, "epsilon": -1}))
+    result = CliRunner().invoke(main, ["plan", str(path)])
+    assert result.exit_code == 1 and "epsilon must be a number in (0, 20]" in result.output

@@ -1,0 +1,80 @@
+"""The planner (shared/planner.py) against its formulas and against simulation."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from ldp_telemetry.shared import parse_schema
+from ldp_telemetry.shared.estimators import z_value
+from ldp_telemetry.shared.planner import alternatives, plan
+from ldp_telemetry.shared.simulation import simulate
+
+SCHEMA = {
+    "name": "plan", "version": 1, "epsilon": 2.0,
+    "attributes": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"], "mechanism": "grr"},
+    ],
+}
+
+
+def test_half_width_and_reports_needed_invert_each_other():
+    for p in plan(SCHEMA):
+        n = p.reports_for(0.02)
+        # the smallest n whose half-width is at most 0.02
+        assert p.half_width(n) <= 0.02 < p.half_width(n - 1)
+
+
+def test_the_plan_is_the_closed_form():
+    flag = plan(SCHEMA)[0]
+    a = flag.attribute
+    # binary RR: q < 1/2 < p, so a share of 1/2 reaches the hit rate's largest variance, 1/4
+    assert flag.variance == pytest.approx(0.25 / (a.p - a.q) ** 2, rel=1e-15)
+    assert flag.half_width(10_000) == pytest.approx(z_value(0.95) * math.sqrt(flag.variance / 10_000), rel=1e-15)
+    # detection: the half-width at a share of 0, where the hit rate is q
+    assert flag.detection_threshold(10_000) == pytest.approx(
+        z_value(0.95) * math.sqrt(a.q * (1 - a.q) / 10_000) / (a.p - a.q), rel=1e-15)
+
+
+def test_alternatives_show_the_other_split_and_say_why_one_is_impossible():
+    out = alternatives(SCHEMA)
+    assert set(out) == {"equal", "sample"}
+    # under sample each attribute has the whole ε on half the reports
+    assert out["sample"][0].attribute.epsilon == 2.0 and out["sample"][0].carried == 0.5
+    memoised = {**SCHEMA, "epsilon_permanent": 3.0}
+    assert "epsilon_permanent" in alternatives(memoised)["sample"]  # 3/2 is not above ε = 2
+    own = {**SCHEMA, "attributes": [{**SCHEMA["attributes"][0], "epsilon": 0.5},
+                                    {**SCHEMA["attributes"][1], "epsilon": 1.5}]}
+    assert set(alternatives(own)) == {"per-attribute", "equal", "sample"}
+
+
+@pytest.mark.parametrize(("split", "name", "shares"), [
+    ("equal", "flag", 0.5),
+    ("sample", "flag", 0.5),
+    # GRR's variance is largest at a share of 1 here (p(1-p) > q(1-q)), where the plan is attained
+    ("equal", "os", [1.0, 0.0, 0.0, 0.0]),
+])
+def test_the_planned_half_width_is_what_simulation_shows(split, name, shares):
+    # 400 simulated populations of 20,000 devices. The planner's half-width is z times the
+    # estimate's standard deviation; the standard deviation measured over 400 estimates has a
+    # relative standard error of 1/sqrt(2 * 399) = 3.5%, so they must agree within 3 of those
+    # (10.6%). The intervals' own mean half-width (Wilson, mapped) must agree within 1%: at this n
+    # it differs from z·sd by O(z^2/n) and by the spread of the carried count (under sample).
+    schema = parse_schema({**SCHEMA, "split": split})
+    planned = next(p for p in plan(schema) if p.attribute.name == name)
+    population = {"flag": 0.5, "os": [0.4, 0.3, 0.2, 0.1], name: shares}
+    rng = np.random.default_rng(2024)
+    estimates, half_widths = [], []
+    for _ in range(400):
+        result = next(r for r in simulate(schema, population, 20_000, rng=rng) if r.attribute == name)
+        estimates.append(result.estimate.estimate)
+        # the unclipped interval's half-width: at a share of 1 the clipped one is cut at 1
+        half_widths.append((result.estimate.ci_high - result.estimate.ci_low) / 2)
+    observed = z_value(0.95) * statistics.stdev(estimates)
+    assert abs(observed / planned.half_width(20_000) - 1) < 3 / math.sqrt(2 * 399), (observed, planned.half_width(20_000))
+    if isinstance(shares, float):
+        assert statistics.mean(half_widths) == pytest.approx(planned.half_width(20_000), rel=0.01)
