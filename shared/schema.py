@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from typing import Any
@@ -183,7 +184,7 @@ def parse_schema(obj: Any) -> Schema:
             "description", f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
             f"got {_show(description)}"
         )
-    _require_unicode(description, "description")
+    _require_text(description, "description")
     raw_attributes = obj.get("attributes")
     if not isinstance(raw_attributes, list) or not 1 <= len(raw_attributes) <= MAX_ATTRIBUTES:
         raise SchemaError(
@@ -312,20 +313,31 @@ def _categories(raw: Any, where: str) -> tuple[str, ...]:
                 f"{where}[{i}]", f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
                 f"characters, got {_show(category)}"
             )
-        _require_unicode(category, f"{where}[{i}]")
-        if category in seen:
-            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct, {category!r} appears twice")
-        seen.add(category)
+        _require_text(category, f"{where}[{i}]")
+        # Two spellings of one text (a precomposed é and e + a combining accent) would look the same
+        # on every page and in every CSV.
+        normal = unicodedata.normalize("NFC", category)
+        if normal in seen:
+            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct, {category!r} appears twice "
+                                               f"(compared after Unicode NFC normalisation)")
+        seen.add(normal)
     return tuple(raw)
 
 
-def _require_unicode(text: str, field: str) -> None:
+def _require_text(text: str, field: str) -> None:
+    """Text that shows as what it is: valid Unicode, without control or format characters."""
     # JSON can escape a lone UTF-16 surrogate ("\ud800"), but that is no text: no page, CSV or
     # UTF-8 file could show it. Client and server must refuse it alike.
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise SchemaError(field, f"{field} must be valid Unicode text; it contains a lone UTF-16 surrogate") from None
+    # C0 and C1 controls (Cc) and format characters (Cf: U+202E RIGHT-TO-LEFT OVERRIDE, zero-width
+    # spaces, ...) can make a name read as another one, or break a log line, a CSV or a terminal.
+    for character in text:
+        if unicodedata.category(character) in ("Cc", "Cf"):
+            raise SchemaError(field, f"{field} must not contain control or format characters; it contains "
+                                     f"U+{ord(character):04X} ({unicodedata.name(character, 'a control character')})")
 
 
 def _name(value: Any, field: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import unicodedata
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -91,7 +92,10 @@ def test_parse_schema_of_a_mutated_derived_schema_is_a_schema_or_a_value_error(o
 
 
 names = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,63}", fullmatch=True)
-categories = st.lists(st.text(min_size=1, max_size=MAX_CATEGORY_LENGTH), min_size=2, max_size=12, unique=True)
+# Text as a schema may hold it: valid Unicode without control or format characters (Cc, Cf, Cs).
+shown_text = st.characters(blacklist_categories=("Cc", "Cf", "Cs"))
+categories = st.lists(st.text(shown_text, min_size=1, max_size=MAX_CATEGORY_LENGTH), min_size=2, max_size=12,
+                      unique_by=lambda c: unicodedata.normalize("NFC", c))
 attributes = st.one_of(
     st.fixed_dictionaries({"name": names, "type": st.just("boolean")},
                           optional={"mechanism": st.sampled_from(["auto", "rr"])}),
@@ -106,7 +110,7 @@ valid_schemas = st.fixed_dictionaries(
         "attributes": st.lists(attributes, min_size=1, max_size=5, unique_by=lambda a: a["name"]),
     },
     optional={"window": st.sampled_from(["hour", "day"]), "split": st.sampled_from(["equal", "sample"]),
-              "description": st.text(max_size=200)},
+              "description": st.text(shown_text, max_size=200)},
 )
 
 
