@@ -7,7 +7,6 @@ and, when ``LDP_SCHEDULER`` is on, the background jobs.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -19,19 +18,20 @@ except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemet
         name=exc.name,
     ) from exc
 
-from . import errors, jobs, settings
+from . import errors, headers, jobs, settings
 from .catalog import Catalog
 from .context import system_clock
 from .metrics import Metrics
-from .store import Store
+from .pagecache import PageCache
+from .store import Store, StoreError, open_store
 
 
-def open_store(values: Mapping[str, Any]) -> Store:
+def migrated_store(values: Mapping[str, Any]) -> Store:
     """The database of checked settings ``values``, migrated; :class:`settings.SettingsError` if unusable."""
-    store = Store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
+    store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
     try:
         store.migrate()
-    except sqlite3.Error as exc:  # a missing folder, no permission, a file that is no database
+    except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
     return store
 
@@ -51,8 +51,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
-    store = open_store(values)
-    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics()}
+    store = migrated_store(values)
+    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics(), "pages": PageCache()}
 
     from . import api, dashboard, ops
 
@@ -60,5 +60,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(ops.bp)
     errors.init_app(app)
+    headers.init_app(app)
     jobs.init_app(app)
     return app

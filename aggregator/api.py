@@ -6,23 +6,25 @@ import csv
 import io
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
 from ..shared.schema import Schema, SchemaError
-from ..shared.windows import ROLLUP, window_start
-from . import context, estimation
+from . import context, estimation, readout
 from .auth import require_admin, require_reader
 from .catalog import version_number
 from .body import json_object
 from .errors import ApiError, detail
 from .ingest import parse_batch, store_batch, window_policy
 from .openapi import openapi_document
+from .store import EstimateRow
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
 ESTIMATE_COLUMNS = ("window", "attribute", "value", "estimate", "estimate_clipped", "ci_low", "ci_high", "n",
                     "epsilon", "computed_at")
-ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "format")
+# What makes a spreadsheet read a cell as a formula (OWASP, "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@")
+ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "limit", "next", "format")
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ def refresh_estimates() -> Response:
 
 
 @bp.get("/estimates")
-def get_estimates() -> Response:
+def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     require_reader()
     query = _estimates_query()
     schema = _published(query["schema"], query.get("version"))
@@ -100,24 +102,21 @@ def get_estimates() -> Response:
     if attribute is not None and attribute not in schema.attribute_names:
         raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
                        [detail("attribute", "not found")])
-    for bound in ("since", "until"):
-        if bound in query:
-            try:
-                window_start(query[bound], schema.window)
-            except ValueError as exc:
-                raise ApiError(400, f"{bound} must be a {schema.window} window", [detail(bound, str(exc))]) from None
-    if "since" in query and "until" in query and query["since"] > query["until"]:  # window names sort in time
-        raise ApiError(400, f"since ({query['since']}) is after until ({query['until']}): no window is in that range",
-                       [detail("since", "after until")])
-    rows = context.store().estimates(schema.name, schema.version, attribute, query.get("since"), query.get("until"))
-    estimates = [_estimate(schema, row) for row in _in_schema_order(schema, rows)]
+    try:
+        bounds = {b: readout.window_bound(schema, b, query[b]) for b in ("since", "until") if b in query}
+        page = readout.read(current_app, schema, attribute=attribute, **bounds,
+                            limit=readout.limit_of(query.get("limit")),
+                            after=readout.cursor_of(schema, query.get("next")))
+    except readout.ReadError as exc:
+        raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
+    estimates = [_estimate(schema, row) for row in page.rows]
+    headers = {}
+    if page.next is not None:
+        headers["Link"] = f'<{url_for("api.get_estimates", **{**query, "next": page.next})}>; rel="next"'
     if query.get("format", "json") == "csv":
-        return _csv(estimates)
-    # The level the intervals shown were computed at: after a change of LDP_CONFIDENCE the
-    # stored ones keep the old level until the next refresh.
-    confidence = context.store().estimates_confidence() if rows else None
-    return jsonify({"schema": schema.name, "version": schema.version,
-                    "confidence": confidence or current_app.config["LDP_CONFIDENCE"], "estimates": estimates})
+        return _csv(estimates, headers)
+    return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
+                    "estimates": estimates, "next": page.next}), 200, headers
 
 
 def _estimates_query() -> dict[str, str]:
@@ -141,25 +140,27 @@ def _estimates_query() -> dict[str, str]:
     return query
 
 
-def _in_schema_order(schema: Schema, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Windows in time order with the rollup last; attributes and values in the schema's order."""
-    position = {(a.name, key): (i, j) for i, a in enumerate(schema.attributes) for j, key in enumerate(a.keys)}
-    return sorted(rows, key=lambda r: (r["window"] == ROLLUP, r["window"],
-                                       position[(r["attribute"], r["value"])]))
+def _estimate(schema: Schema, row: EstimateRow) -> dict[str, Any]:
+    value = schema.attribute(row.attribute).value_of(row.value)
+    return {column: value if column == "value" else getattr(row, column) for column in ESTIMATE_COLUMNS}
 
 
-def _estimate(schema: Schema, row: dict[str, Any]) -> dict[str, Any]:
-    value = schema.attribute(row["attribute"]).value_of(row["value"])
-    return {column: value if column == "value" else row[column] for column in ESTIMATE_COLUMNS}
-
-
-def _csv(estimates: list[dict[str, Any]]) -> Response:
+def _csv(estimates: list[dict[str, Any]], headers: dict[str, str]) -> Response:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(ESTIMATE_COLUMNS)
     for e in estimates:
-        writer.writerow(["true" if e[c] is True else e[c] for c in ESTIMATE_COLUMNS])
-    return Response(out.getvalue(), mimetype="text/csv")
+        writer.writerow([_cell(e[c]) for c in ESTIMATE_COLUMNS])
+    return Response(out.getvalue(), mimetype="text/csv", headers=headers)
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: text a spreadsheet would run as a formula gets a leading ``'`` (numbers stay numbers)."""
+    if value is True:
+        return "true"
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 @bp.get("/openapi.json")

@@ -181,14 +181,14 @@ def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
     Every setting comes from its flag, else its LDP_* environment variable, else its default.
     Prefer the environment for tokens: flags show up in the process list.
     """
-    from . import open_store
+    from . import migrated_store
     from .server import serve as run_server
     from .settings import SettingsError, load
 
     config = {name.upper(): value for name, value in flags.items() if value is not None}
     try:
         # A bad setting or an unusable database stops here, before any worker starts.
-        open_store(load(config, config_source="command line")).close()
+        migrated_store(load(config, config_source="command line")).close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     run_server(config, host=host, port=port, workers=workers)

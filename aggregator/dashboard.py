@@ -21,10 +21,12 @@ from urllib.parse import urlencode
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 
 from ..shared.schema import Schema
-from ..shared.windows import LENGTH, window_of, window_start
+from ..shared.windows import LENGTH, window_of
 from . import auth, charts, context, pages
 from .catalog import version_number
-from .store import Activity, activity, schema_versions
+from .retention import retention_cutoff
+from .readout import ReadError, check_range, read, window_bound
+from .store import Activity
 
 # Templates and the stylesheet live in the package's templates/ and static/ folders, which the
 # app itself serves (Flask's defaults for the ldp_telemetry.aggregator package), outside this
@@ -33,7 +35,9 @@ bp = Blueprint("dashboard", __name__)
 
 # The page reloads at the estimate interval, but neither faster than this nor slower than that.
 REFRESH_BOUNDS = (10, 300)
-PRESETS = {"day": ((7, "last 7 days"), (30, "last 30 days")), "hour": ((24, "last 24 hours"), (24 * 7, "last 7 days"))}
+PRESETS = {"day": ((7, "last 7 days"),), "hour": ((24, "last 24 hours"), (24 * 7, "last 7 days"))}
+# Windows shown unless a range is asked for: a page's work stays bounded however old the data.
+LATEST_WINDOWS = 30
 WINDOW_FORMATS = {"day": "YYYY-MM-DD", "hour": "YYYY-MM-DDTHH"}
 
 
@@ -120,7 +124,7 @@ def index() -> tuple[str, int]:
     schemas = []
     for definition in store.latest_schemas():
         schema = catalog.schema(definition["name"], definition["version"])
-        schemas.append({"schema": schema, "counts": counts(schema, activity(store, schema.name, schema.version))})
+        schemas.append({"schema": schema, "counts": counts(schema, store.activity(schema.name, schema.version))})
     return _render("index.html", schemas=schemas)
 
 
@@ -134,17 +138,17 @@ def schema_page(name: str) -> tuple[str, int]:
         return _render("error.html", 404, title="No such schema", message=f"No schema {what!r} is published.")
     since, until, range_error = _range(schema)
     store = context.store()
-    # The level the shown intervals were computed at (LDP_CONFIDENCE until the next refresh
-    # after it changed, the previous level).
-    confidence = store.estimates_confidence() or current_app.config["LDP_CONFIDENCE"]
-    page = pages.schema_page(schema, store.estimates(schema.name, schema.version, None, since, until), confidence)
+    first = since or _latest_since(schema)
+    view = current_app.extensions["ldp"]["pages"].get(
+        (schema.name, schema.version, first, until), store.estimates_generation(), lambda: _view(schema, first, until))
     csv_query = {"schema": schema.name, "version": schema.version, "format": "csv",
                  **{k: v for k, v in (("since", since), ("until", until)) if v}}
     return _render(
         "schema.html",
-        page=page,
-        counts=counts(schema, activity(store, schema.name, schema.version)),
-        versions=schema_versions(store, schema.name),
+        page=view.page,
+        counts=counts(schema, store.activity(schema.name, schema.version)),
+        versions=store.schema_versions(schema.name),
+        truncated=view.truncated,
         version_param=version_param,
         since=since,
         until=until,
@@ -154,8 +158,24 @@ def schema_page(name: str) -> tuple[str, int]:
         csv_url=url_for("api.get_estimates", **csv_query),
         csv_url_external=url_for("api.get_estimates", _external=True, **csv_query),
         read_token_set=current_app.config["LDP_READ_TOKEN"] is not None,
-        confidence=confidence,
+        confidence=view.confidence,
     )
+
+
+@dataclass(frozen=True)
+class View:
+    """What a schema page shows from the estimates, kept until they change (:mod:`.pagecache`); its
+    report counts are read afresh, as reports arrive between refreshes."""
+
+    page: pages.SchemaPage
+    truncated: bool  # the range held more estimate rows than one read returns
+    confidence: float
+
+
+def _view(schema: Schema, since: str, until: str | None) -> View:
+    readout = read(current_app, schema, since=since, until=until)
+    return View(pages.schema_page(schema, readout.rows, readout.confidence), readout.next is not None,
+                readout.confidence)
 
 
 def _range(schema: Schema) -> tuple[str | None, str | None, str | None]:
@@ -167,23 +187,31 @@ def _range(schema: Schema) -> tuple[str | None, str | None, str | None]:
         bounds[key] = None
         if text:
             try:
-                window_start(text, schema.window)
-                bounds[key] = text
-            except ValueError:
+                bounds[key] = window_bound(schema, key, text)
+            except ReadError:
                 errors.append(f"'{text[:40]}' is not a {schema.window} window ({WINDOW_FORMATS[schema.window]}, UTC); "
-                              f"showing every window instead.")
-    if bounds["since"] and bounds["until"] and bounds["since"] > bounds["until"]:  # window names sort in time
-        errors.append(f"'{bounds['since']}' is after '{bounds['until']}'; showing every window instead.")
+                              f"showing the latest windows instead.")
+    try:
+        check_range(bounds["since"], bounds["until"])
+    except ReadError:
+        errors.append(f"'{bounds['since']}' is after '{bounds['until']}'; showing the latest windows instead.")
         bounds["since"] = bounds["until"] = None
     return bounds["since"], bounds["until"], " ".join(errors) or None
 
 
+def _latest_since(schema: Schema) -> str:
+    """The first of the latest :data:`LATEST_WINDOWS` windows: what the page shows unless asked."""
+    return window_of(context.now() - (LATEST_WINDOWS - 1) * LENGTH[schema.window], schema.window)
+
+
 def _presets(schema: Schema, version_param: str) -> list[tuple[str, str]]:
-    """Links to the last few windows, and to all of them."""
+    """Links to the latest windows (the default), a few other spans, and every retained window."""
     now: datetime = context.now()
     base = {"name": schema.name, **({"version": version_param} if version_param else {})}
-    links = [("all windows", url_for("dashboard.schema_page", **base))]
+    links = [(f"latest {LATEST_WINDOWS} {schema.window}s", url_for("dashboard.schema_page", **base))]
     for count, label in PRESETS[schema.window]:
         since = window_of(now - (count - 1) * LENGTH[schema.window], schema.window)
         links.append((label, url_for("dashboard.schema_page", since=since, **base)))
+    oldest = window_of(retention_cutoff(now, current_app.config["LDP_RETENTION_DAYS"]), schema.window)
+    links.append(("every retained window", url_for("dashboard.schema_page", since=oldest, **base)))
     return links

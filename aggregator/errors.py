@@ -8,11 +8,12 @@ with ``Retry-After`` so that clients retry.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, Iterable
 
 from flask import Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
+
+from .store import StoreBusy, StoreUnavailable
 
 # The sentence for each HTTP error Flask raises itself, in the words of this API.
 _MESSAGES = {
@@ -67,11 +68,15 @@ def init_app(app: Flask) -> None:
         message = _MESSAGES.get(exc.code) or (exc.description or exc.name).rstrip(".")
         return error_response(exc.code, message, headers=headers)
 
-    @app.errorhandler(sqlite3.OperationalError)
-    def database_busy(exc: sqlite3.OperationalError) -> Response:
-        if "locked" in str(exc) or "busy" in str(exc):
-            return error_response(503, "the database is busy; retry shortly", headers={"Retry-After": "1"})
-        return unexpected(exc)
+    @app.errorhandler(StoreBusy)
+    def database_busy(exc: StoreBusy) -> Response:
+        return error_response(503, "the database is busy; retry shortly", headers={"Retry-After": "1"})
+
+    @app.errorhandler(StoreUnavailable)
+    def database_unavailable(exc: StoreUnavailable) -> Response:
+        # The details (file paths, the driver's words) go to the operator's log, not to the caller.
+        current_app.logger.error("database unavailable on %s %s: %s", request.method, request.path, exc)
+        return error_response(503, "the database is unavailable; retry later", headers={"Retry-After": "5"})
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:

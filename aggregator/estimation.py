@@ -1,24 +1,29 @@
-"""The estimation job: turn changed counters into debiased estimates with Wilson intervals.
+"""The estimation job: turn changed counters into debiased estimates with their intervals.
 
-Only windows whose counters changed since the last refresh are recomputed (the ``dirty`` marks
-ingest leaves), plus the ``all`` rollup of each schema version they belong to; every window is
-recomputed when ``LDP_CONFIDENCE`` changed. Everything is read from the counters, never from the
-raw reports, and written in one transaction, so concurrent refreshes (the scheduler, an admin's
-``POST /api/v1/estimates/refresh``, another worker) simply take turns.
+Only windows whose counters changed since the last refresh are recomputed (the dirty marks
+ingest leaves, the ``all`` rollup among them), and every window whose estimates are at another
+confidence level than ``LDP_CONFIDENCE``. Everything is read from the counters, never from the
+raw reports. Counters are read from a snapshot and the estimates written in short transactions
+of a few windows each, so a refresh never holds the write lock for long and ingest goes on
+beside it; a window that changed while it was computed stays dirty for the next refresh.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any, Iterable
 
 from flask import Flask
 
 from ..shared.schema import Schema
 from ..shared.windows import ROLLUP
 from . import context
-from .ingest import window_policy
+from .store import EstimateRow, Stale, WindowCounters
+
+# Windows whose counters are read from one snapshot; estimate rows written per transaction (a
+# window's rows always go together): ingest waits at most one such write.
+WINDOWS_PER_READ = 32
+ROWS_PER_WRITE = 2_000
 
 
 @dataclass(frozen=True)
@@ -28,49 +33,44 @@ class RefreshResult:
 
 
 def refresh(app: Flask) -> RefreshResult:
-    """Recompute the estimates of every stale window and their schema versions' rollups."""
+    """Recompute the estimates of every stale window (rollups included)."""
     store, catalog = context.store(app), context.catalog(app)
     confidence = app.config["LDP_CONFIDENCE"]
     computed_at = context.iso(context.now(app))
-    with context.metrics(app).refresh_seconds.time(), store.write():
+    written = windows = 0
+    with context.metrics(app).refresh_seconds.time():
         stale = store.stale_windows(confidence)
-        rows: list[dict[str, Any]] = []
-        for (name, version), keys in groupby(stale, key=lambda key: key[:2]):
+        for (name, version), group in groupby(stale, key=lambda s: (s.schema, s.version)):
             schema = catalog.schema(name, version)
             if schema is None:  # counters exist only for published schemas, which are never deleted
                 raise RuntimeError(f"counters of {name!r} version {version}, which is not published")
-            for _, _, window in keys:
-                rows += estimate_rows(schema, window, store.window_counters(name, version, window),
-                                      confidence, computed_at)
-            rows += estimate_rows(schema, ROLLUP, store.rollup_counters(name, version), confidence, computed_at)
-        store.save_estimates(rows, stale, confidence)
-    return RefreshResult(len(rows), len(stale))
+            keys = list(group)
+            for start in range(0, len(keys), WINDOWS_PER_READ):
+                chunk = keys[start:start + WINDOWS_PER_READ]
+                counters = store.window_counters(name, version, [s.window for s in chunk])
+                rows: list[EstimateRow] = []
+                done: list[Stale] = []
+                for s in chunk:
+                    rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at)
+                    done.append(s)
+                    if len(rows) >= ROWS_PER_WRITE or s is chunk[-1]:
+                        store.save_estimates(rows, done)
+                        written += len(rows)
+                        rows, done = [], []
+                windows += sum(s.window != ROLLUP for s in chunk)
+    return RefreshResult(written, windows)
 
 
-def estimate_rows(schema: Schema, window: str, counters: Iterable[tuple[str, str, int, int]], confidence: float,
-                  computed_at: str) -> list[dict[str, Any]]:
-    """One estimate row per value of each attribute in ``(attribute, value, n, amount)`` counters,
-    from the attribute's mechanism (:meth:`Mechanism.estimates`)."""
-    totals: dict[str, int] = {}
-    amounts: dict[str, dict[str, int]] = {}
-    for name, key, n, amount in counters:
-        totals[name] = n
-        amounts.setdefault(name, {})[key] = amount
+def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confidence: float,
+                  computed_at: str) -> list[EstimateRow]:
+    """One estimate row per value of each attribute that has reports in ``counters``, from the
+    attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too."""
+    ranks = schema.value_ranks
     rows = []
-    for name, n in totals.items():
+    for name, n in counters.totals.items():
         attribute = schema.attribute(name)
-        for key, e in attribute.mech.estimates(attribute, n, amounts[name], confidence):
-            rows.append({"schema": schema.name, "version": schema.version, "window": window, "attribute": name,
-                         "value": key, "estimate": e.estimate, "estimate_clipped": e.estimate_clipped,
-                         "ci_low": e.ci_low, "ci_high": e.ci_high, "n": n, "hits": e.hits,
-                         "epsilon": attribute.epsilon, "computed_at": computed_at})
+        for key, e in attribute.mech.estimates(attribute, n, counters.amounts.get(name, {}), confidence):
+            rows.append(EstimateRow(schema.name, schema.version, window, name, key, ranks[(name, key)], e.estimate,
+                                    e.estimate_clipped, e.ci_low, e.ci_high, n, attribute.epsilon, confidence,
+                                    computed_at))
     return rows
-
-
-def delete_expired_reports(app: Flask) -> int:
-    """The retention job: delete raw reports of windows past ``LDP_RETENTION_DAYS`` (counters stay).
-
-    Ingest rejects those same windows, so a retried old report cannot be counted twice.
-    """
-    policy = window_policy(app)
-    return context.store(app).delete_reports_ended_by(int(policy.retention_cutoff.timestamp()))

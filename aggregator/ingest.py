@@ -4,7 +4,7 @@ The batch is all-or-nothing: every report is validated (the shared validator, th
 window policy) before anything is written, and one invalid report rejects the request with a
 detail per bad index. Then the reports and their counter increments are written in one
 transaction (:meth:`Store.ingest`); an id repeated in the batch, or already stored, is a
-duplicate and changes no counter.
+duplicate and changes no counter. A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import Any, Hashable, Sequence
 
 from flask import Flask
 
-from ..shared.reports import Report, ReportError, validate_report
+from ..shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_report
 from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_start
 from . import context
 from .catalog import Catalog
 from .errors import ApiError, detail
-from .store import CounterRow, ReportRow, Store
+from .retention import retention_cutoff
+from .store import AmountRow, Increments, ReportRow, Store, TotalRow
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
@@ -40,7 +41,7 @@ class WindowPolicy:
     @property
     def retention_cutoff(self) -> datetime:
         """A window that ended at or before this is past retention (its raw reports are deleted)."""
-        return self.now - timedelta(days=self.retention_days)
+        return retention_cutoff(self.now, self.retention_days)
 
     # window name and kind -> its end, or why it is refused; a batch names few distinct windows
     _verdicts: dict[tuple[str, str], int | ReportError] = field(default_factory=dict, compare=False, repr=False)
@@ -104,6 +105,11 @@ def parse_batch(body: dict[str, Any], catalog: Catalog, policy: WindowPolicy, ma
     if errors:
         raise ApiError(400, f"{len(errors)} of {len(raw)} reports are invalid; the batch was rejected and "
                             "nothing was stored", errors)
+    windows = {(r.schema.name, r.schema.version, r.window) for r in reports}
+    if len(windows) > MAX_BATCH_WINDOWS:
+        raise ApiError(400, f"the batch names {len(windows)} distinct windows, at most {MAX_BATCH_WINDOWS}; "
+                            "send reports of fewer windows per request",
+                       [detail("reports", f"at most {MAX_BATCH_WINDOWS} distinct windows per batch")])
     return reports, window_ends
 
 
@@ -113,37 +119,38 @@ def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[i
     for i, report in enumerate(reports):
         unique.setdefault(report.id, i)  # the first of an id repeated in the batch wins
     kept = [reports[i] for i in unique.values()]
-    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, window_ends[i], _compact_json(r.values))
-            for r, i in zip(kept, unique.values())]
-    accepted = store.ingest(rows, lambda new: counter_rows([kept[i] for i in new]))
+    ends = [window_ends[i] for i in unique.values()]
+    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values))
+            for r, end in zip(kept, ends)]
+    accepted = store.ingest(rows, lambda new: increments([kept[i] for i in new], [ends[i] for i in new]))
     return Outcome(accepted, len(reports) - accepted)
 
 
-def counter_rows(reports: Sequence[Report]) -> list[CounterRow]:
-    """The counter increments of ``reports``, pre-aggregated: one row per counter touched.
+def increments(reports: Sequence[Report], window_ends: Sequence[int]) -> Increments:
+    """The counter increments of ``reports`` (whose windows end at ``window_ends``), pre-aggregated.
 
-    Every attribute a report carries adds one to ``n`` of each of that attribute's values; each
-    value key its mechanism's statistics name (:meth:`Mechanism.statistics`) also gets its amount. Reports are
-    first counted by wire value, so each distinct wire value is decoded once, not once a report.
+    Every attribute a report carries adds one to that attribute's ``n`` in the report's window;
+    each value key its mechanism's statistics name (:meth:`Mechanism.statistics`) gets its
+    amount. Only non-zero amounts become rows: a report adds a few rows per attribute however
+    many categories it has. Reports are first counted by wire value, so each distinct wire value
+    is decoded once, not once a report.
     """
     wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
     schemas: dict[tuple[str, int], Schema] = {}
-    for report in reports:
+    ends: dict[str, int] = {}
+    for report, end in zip(reports, window_ends):
         s = report.schema
         schemas[(s.name, s.version)] = s
+        ends[report.window] = end
         for name, reported in report.values.items():
             wire[(s.name, s.version, report.window, name,
                   tuple(reported) if type(reported) is list else reported)] += 1  # OUE vectors as tuples
     n: Counter[tuple[str, int, str, str]] = Counter()
-    hits: Counter[tuple[str, int, str, str, str]] = Counter()
+    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
     for (schema, version, window, name, reported), count in wire.items():
         attribute = schemas[(schema, version)].by_name[name]
         n[(schema, version, window, name)] += count
         for key, amount in attribute.mech.statistics(attribute, reported):
-            hits[(schema, version, window, name, key)] += amount * count
-    rows: list[CounterRow] = []
-    for (schema, version, window, name), count in n.items():
-        attribute = schemas[(schema, version)].by_name[name]
-        for key in attribute.keys:
-            rows.append((schema, version, window, name, key, count, hits[(schema, version, window, name, key)]))
-    return rows
+            amounts[(schema, version, window, name, key)] += amount * count
+    return Increments([TotalRow(*key, count, ends[key[2]]) for key, count in n.items()],
+                      [AmountRow(*key, amount) for key, amount in amounts.items() if amount])

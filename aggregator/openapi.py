@@ -15,6 +15,7 @@ from ..shared.reports import ID_RE
 from ..shared.schema import (MAX_ATTRIBUTES, MAX_CATEGORIES, MAX_CATEGORY_LENGTH, MAX_DESCRIPTION_LENGTH,
                              MAX_EPSILON, MAX_VERSION, MIN_CATEGORIES, NAME_RE, SPLITS, TYPES, WINDOWS)
 from ..shared.windows import NAME_PATTERN
+from .readout import DEFAULT_LIMIT, MAX_LIMIT
 
 NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
@@ -92,7 +93,8 @@ COMPONENTS: dict[str, Any] = {
             "computed_at": {"type": "string", "format": "date-time"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
-            "estimates": {"type": "array", "items": _ref("Estimate")}}},
+            "estimates": {"type": "array", "items": _ref("Estimate")},
+            "next": {"type": "string", "nullable": True, "description": "pass as next= to read the next page; null on the last"}}},
     },
 }
 
@@ -106,6 +108,9 @@ def _paths() -> dict[str, Any]:
         {"name": "attribute", "in": "query", "schema": {"type": "string"}},
         {"name": "since", "in": "query", "schema": WINDOW},
         {"name": "until", "in": "query", "schema": WINDOW},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                                    "default": DEFAULT_LIMIT}},
+        {"name": "next", "in": "query", "schema": {"type": "string"}},
         {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["json", "csv"]}},
     ]
     return {

@@ -9,12 +9,13 @@ numbers on a page can be tested without a server. Estimate rows have the store's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..shared import privacy
 from ..shared.schema import Attribute, Schema
 from ..shared.windows import ROLLUP
 from . import charts
+from .store import EstimateRow
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
 MAX_CHART_CATEGORIES = charts.PALETTE_SIZE
@@ -109,18 +110,18 @@ class SchemaPage:
         return not self.attributes or all(a.n == 0 for a in self.attributes)
 
 
-def cell(row: dict[str, Any]) -> Cell:
-    return Cell(row["estimate"], row["estimate_clipped"], row["ci_low"], row["ci_high"], row["n"])
+def cell(row: EstimateRow) -> Cell:
+    return Cell(row.estimate, row.estimate_clipped, row.ci_low, row.ci_high, row.n)
 
 
-def schema_page(schema: Schema, rows: Sequence[dict[str, Any]], confidence: float) -> SchemaPage:
+def schema_page(schema: Schema, rows: Sequence[EstimateRow], confidence: float) -> SchemaPage:
     """Everything the schema page shows, from the estimate rows of one schema version."""
     by_attribute: dict[str, dict[str, dict[str, Cell]]] = {a.name: {} for a in schema.attributes}
     for row in rows:
-        if row["attribute"] in by_attribute:
-            by_attribute[row["attribute"]].setdefault(row["window"], {})[str(row["value"])] = cell(row)
-    windows = sorted({r["window"] for r in rows if r["window"] != ROLLUP})
-    computed = max((r["computed_at"] for r in rows), default=None)
+        if row.attribute in by_attribute:
+            by_attribute[row.attribute].setdefault(row.window, {})[row.value] = cell(row)
+    windows = sorted({r.window for r in rows if r.window != ROLLUP})
+    computed = max((r.computed_at for r in rows), default=None)
     views = [attribute_view(a, by_attribute[a.name], confidence) for a in schema.attributes]
     return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views))
 

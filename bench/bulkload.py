@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ldp_telemetry.aggregator.store import ReportRow, Store
+from ldp_telemetry.aggregator.store import AmountRow, Increments, ReportRow, TotalRow, open_store
 from ldp_telemetry.shared import randomize
 from ldp_telemetry.shared.mechanisms import hit_probability
 from ldp_telemetry.shared.schema import Schema
@@ -31,7 +31,7 @@ def window_days(count: int, today: datetime | None = None) -> list[tuple[str, in
 
 def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: int = 30, seed: int = 1) -> None:
     """Add reports ``start`` .. ``start + count - 1`` to ``db``, spread evenly over ``windows`` days."""
-    store = Store(str(db), "normal")
+    store = open_store(str(db), "normal")
     store.migrate()
     if store.get_schema(schema.name, schema.version) is None:
         store.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z")
@@ -46,18 +46,21 @@ def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: in
                 for i, d in zip(range(chunk_start, chunk_start + size), day_of.tolist())]
         per_window = np.bincount(day_of, minlength=windows)
 
-        def counters(new: list[int]) -> list[tuple]:
+        def counters(new: list[int]) -> Increments:
             assert len(new) == size, "bulk ids are fresh"
-            out = []
-            for (window, _), n in zip(days, per_window.tolist()):
+            out = Increments()
+            for (window, end), n in zip(days, per_window.tolist()):
                 if n == 0:
                     continue
                 for attribute in schema.attributes:
+                    out.totals.append(TotalRow(schema.name, schema.version, window, attribute.name, n, end))
                     for key in attribute.keys:
                         # Hit probability at a share of 1/len(keys): the numbers only need to be plausible.
                         share = 1 / max(2, len(attribute.keys))
                         hits = int(rng.binomial(n, hit_probability(attribute.p, attribute.q, share)))
-                        out.append((schema.name, schema.version, window, attribute.name, key, n, hits))
+                        if hits:
+                            out.amounts.append(AmountRow(schema.name, schema.version, window, attribute.name, key,
+                                                         hits))
             return out
 
         store.ingest(rows, counters)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,10 @@ import requests
 
 from ldp_telemetry.aggregator import create_app
 from ldp_telemetry.aggregator.estimation import refresh
+from ldp_telemetry.aggregator.store import open_store
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, encoders, ingest, servers
+from . import bulkload, encoders, hostile, ingest, servers
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -40,7 +40,7 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "encoders", "refresh", "ingest", "estimates")
+STEPS = ("record", "encoders", "refresh", "ingest", "estimates", "hostile")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per gunicorn worker
 
 
@@ -72,8 +72,9 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                 servers.publish(url, encoders.BENCH_SCHEMA.to_dict())
                 ours = out["ours"][synchronous] = _both_batch_sizes(url, runs, seconds)
             acknowledged = sum(r["reports"] for b in ours.values() for r in b["runs"])
-            with sqlite3.connect(db) as conn:
-                stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+            store = open_store(str(db))
+            stored = store.footprint()["reports"]
+            store.close()
             # A load generator stops at its deadline with requests in flight: the server may have
             # stored those without the generator reading the 202. So: nothing acknowledged is
             # missing, and the extra is at most one request per connection per run.
@@ -219,6 +220,20 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if ref:
         row(f"refresh, 1 schema x {ref['attributes']} attributes x {ref['windows']} windows, ms", ref["median_ms"],
             ".1f", "-", None)
+    hos = results.get("hostile")
+    if hos:
+        row(f"hostile batch ({hos['reports']} hourly windows, 1 x {hostile.CATEGORIES} categories): status",
+            hos["one_request_status"], "d", "400", hos["one_request_status"] == 400)
+        # Sparse: one row per report in its window (the category it names), plus at most one per
+        # category in the rollup; dense counters wrote reports x categories.
+        bound = hos["reports"] + hostile.CATEGORIES
+        row("  sent in accepted batches: counter rows", hos["counter_rows"], ",d", f"<= {bound:,}",
+            hos["counter_rows"] <= bound)
+        row("  database + WAL, MB", hos["bytes"] / 1e6, ".1f", "-", None)
+        row("  refresh of all of it, ms", hos["refresh_ms"], ",.0f", "-", None)
+        row(f"  1-report ingests beside it ({hos['side_ingests']}), p50 ms", hos["side_ingest_p50_ms"], ".1f", "-", None)
+        row("    p99 ms", hos["side_ingest_p99_ms"], ".1f", "< 50", hos["side_ingest_p99_ms"] < 50)
+        row("    worst ms", hos["side_ingest_max_ms"], ".1f", "-", None)
     rec = results.get("record")
     if rec:
         row("client record() median us (queued)", rec["queued"]["median_us"], ".1f", "<= 20", rec["queued"]["median_us"] <= 20)
@@ -257,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "refresh": lambda: bench_refresh(max(3, args.runs)),
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
+        "hostile": hostile.run,
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))

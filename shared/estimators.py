@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 DEFAULT_CONFIDENCE = 0.95
@@ -35,6 +36,7 @@ class Estimate:
     hits: int
 
 
+@lru_cache(maxsize=16)  # a refresh asks for the same level once per value
 def z_value(confidence: float) -> float:
     """The two-sided standard normal quantile for ``confidence`` (1.959963... for 0.95)."""
     if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):

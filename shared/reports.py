@@ -31,6 +31,10 @@ PERMANENT_TAG = "ldp-telemetry/permanent-response/v1"
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 EPSILON_TOLERANCE = 1e-9
+# Distinct windows one batch may name. A device sends one report per window, so its backlog is a
+# few windows (a month of day windows, a day and more of hour windows): a batch naming more is
+# refused, so one request cannot make the server re-estimate hundreds of windows.
+MAX_BATCH_WINDOWS = 32
 
 SchemaLookup = Callable[[str, int], Union[Schema, None]]
 

@@ -15,6 +15,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from functools import cached_property
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from typing import Any
 
@@ -142,6 +143,12 @@ class Schema:
     @property
     def attribute_names(self) -> tuple[str, ...]:
         return tuple(self.by_name)
+
+    @cached_property
+    def value_ranks(self) -> dict[tuple[str, str], int]:
+        """``(attribute, value key) -> position`` in the schema's order: estimates are read in it."""
+        keys = ((a.name, key) for a in self.attributes for key in a.keys)
+        return {pair: rank for rank, pair in enumerate(keys)}
 
     def to_dict(self) -> dict[str, Any]:
         """The derived schema as the server serves it (JSON-ready)."""

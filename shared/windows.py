@@ -63,6 +63,11 @@ def window_start(name: str, kind: str) -> datetime:
     return _window_start(name, kind)
 
 
+def window_end(name: str, kind: str) -> datetime:
+    """The aware UTC end of the window called ``name`` (its start plus its length)."""
+    return window_start(name, kind) + LENGTH[kind]
+
+
 @lru_cache(maxsize=4096)  # reports name few distinct windows
 def _window_start(name: str, kind: str) -> datetime:
     _, pattern = _format(kind)

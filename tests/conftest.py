@@ -94,13 +94,38 @@ def expected_counters(schema: dict[str, Any], reports: list[dict]) -> dict[tuple
     return out
 
 
+def store_of(app: Any) -> Any:
+    """The app's :class:`Store`: tests read what is stored through the store's own interface."""
+    return app.extensions["ldp"]["store"]
+
+
+def stored_counters(store: Any, schema: dict[str, Any], windows: list[str]) -> dict[tuple, tuple[int, int]]:
+    """``(window, attribute, value) -> (n, hits)`` as the store holds them (through its interface),
+    for every value of each attribute with reports in ``windows``: the shape of :func:`expected_counters`."""
+    from ldp_telemetry.shared import parse_schema
+
+    parsed = parse_schema(schema)
+    out: dict[tuple, tuple[int, int]] = {}
+    for window, counters in store.window_counters(parsed.name, parsed.version, sorted(set(windows))).items():
+        for name, n in counters.totals.items():
+            for key in parsed.attribute(name).keys:
+                out[(window, name, key)] = (n, counters.amounts.get(name, {}).get(key, 0))
+    return out
+
+
 def db_state(app: Any) -> dict[str, list[tuple]]:
-    """Every row of every aggregator table, sorted: compare before and after to see nothing changed."""
+    """:func:`file_state` of the app's database."""
+    return file_state(app.config["LDP_DB"])
+
+
+def file_state(path: Any) -> dict[str, list[tuple]]:
+    """Every row of every table of the SQLite file, sorted: compare before and after to prove
+    nothing was physically written (so it opens the file, not the store)."""
     import sqlite3
 
-    conn = sqlite3.connect(app.config["LDP_DB"])
+    conn = sqlite3.connect(path)
     try:
-        tables = ("schemas", "reports", "counters", "dirty", "estimates", "meta")
+        tables = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
     finally:
         conn.close()

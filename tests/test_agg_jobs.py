@@ -9,30 +9,32 @@ from datetime import datetime, timedelta, timezone
 
 from conftest import APP_USAGE, publish
 
-from ldp_telemetry.aggregator import estimation, jobs
+from ldp_telemetry.aggregator import estimation, jobs, retention
+from ldp_telemetry.aggregator.store import EstimatesQuery, Expired, open_store
+from ldp_telemetry.shared.windows import ROLLUP
 from ldp_telemetry.shared import randomize
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 
 def _try_lead(path: str, answer) -> None:
-    answer.put(jobs.Leadership(path).held())
+    answer.put(open_store(path).lead())
 
 
 def test_only_one_process_leads_until_it_lets_go(tmp_path):
-    path = str(tmp_path / "x.jobs.lock")
-    leader, other = jobs.Leadership(path), jobs.Leadership(path)
-    assert leader.held() and leader.held()
-    assert not other.held()
+    path = str(tmp_path / "x.db")
+    leader, other = open_store(path), open_store(path)
+    assert leader.lead() and leader.lead()
+    assert not other.lead()
     context = multiprocessing.get_context("fork")
     answer = context.Queue()
     child = context.Process(target=_try_lead, args=(path, answer))
     child.start()
     assert answer.get(timeout=30) is False  # another process cannot take the lock
     child.join()
-    leader.release()
-    assert other.held()
-    other.release()
+    leader.resign()
+    assert other.lead()
+    other.resign()
 
 
 def test_a_second_app_on_the_same_database_skips_the_jobs(make_app, tmp_path):
@@ -62,26 +64,36 @@ def test_the_scheduler_refreshes_on_its_own(make_app):
     assert not app.extensions["ldp"]["scheduler"].running
 
 
-def test_retention_deletes_old_raw_reports_and_keeps_counters(make_app):
+def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_app):
     clock = [NOW]
     app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    store = app.extensions["ldp"]["store"]
     client = app.test_client()
     publish(client)
     old = [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window="2026-11-19") for _ in range(3)]
     new = [randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21") for _ in range(2)]
     client.post("/api/v1/reports", json={"reports": old + new})
+    estimation.refresh(app)
 
-    def table(sql):
-        with sqlite3.connect(app.config["LDP_DB"]) as conn:
-            return sorted(conn.execute(sql).fetchall())
+    def windows_estimated() -> set[str]:
+        return {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))}
 
-    counters = table("SELECT * FROM counters")
-    assert estimation.delete_expired_reports(app) == 0
+    def stored_ids() -> list[tuple[str]]:
+        with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the file itself: were they erased?
+            return sorted(conn.execute("SELECT id FROM reports").fetchall())
+
+    before = store.window_counters("app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
+    assert retention.expire(app) == Expired(reports=0, windows=0)
     clock[0] = datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)  # 2026-11-19 ended 3 days ago
-    assert estimation.delete_expired_reports(app) == 3
-    assert table("SELECT id FROM reports") == sorted((r["id"],) for r in new)
-    assert table("SELECT * FROM counters") == counters
+    assert retention.expire(app) == Expired(reports=3, windows=1)
+    assert stored_ids() == sorted((r["id"],) for r in new)
+    after = store.window_counters("app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
+    assert after["2026-11-19"].totals == {} and after["2026-11-19"].amounts == {}
+    assert after["2026-11-21"] == before["2026-11-21"] and after[ROLLUP] == before[ROLLUP]
+    assert windows_estimated() == {"2026-11-21", ROLLUP}
+    assert store.activity("app-usage", 1).carried == {"dark_mode": 5, "os": 5}  # the rollup still counts them
     # A retry of a deleted report is past retention at ingest too: it cannot be counted twice.
     assert client.post("/api/v1/reports", json={"reports": old}).status_code == 400
     clock[0] += timedelta(days=2)
-    assert estimation.delete_expired_reports(app) == 2
+    assert retention.expire(app) == Expired(reports=2, windows=1)
+    assert windows_estimated() == {ROLLUP}

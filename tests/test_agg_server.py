@@ -10,8 +10,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, expected_counters
+from conftest import ADMIN, APP_USAGE, expected_counters, stored_counters
 
+from ldp_telemetry.aggregator.store import open_store
 from ldp_telemetry.shared import parse_schema, randomize
 
 SCHEMA = parse_schema(APP_USAGE)
@@ -23,13 +24,16 @@ def make_reports(count: int) -> list[dict]:
 
 
 def stored(db_path) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
-    """The raw reports (as wire dicts) and the counters in the database."""
+    """The raw reports (as wire dicts; from the file, as no API reads them back) and the counters
+    (through the store)."""
     with sqlite3.connect(db_path) as conn:
         reports = [{"id": i, "window": w, "values": json.loads(v)}
                    for i, w, v in conn.execute('SELECT id, "window", "values" FROM reports')]
-        counters = {(w, a, v): (n, h) for w, a, v, n, h in
-                    conn.execute('SELECT "window", attribute, value, n, hits FROM counters')}
-    return reports, counters
+    store = open_store(str(db_path))
+    try:
+        return reports, stored_counters(store, APP_USAGE, [r["window"] for r in reports])
+    finally:
+        store.close()
 
 
 def post_batches(url: str, batches: list[list[dict]], start: multiprocessing.Event) -> tuple[int, int]:

@@ -34,3 +34,24 @@ def test_no_mechanism_name_appears_outside_the_registry():
             if quoted.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == []
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module.split(".")[0])
+    return modules
+
+
+def test_only_the_store_imports_a_database_driver():
+    # The aggregator's database sits behind aggregator/store/; the client's outbox is the client's
+    # own store (its file on the device) and keeps its sqlite3.
+    drivers = {"sqlite3", "sqlite_utils", "psycopg", "psycopg_pool"}
+    store = ROOT / "aggregator" / "store"
+    found = [f"{path.relative_to(ROOT)}: {sorted(imported_modules(path) & drivers)}"
+             for folder in ("aggregator", "shared", "bench") for path in sorted((ROOT / folder).rglob("*.py"))
+             if store not in path.parents and imported_modules(path) & drivers]
+    assert found == []

@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 from datetime import datetime, timezone
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, db_state, publish
+from conftest import ADMIN, APP_USAGE, db_state, file_state, publish, store_of
 
 from ldp_telemetry.shared import parse_schema, randomize
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 HOURLY = {**APP_USAGE, "name": "hourly", "window": "hour"}
-
-
-def live_state(path) -> dict[str, list[tuple]]:
-    conn = sqlite3.connect(path)
-    try:
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
-                for t in ("schemas", "reports", "counters", "dirty", "estimates", "meta")}
-    finally:
-        conn.close()
 
 
 def exchange(port: int, data: bytes, *, half_close: bool = True, timeout: float = 10.0) -> bytes:
@@ -88,12 +78,12 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
         "Content-Type with a latin-1 charset": (b"POST /api/v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json; "
                                                 b"charset=latin-1\r\nContent-Length: 14\r\n\r\n{\"reports\": \xe9}"),
     }
-    before = live_state(live.db_path)
+    before = file_state(live.db_path)
     answers = {name: exchange(live.port, data) for name, data in cases.items()}
     for name, answer in answers.items():
         assert answer.startswith(b"HTTP/1."), (name, answer[:200])
         assert 400 <= status_of(answer) < 500, (name, answer[:300])
-    assert live_state(live.db_path) == before
+    assert file_state(live.db_path) == before
     # Our chunk-parse refusals speak the API's JSON error shape.
     body = json.loads(answers["chunk size not hex"].split(b"\r\n\r\n", 1)[1])
     assert set(body) == {"error", "details"} and "chunked" in body["error"]
@@ -205,6 +195,5 @@ def test_one_id_a_thousand_times_is_stored_once(loaded):
     report = randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21")
     response = client.post("/api/v1/reports", json={"reports": [report] * 1000})
     assert response.get_json() == {"accepted": 1, "duplicates": 999}
-    rows = sqlite3.connect(app.config["LDP_DB"]).execute(
-        "SELECT n FROM counters WHERE attribute = 'dark_mode' AND \"window\" = '2026-11-21'").fetchall()
-    assert rows == [(2,)]  # the fixture's report and this one
+    totals = store_of(app).window_counters("app-usage", 1, ["2026-11-21"])["2026-11-21"].totals
+    assert totals["dark_mode"] == 2  # the fixture's report and this one

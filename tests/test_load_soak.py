@@ -22,7 +22,7 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters
 
-from ldp_telemetry.aggregator.store import CACHE_KIB
+from ldp_telemetry.aggregator.store.sqlite import CACHE_KIB
 from ldp_telemetry.shared import parse_schema, randomize
 
 pytestmark = pytest.mark.load

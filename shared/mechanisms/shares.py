@@ -188,8 +188,15 @@ class ShareMechanism(Mechanism):
 
     def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
-        return [(key, estimate(int(amounts.get(key, 0)), n, attribute.p, attribute.q, confidence))
-                for key in attribute.keys]
+        # Values with the same hits share one estimate: most of a wide attribute's values have none.
+        by_hits: dict[int, Estimate] = {}
+        out = []
+        for key in attribute.keys:
+            hits = int(amounts.get(key, 0))
+            if hits not in by_hits:
+                by_hits[hits] = estimate(hits, n, attribute.p, attribute.q, confidence)
+            out.append((key, by_hits[hits]))
+        return out
 
 
 class BinaryRR(ShareMechanism):

@@ -1,0 +1,41 @@
+"""Response headers every answer carries: nothing is cached, and a page cannot be framed, sniffed
+or made to run script it did not ship.
+
+The dashboard's one inline script (the reload in ``base.html``) runs under a per-response nonce;
+everything else it loads is its own stylesheet and icon. Estimates and schemas can be read
+behind a token, so no response may be kept by a browser or a shared cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from flask import Flask, Response, g
+
+# default-src 'none': anything not listed below is refused, including plugins and connections.
+_POLICY = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'nonce-{nonce}'; "
+           "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+_ALWAYS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+
+
+def script_nonce() -> str:
+    """This response's nonce for an inline ``<script>`` (made on first use)."""
+    if "script_nonce" not in g:
+        g.script_nonce = secrets.token_urlsafe(16)
+    return g.script_nonce
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.globals["script_nonce"] = script_nonce
+
+    @app.after_request
+    def secure(response: Response) -> Response:
+        response.headers.update(_ALWAYS)
+        response.headers["Content-Security-Policy"] = _POLICY.format(nonce=script_nonce())
+        return response

@@ -1,0 +1,91 @@
+"""Reading estimates: the one query the API and the dashboard share.
+
+The rules live here once: which window names a range may use and that ``since`` is not after
+``until``; at most ``limit`` rows a read, with a cursor to the next page; and the confidence level
+the shown intervals were computed at (the rows', which after a change of ``LDP_CONFIDENCE`` keep
+the old level until the next refresh; the configured one when there are no rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask
+
+from ..shared.schema import Schema
+from ..shared.windows import ROLLUP, window_start
+from . import context
+from .store import EstimateRow, EstimatesQuery
+
+DEFAULT_LIMIT = 10_000
+MAX_LIMIT = 100_000
+_MAX_RANK = 10**9  # far above any schema's value count, far below what int() would struggle with
+
+
+class ReadError(ValueError):
+    """A read asked for something that cannot be: ``field`` names the query parameter."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Readout:
+    rows: list[EstimateRow]  # windows in time order, the rollup last, values in schema order
+    confidence: float
+    next: str | None  # the cursor of the next page, if there is more
+
+
+def window_bound(schema: Schema, field: str, name: str) -> str:
+    """``name`` if it is a window of ``schema``'s kind; :class:`ReadError` naming ``field`` if not."""
+    try:
+        window_start(name, schema.window)
+    except ValueError as exc:
+        raise ReadError(field, str(exc)) from None
+    return name
+
+
+def check_range(since: str | None, until: str | None) -> None:
+    """:class:`ReadError` if ``since`` is after ``until`` (window names sort in time)."""
+    if since is not None and until is not None and since > until:
+        raise ReadError("since", f"since ({since}) is after until ({until}): no window is in that range")
+
+
+def limit_of(text: str | None) -> int:
+    """The ``limit`` query parameter: 1 to :data:`MAX_LIMIT`, :data:`DEFAULT_LIMIT` if absent."""
+    if text is None:
+        return DEFAULT_LIMIT
+    if not (text.isascii() and text.isdigit() and len(text) <= 7 and 1 <= int(text) <= MAX_LIMIT):
+        raise ReadError("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def cursor_of(schema: Schema, text: str | None) -> tuple[str, int] | None:
+    """The position a ``next`` cursor names (``WINDOW:RANK``), or :class:`ReadError`."""
+    if text is None:
+        return None
+    window, _, rank = text.partition(":")
+    if window != ROLLUP:
+        try:
+            window_start(window, schema.window)
+        except ValueError:
+            raise ReadError("next", "next must be a cursor from the previous page") from None
+    if not (rank.isascii() and rank.isdigit() and len(rank) <= 10 and int(rank) <= _MAX_RANK):
+        raise ReadError("next", "next must be a cursor from the previous page")
+    return window, int(rank)
+
+
+def read(app: Flask, schema: Schema, *, attribute: str | None = None, since: str | None = None,
+         until: str | None = None, limit: int = DEFAULT_LIMIT, after: tuple[str, int] | None = None) -> Readout:
+    """The stored estimates of ``schema`` in ``since``..``until`` (the rollup always), a page of at
+    most ``limit`` rows from after the position ``after``."""
+    check_range(since, until)
+    store = context.store(app)
+    rows = store.estimates(EstimatesQuery(schema.name, schema.version, attribute, since, until, limit + 1, after))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    levels = {r.confidence for r in rows}
+    confidence = levels.pop() if len(levels) == 1 else app.config["LDP_CONFIDENCE"]
+    return Readout(rows, confidence, f"{rows[-1].window}:{rows[-1].rank}" if more else None)

@@ -1,0 +1,235 @@
+"""The store interface: everything the aggregator asks of its database, whatever the database.
+
+Rows cross the boundary as plain tuples and dataclasses; the store's own errors
+(:mod:`.errors`) are the only exceptions a caller needs to know. Conceptually (DESIGN.md,
+"Storage"):
+
+- schemas: name, version, the derived definition;
+- reports: the randomised reports as received (id unique), with their window's end for retention;
+- totals: ``n`` once per (schema, version, window, attribute);
+- counters: per (schema, version, window, attribute, value) the amount a mechanism's statistics
+  add (hits for shares; Σ and Σ² for numeric means), only where it is not zero;
+- dirty: the windows whose counters changed since their estimates were computed, each with a mark
+  that changes at every change, so a refresh computed from a snapshot can tell it is still current;
+- estimates: the latest estimate per (schema, version, window, attribute, value).
+
+Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
+when they are stored, so the rollup over every window costs as much to read as one window, and
+stays whole when retention drops old windows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Sequence
+
+
+class ReportRow(NamedTuple):
+    """A validated report as stored."""
+
+    id: str
+    schema: str
+    version: int
+    window: str
+    window_end: int  # Unix seconds: retention drops the report once this is past
+    values: str  # JSON
+
+
+class TotalRow(NamedTuple):
+    """Reports that carried an attribute in a window (an increment, or a stored total)."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    n: int
+    window_end: int | None  # Unix seconds; None for the rollup, which never expires
+
+
+class AmountRow(NamedTuple):
+    """What a value key's statistics add up to in a window (an increment, or a stored sum); never zero."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    value: str
+    amount: int | float
+
+
+@dataclass
+class Increments:
+    """The counter increments of some reports: per window and attribute ``n``, per value its amount."""
+
+    totals: list[TotalRow] = field(default_factory=list)
+    amounts: list[AmountRow] = field(default_factory=list)
+
+
+class Stale(NamedTuple):
+    """A window whose estimates are out of date, and the dirty mark it had when read (None: its
+    estimates were computed at another confidence level, not changed)."""
+
+    schema: str
+    version: int
+    window: str
+    mark: int | None
+
+
+@dataclass(frozen=True)
+class WindowCounters:
+    """One window's counters, read from one snapshot: ``n`` per attribute, amounts per value key."""
+
+    totals: dict[str, int]
+    amounts: dict[str, dict[str, int | float]]
+
+
+class EstimateRow(NamedTuple):
+    """A stored estimate, fields in column order. ``rank`` orders the values of a window as the
+    schema lists them."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    value: str
+    rank: int
+    estimate: float
+    estimate_clipped: float
+    ci_low: float
+    ci_high: float
+    n: int
+    epsilon: float
+    confidence: float
+    computed_at: str
+
+
+@dataclass(frozen=True)
+class EstimatesQuery:
+    """Which estimates to read: windows ``since``..``until`` (the rollup always), at most ``limit``
+    rows from after the position ``after`` (``(window, rank)``, from the previous page)."""
+
+    schema: str
+    version: int
+    attribute: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 10_000
+    after: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a schema version has received, from its counters, and when it was last estimated."""
+
+    carried: dict[str, int]  # attribute -> reports that carried it, over every window
+    windows: int  # retained windows with at least one report
+    computed_at: str | None  # latest estimate refresh, ISO 8601 UTC
+    pending: bool  # counters changed since the last refresh
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What the retention job removed."""
+
+    reports: int
+    windows: int  # windows whose counters, estimates and dirty marks went (the rollup keeps their sums)
+
+
+class Store(ABC):
+    """The aggregator's database. Safe to share between the threads of one process."""
+
+    location: str  # what LDP_DB named, for messages
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def migrate(self) -> None:
+        """Bring the tables up to date; safe when several processes start at once."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database answers and is migrated."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close this thread's connection."""
+
+    # -- schemas -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        """The definition of ``name`` at ``version`` (latest if None), or None if unpublished."""
+
+    @abstractmethod
+    def latest_schemas(self) -> list[dict[str, Any]]:
+        """The latest version of every schema, by name."""
+
+    @abstractmethod
+    def schema_versions(self, name: str) -> list[int]:
+        """Every published version of ``name``, oldest first."""
+
+    @abstractmethod
+    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
+        """Store a derived schema: ``"created"``, ``"identical"`` (already stored) or ``"conflict"``."""
+
+    # -- ingest ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
+        """Store the reports whose id is new and add ``count(indices of the new ones)`` to the
+        counters (and to the rollup), exactly once and all at once. ``rows`` have distinct ids.
+        Returns how many were new."""
+
+    @abstractmethod
+    def footprint(self) -> dict[str, int]:
+        """Rows per table (full counts: for operators and the bench, never on a request's path)."""
+
+    # -- estimation --------------------------------------------------------------------------
+
+    @abstractmethod
+    def stale_windows(self, confidence: float) -> list[Stale]:
+        """Windows (the rollup included) whose counters changed since their estimates were
+        computed, or whose estimates are at another confidence level; by schema and version."""
+
+    @abstractmethod
+    def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
+        """The counters of ``windows`` of one schema version, all read from one snapshot."""
+
+    @abstractmethod
+    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
+        """Replace estimates with ``rows``; clear the ``done`` windows' dirty marks unless they
+        changed since they were read (then they stay dirty for the next refresh)."""
+
+    # -- retention ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def expire(self, cutoff: int) -> Expired:
+        """Delete what belongs to windows that ended at or before ``cutoff`` (Unix seconds): raw
+        reports, counters, estimates, dirty marks. The rollup keeps their sums."""
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
+        """Stored estimates, windows in time order with the rollup last, values in schema order."""
+
+    @abstractmethod
+    def estimates_generation(self) -> int:
+        """A number that changes whenever stored estimates change (a refresh or retention wrote):
+        what is derived from the estimates may be kept until it moves. Cheap: one row."""
+
+    @abstractmethod
+    def activity(self, schema: str, version: int) -> Activity:
+        """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
+
+    # -- scheduled jobs ----------------------------------------------------------------------
+
+    @abstractmethod
+    def lead(self) -> bool:
+        """True if this process holds (or now takes) the jobs' lock: one process at a time runs
+        the scheduled jobs. The lock goes when the process dies or calls :meth:`resign`."""
+
+    @abstractmethod
+    def resign(self) -> None:
+        """Give up the jobs' lock, if held."""

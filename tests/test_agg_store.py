@@ -1,0 +1,214 @@
+"""The store behind its interface: its own errors, refreshes that cannot overwrite newer
+estimates, reads in pages, the bound on windows per batch, and the migration from dense counters."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from datetime import datetime, timezone
+
+import pytest
+from conftest import ADMIN, APP_USAGE, db_state, expected_counters, publish, store_of, stored_counters
+from sqlite_utils import Database
+
+from ldp_telemetry.aggregator import estimation
+from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, open_store
+from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
+from ldp_telemetry.shared import parse_schema, randomize
+from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
+from ldp_telemetry.shared.windows import ROLLUP
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+TODAY, YESTERDAY = "2026-11-21", "2026-11-20"
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app(LDP_CLOCK=lambda: NOW)
+
+
+@pytest.fixture
+def client(app):
+    client = app.test_client()
+    publish(client)
+    return client
+
+
+def reports(count: int, window: str = TODAY) -> list[dict]:
+    return [randomize(APP_USAGE, {"dark_mode": i % 3 == 0, "os": "linux" if i % 2 else "macos"}, window=window)
+            for i in range(count)]
+
+
+# -- the store's own errors --------------------------------------------------------------------
+
+
+def test_a_file_that_is_no_database_is_unavailable(tmp_path):
+    path = tmp_path / "not.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreUnavailable):
+        open_store(str(path)).migrate()
+
+
+def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client, tmp_path):
+    store = store_of(app)
+    store.busy_timeout = 0.2
+    store.close()  # the next connection waits 0.2 s, not 10 s
+    holder = sqlite3.connect(app.config["LDP_DB"], isolation_level=None)  # another process's writer, in effect
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreBusy):
+            store.publish_schema({"name": "x", "version": 1}, "2026-11-21T00:00:00Z")
+        response = client.post("/api/v1/reports", json={"reports": reports(1)})
+        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+        assert "busy" in response.get_json()["error"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+# -- refresh from a snapshot ---------------------------------------------------------------------
+
+
+def test_a_refresh_computed_before_a_change_does_not_overwrite_or_clear_it(app, client):
+    client.post("/api/v1/reports", json={"reports": reports(5)})
+    store = store_of(app)
+    schema = parse_schema(APP_USAGE)
+    stale = store.stale_windows(0.95)
+    assert {s.window for s in stale} == {TODAY, ROLLUP}
+    counters = store.window_counters("app-usage", 1, [s.window for s in stale])
+    rows = [r for s in stale for r in estimation.estimate_rows(schema, s.window, counters[s.window], 0.95, "t0")]
+    client.post("/api/v1/reports", json={"reports": reports(3)})  # the counters change while it computes
+    store.save_estimates(rows, stale)
+    assert store.estimates(EstimatesQuery("app-usage", 1)) == []  # nothing older than the counters written
+    assert {s.window for s in store.stale_windows(0.95)} == {TODAY, ROLLUP}  # and still due
+    estimation.refresh(app)
+    assert {r.n for r in store.estimates(EstimatesQuery("app-usage", 1))} == {8}
+    assert store.stale_windows(0.95) == []
+
+
+def test_a_new_confidence_level_makes_every_window_stale_once(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client)
+    client.post("/api/v1/reports", json={"reports": reports(4) + reports(2, YESTERDAY)})
+    estimation.refresh(app)
+    app.config["LDP_CONFIDENCE"] = 0.99
+    assert {s.window for s in store_of(app).stale_windows(0.99)} == {TODAY, YESTERDAY, ROLLUP}
+    assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.95  # as stored
+    estimation.refresh(app)
+    assert store_of(app).stale_windows(0.99) == []
+    assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.99
+
+
+# -- reads in pages ----------------------------------------------------------------------------------
+
+
+def test_pages_follow_each_other_to_exactly_the_whole(app, client):
+    client.post("/api/v1/reports", json={"reports": reports(4) + reports(3, YESTERDAY)})
+    estimation.refresh(app)
+    whole = client.get("/api/v1/estimates?schema=app-usage").get_json()
+    assert whole["next"] is None and len(whole["estimates"]) == 3 * 5
+    pages, url = [], "/api/v1/estimates?schema=app-usage&limit=4"
+    while url:
+        response = client.get(url)
+        page = response.get_json()
+        assert len(page["estimates"]) <= 4
+        pages += page["estimates"]
+        url = response.headers.get("Link", "").partition(">")[0].lstrip("<") or None
+        assert (url is None) == (page["next"] is None)
+    assert pages == whole["estimates"]
+    assert [e["window"] for e in pages] == [YESTERDAY] * 5 + [TODAY] * 5 + [ROLLUP] * 5
+
+
+@pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=100001", "limit"), ("limit=ten", "limit"),
+                                          ("next=nonsense", "next"), ("next=2026-11-21:x", "next"),
+                                          ("next=2026-13-01:3", "next")])
+def test_a_bad_page_request_is_a_400_naming_the_parameter(client, query, field):
+    response = client.get(f"/api/v1/estimates?schema=app-usage&{query}")
+    assert response.status_code == 400 and response.get_json()["details"][0]["field"] == field
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_escaped(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    risky = {"name": "risky", "version": 1, "epsilon": 2.0, "attributes": [
+        {"name": "choice", "type": "categorical", "categories": ["=1+1", "+cmd", "-x", "@sum", "plain"]}]}
+    publish(client, risky)
+    batch = [randomize(risky, {"choice": "plain"}, window=TODAY) for _ in range(20)]
+    client.post("/api/v1/reports", json={"reports": batch})
+    estimation.refresh(app)
+    text = client.get("/api/v1/estimates?schema=risky&format=csv").get_data(as_text=True)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [row["value"] for row in rows][:5] == ["'=1+1", "'+cmd", "'-x", "'@sum", "plain"]
+    # Numbers stay numbers: a negative estimate (likely for the four unchosen values) is not escaped.
+    assert all(float(row[c]) == float(row[c]) for row in rows for c in ("estimate", "ci_low", "ci_high"))
+
+
+# -- bounded work per batch ----------------------------------------------------------------------------
+
+
+def test_a_batch_naming_too_many_windows_is_refused_and_changes_nothing(make_app):
+    hourly = {**APP_USAGE, "name": "hourly", "window": "hour"}
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client, hourly)
+    windows = [f"2026-11-{20 + h // 24:02d}T{h % 24:02d}" for h in range(36)]  # 36 hours back to 2026-11-20T00
+    batch = [randomize(hourly, {"dark_mode": True, "os": "linux"}, window=w) for w in windows]
+    before = db_state(app)
+    response = client.post("/api/v1/reports", json={"reports": batch[:MAX_BATCH_WINDOWS + 1]})
+    assert response.status_code == 400 and str(MAX_BATCH_WINDOWS) in response.get_json()["error"]
+    assert db_state(app) == before
+    assert client.post("/api/v1/reports", json={"reports": batch[:MAX_BATCH_WINDOWS]}).status_code == 202
+
+
+# -- the migration from dense counters -----------------------------------------------------------------
+
+
+def test_a_database_with_dense_counters_is_brought_over(tmp_path, make_app):
+    # The previous layout is written by hand into the file (m001 only): every value of every
+    # attribute had a counter row, estimates had a hits column and the level lived in meta.
+    path = tmp_path / "old.db"
+    db = Database(str(path))
+    MIGRATIONS.apply(db, stop_before="m002_sparse_counters")
+    derived = parse_schema(APP_USAGE).to_dict()
+    db["schemas"].insert({"name": "app-usage", "version": 1, "definition": json.dumps(derived),
+                          "published_at": "2026-11-01T00:00:00Z"})
+    sent = reports(6) + reports(4, YESTERDAY)
+    db["reports"].insert_all([{"id": r["id"], "schema": "app-usage", "version": 1, "window": r["window"],
+                               "window_end": 0, "values": json.dumps(r["values"])} for r in sent])
+    dense = expected_counters(APP_USAGE, sent)
+    db["counters"].insert_all([{"schema": "app-usage", "version": 1, "window": w, "attribute": a, "value": v,
+                                "n": n, "hits": h} for (w, a, v), (n, h) in dense.items()])
+    db["dirty"].insert_all([{"schema": "app-usage", "version": 1, "window": w} for w in (TODAY, YESTERDAY)])
+    db["estimates"].insert({"schema": "app-usage", "version": 1, "window": YESTERDAY, "attribute": "dark_mode",
+                            "value": "true", "estimate": 0.5, "estimate_clipped": 0.5, "ci_low": 0.1, "ci_high": 0.9,
+                            "n": 4, "hits": 2, "epsilon": 1.0, "computed_at": "2026-11-20T23:00:00Z"})
+    db["meta"].insert({"key": "confidence", "value": "0.9"})
+    db.conn.close()
+
+    app = make_app(LDP_DB=str(path), LDP_CLOCK=lambda: NOW)
+    store = store_of(app)
+    assert stored_counters(store, APP_USAGE, [TODAY, YESTERDAY]) == dense
+    assert store.activity("app-usage", 1).carried == {"dark_mode": 10, "os": 10}  # the rollup, built from them
+    kept = store.estimates(EstimatesQuery("app-usage", 1))
+    assert [(r.window, r.attribute, r.value, r.confidence, r.rank) for r in kept] == [
+        (YESTERDAY, "dark_mode", "true", 0.9, 0)]
+    assert {s.window for s in store.stale_windows(0.9)} == {TODAY, YESTERDAY, ROLLUP}  # still due
+    assert store.footprint()["reports"] == len(sent)
+    with sqlite3.connect(path) as conn:  # the file itself: no insertion-ordered rowid survives
+        with pytest.raises(sqlite3.OperationalError, match="rowid"):
+            conn.execute("SELECT rowid FROM reports")
+    # From here it is the same as a database that never was dense.
+    fresh = make_app(LDP_CLOCK=lambda: NOW)
+    publish(fresh.test_client())
+    fresh.test_client().post("/api/v1/reports", json={"reports": sent})
+    for a in (app, fresh):
+        a.config["LDP_CONFIDENCE"] = 0.9
+        estimation.refresh(a)
+
+    def shown(a):
+        return [{k: v for k, v in e.items() if k != "computed_at"}
+                for e in a.test_client().get("/api/v1/estimates?schema=app-usage").get_json()["estimates"]]
+    assert shown(app) == shown(fresh)
