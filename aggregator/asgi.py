@@ -65,6 +65,13 @@ class BufferedWSGI:
             await _error(send, 413, "request body is larger than LDP_MAX_BODY allows")
             return
         except _Gone:
+            # granian says "disconnect" for a body it cannot read (a malformed chunk) as well as for
+            # a client that left; one that is still there hears why.
+            try:
+                await _error(send, 400, "the request body could not be read: it ended early or its "
+                                        "chunked encoding is malformed")
+            except Exception:  # the client is gone indeed: nobody to answer
+                pass
             return
         environ = self._environ(scope, headers, body)
         loop = asyncio.get_running_loop()
@@ -114,7 +121,8 @@ class BufferedWSGI:
                 environ[key] = f"{environ[key]},{value}" if key in environ else value
         # A reverse proxy that terminates TLS says so; only a trusted one is believed.
         forwarded = environ.pop("HTTP_X_FORWARDED_PROTO", None)
-        if forwarded in ("http", "https") and client and client[0] in self.trusted_proxies:
+        trusted = "*" in self.trusted_proxies or (client is not None and client[0] in self.trusted_proxies)
+        if forwarded in ("http", "https") and trusted:
             scheme = forwarded
         environ["wsgi.url_scheme"] = scheme
         return environ
@@ -166,10 +174,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 def create_asgi_app() -> BufferedWSGI:
     """The aggregator from its ``LDP_*`` environment, behind :class:`BufferedWSGI` (granian's factory)."""
-    import os
-
     from . import create_app
 
     app = create_app()
-    proxies = [p.strip() for p in os.environ.get("LDP_PROXY_IPS", "").split(",") if p.strip()]
-    return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=proxies)
+    return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=app.config["LDP_PROXY_IPS"])

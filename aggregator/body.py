@@ -49,7 +49,7 @@ def _read_body(limit: int) -> bytes:
     """The raw body, at most ``limit`` bytes, else 413."""
     if request.content_length is not None:
         data = request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
-        if len(data) != request.content_length:  # gunicorn ends the stream at EOF without a word
+        if len(data) != request.content_length:  # a WSGI server may end the stream at EOF without a word
             raise ApiError(400, "the request body is shorter than its Content-Length (the client went away?)",
                            [detail("body", f"{len(data)} of {request.content_length} bytes")])
         return data

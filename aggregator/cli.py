@@ -164,7 +164,8 @@ def _setting_options(command):
     from .settings import SETTINGS
 
     for setting in reversed(SETTINGS):
-        default = "unset" if setting.default is None else setting.default
+        default = setting.default
+        default = "unset" if default is None else ",".join(default) if isinstance(default, tuple) else default
         command = click.option(setting.flag, setting.name.lower(), default=None, metavar="VALUE",
                                help=f"{setting.help} [env {setting.name}; default: {default}]")(command)
     return command
@@ -173,10 +174,12 @@ def _setting_options(command):
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Gunicorn worker processes.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
+@click.option("--access-log/--no-access-log", default=False, show_default=True,
+              help="Log each request's method, path (no query), status and duration; never a client address.")
 @_setting_options
-def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
-    """Run the aggregator under gunicorn (a production WSGI server).
+def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | None) -> None:
+    """Run the aggregator under granian (a production HTTP server that slow clients cannot hold).
 
     Every setting comes from its flag, else its LDP_* environment variable, else its default.
     Prefer the environment for tokens: flags show up in the process list.
@@ -191,7 +194,7 @@ def serve(host: str, port: int, workers: int, **flags: str | None) -> None:
         migrated_store(load(config, config_source="command line")).close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
-    run_server(config, host=host, port=port, workers=workers)
+    run_server(config, host=host, port=port, workers=workers, access_log=access_log)
 
 
 def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):

@@ -1,6 +1,6 @@
 """``ldp-telemetry demo``: the whole system, end to end, on this machine.
 
-It starts the real aggregator (``ldp-telemetry serve``, gunicorn, SQLite in ``./demo-data``),
+It starts the real aggregator (``ldp-telemetry serve``, granian, SQLite in ``./demo-data``),
 publishes a demo schema, and plays a population of devices whose true values it knows. Every
 device randomises its own record on the device side with the client's code (the OS CSPRNG) and
 the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each

@@ -1,82 +1,45 @@
-"""``ldp-telemetry serve``: the aggregator under gunicorn, configured from our settings.
+"""``ldp-telemetry serve``: the aggregator under granian, configured from our settings.
 
-No access log: gunicorn's would record client IP addresses and user agents, which the
-aggregator promises never to keep. Each worker process builds its own app (no preloading), so
-the scheduler threads start after the fork; the jobs themselves make sure only one worker runs
-them at a time (:mod:`.jobs`).
+granian's Rust front end reads request headers without holding a Python thread, and
+:class:`~.asgi.BufferedWSGI` reads the body on the event loop, so slow or idle connections cost a
+socket each and stop nobody (under gunicorn's sync workers, two connections that sent half a
+header line stopped all ingest). Each worker process imports :func:`~.asgi.create_asgi_app` by
+name and builds its own app, so the scheduler threads start in the workers; the jobs themselves
+make sure only one worker runs them at a time (:mod:`.jobs`). The workers read the settings from
+``LDP_*`` variables: :func:`serve` puts the checked command-line values there first.
+
+No access log unless asked for, and then one that cannot name a client: granian's format
+without its address atom and without the query string (it may carry a read token). A malformed
+request gets a 400 from granian and no log line at all.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import shutil
 import tempfile
 from typing import Any
 
-from gunicorn import glogging
-from gunicorn.app.base import BaseApplication
-
-# gunicorn's one error line with a client address: "Invalid request from ip=1.2.3.4: ..." (a
-# malformed request); an IPv6 address has colons of its own, hence the look-ahead for ": ".
-_ADDRESS = re.compile(r"ip=(?:\S*?(?=: )|\S+)")
-
-
-def _redact_address(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    if "ip=" in message:
-        record.msg, record.args = _ADDRESS.sub("ip=-", message), ()
-    return True
+# What granian's access log may say: the request line without the query, the status, the time.
+ACCESS_LOG_FORMAT = '"%(method)s %(path)s %(protocol)s" %(status)d %(dt_ms).1fms'
+# Milliseconds a connection has to send its request headers (granian's default is 30 s).
+HEADER_READ_MS = 10_000
+# Bytes of request line and headers a connection may send (granian's default is 408 KiB); the
+# body is read apart, in chunks, and bounded by LDP_MAX_BODY.
+HEADER_BYTES = 64 * 1024
+# Seconds a worker gets to finish its requests on stop before it is killed.
+STOP_SECONDS = 20
+TARGET = "ldp_telemetry.aggregator.asgi:create_asgi_app"
 
 
-class NoClientAddressLogger(glogging.Logger):
-    """gunicorn's logger, with client addresses redacted from its error log."""
-
-    def setup(self, cfg: Any) -> None:
-        super().setup(cfg)
-        if _redact_address not in self.error_log.filters:
-            self.error_log.addFilter(_redact_address)
-
-
-class AggregatorServer(BaseApplication):
-    def __init__(self, config: dict[str, Any], *, host: str, port: int, workers: int, timeout: int = 60):
-        self.app_config = config
-        self.options = {
-            "bind": f"{host}:{port}",
-            "workers": workers,
-            "worker_class": "sync",
-            "timeout": timeout,
-            "graceful_timeout": 10,
-            "accesslog": None,
-            "logger_class": NoClientAddressLogger,  # a malformed request's error line names no address
-            "control_socket_disable": True,  # gunicorn 27 would create a control socket in $HOME
-            "proc_name": "ldp-telemetry",
-            "child_exit": child_exit,
-        }
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self.options.items():
-            self.cfg.set(key, value)
-
-    def load(self):  # type: ignore[no-untyped-def]
-        from . import create_app
-
-        return create_app(self.app_config)
-
-
-def child_exit(server: Any, worker: Any) -> None:
-    """gunicorn hook: forget a dead worker's metrics files (also used by deploy/gunicorn.conf.py)."""
-    # A dead worker's live gauges must not linger in the shared metrics files.
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.pid)
-
-
-def serve(config: dict[str, Any], *, host: str, port: int, workers: int) -> None:
+def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
     """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
+    from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
+    from granian.server import Server
+
+    for name, value in config.items():
+        os.environ[name] = str(value)  # the workers build their app from the environment
     metrics_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from .metrics import share_between_processes
@@ -84,7 +47,10 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int) -> None
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
         share_between_processes(metrics_dir)
     try:
-        AggregatorServer(config, host=host, port=port, workers=workers).run()
+        Server(TARGET, factory=True, interface=Interfaces.ASGI, address=host, port=port, workers=workers,
+               http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES), websockets=False,
+               log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
+               respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS).serve()
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -8,6 +8,7 @@ naming the setting, rather than failing on first use.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from dataclasses import dataclass
@@ -89,6 +90,22 @@ def _choice(*options: str) -> Callable[[Any], str]:
     return parse
 
 
+def _addresses(value: Any) -> tuple[str, ...]:
+    """Comma-separated IP addresses, or ``*`` for every peer."""
+    if isinstance(value, (tuple, list)):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be comma-separated IP addresses or *, got {value!r}")
+    addresses = tuple(part.strip() for part in value.split(",") if part.strip())
+    for address in addresses:
+        if address != "*":
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"must be comma-separated IP addresses or *, got {address!r}") from None
+    return addresses
+
+
 def _boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -124,6 +141,9 @@ SETTINGS: tuple[Setting, ...] = (
             "SQLite durability: full (an acknowledged report survives a power cut) or normal (it survives "
             "a crash of the server, and single-report posts are several times faster).",
             _choice("full", "normal")),
+    Setting("LDP_PROXY_IPS", ("127.0.0.1", "::1"),
+            "Reverse proxies whose X-Forwarded-Proto is believed (comma-separated addresses, * for any peer); "
+            "no client address is taken from any header.", _addresses),
     Setting("LDP_SCHEDULER", True,
             "Run the scheduled jobs (estimate refresh, retention) in this process; tests turn it off.",
             _boolean),

@@ -1,12 +1,17 @@
 """The ceiling to compare ingest with: the same HTTP path and server, no validation, no database.
 
-gunicorn with the same sync workers, Flask, the JSON body parsed, a 202 with the same shape: what
-is left of the aggregator when validation, dedupe, counters and the durable commit are taken out.
+The same server and workers, Flask, the JSON body parsed, a 202 with the same shape: what is
+left of the aggregator when validation, dedupe, counters and the durable commit are taken out.
+:func:`create_app` is the WSGI app (gunicorn); :func:`create_asgi_app` puts it behind the same
+body-buffering bridge ``ldp-telemetry serve`` uses on granian.
 """
 
 from __future__ import annotations
 
 from flask import Flask, jsonify, request
+
+from ldp_telemetry.aggregator.asgi import BufferedWSGI
+from ldp_telemetry.aggregator.settings import BY_NAME
 
 
 def create_app() -> Flask:
@@ -22,3 +27,7 @@ def create_app() -> Flask:
         return {"status": "ok"}
 
     return app
+
+
+def create_asgi_app() -> BufferedWSGI:
+    return BufferedWSGI(create_app(), max_body=BY_NAME["LDP_MAX_BODY"].default)

@@ -1,7 +1,14 @@
-"""The servers a benchmark measures: always on 127.0.0.1, always stopped after."""
+"""The servers a benchmark measures: always on 127.0.0.1, always stopped after.
+
+Two HTTP servers, so that each figure sits beside the ceiling measured on the same one:
+``granian`` (what ``ldp-telemetry serve`` runs: granian's ASGI front end and our body-buffering
+bridge to the Flask app) and ``gunicorn`` (sync workers running the Flask app directly, the
+server the aggregator used before). Both with :data:`WORKERS` worker processes.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +20,8 @@ from ldp_telemetry.aggregator.process import ServerProcess
 
 ADMIN_TOKEN = "bench-admin-token"
 WORKERS = 2
+HTTP_SERVERS = ("granian", "gunicorn")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
@@ -24,18 +33,31 @@ def _running(server: ServerProcess) -> Iterator[str]:
         server.stop()
 
 
-def aggregator(db: Path, *, synchronous: str = "full") -> ContextManager[str]:
-    """``ldp-telemetry serve`` (gunicorn, 2 sync workers) on ``db``; scheduler off, so only requests are measured."""
-    env = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous}
-    return _running(ServerProcess(db, workers=WORKERS, env=env))
+def _command(http_server: str, target: str) -> list[str]:
+    """``target`` (a module:factory) under ``http_server`` on ``{port}``, WORKERS processes."""
+    if http_server == "granian":
+        return [sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--workers", str(WORKERS),
+                "--host", "127.0.0.1", "--port", "{port}", "--no-ws", "--working-dir", str(ROOT), target]
+    return [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--worker-class", "sync",
+            "--bind", "127.0.0.1:{port}", "--chdir", str(ROOT), f"{target}()"]
 
 
-def ceiling(folder: Path) -> ContextManager[str]:
-    """:mod:`bench.ceiling` (no database) under gunicorn with the same workers."""
-    command = [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--worker-class", "sync",
-               "--bind", "127.0.0.1:{port}", "--chdir", str(Path(__file__).resolve().parent.parent),
-               "bench.ceiling:create_app()"]
-    return _running(ServerProcess(folder / "ceiling", command=command))
+def aggregator(db: Path, *, synchronous: str = "full", http_server: str = "granian") -> ContextManager[str]:
+    """The aggregator on ``db``; scheduler off, so only requests are measured.
+
+    On granian it is ``ldp-telemetry serve`` itself; on gunicorn, the same Flask app under
+    gunicorn's sync workers.
+    """
+    env = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous,
+           "LDP_DB": str(db), "PROMETHEUS_MULTIPROC_DIR": None}
+    command = None if http_server == "granian" else _command(http_server, "ldp_telemetry.aggregator:create_app")
+    return _running(ServerProcess(db, workers=WORKERS, env=env, command=command))
+
+
+def ceiling(folder: Path, *, http_server: str = "granian") -> ContextManager[str]:
+    """:mod:`bench.ceiling` (no database) under ``http_server``, on the same path as the aggregator."""
+    target = "bench.ceiling:create_asgi_app" if http_server == "granian" else "bench.ceiling:create_app"
+    return _running(ServerProcess(folder / f"ceiling-{http_server}", command=_command(http_server, target)))
 
 
 def publish(url: str, schema: dict) -> None:

@@ -60,7 +60,7 @@ def stops_answering(url: str, within: float) -> bool:
 
 
 def processes_on(data_dir: Path) -> list[int]:
-    """Every process (watchdog, gunicorn master, workers) whose command names the demo's database."""
+    """Every process (watchdog, server master, workers) whose command names the demo's database."""
     needle = str(data_dir / "aggregator.db").encode()
     found = []
     for proc in Path("/proc").glob("[0-9]*"):

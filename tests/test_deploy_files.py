@@ -17,10 +17,8 @@ from ldp_telemetry.aggregator.settings import BY_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-APP = "ldp_telemetry.aggregator:create_app()"
-# Read by deploy/gunicorn.conf.py itself, not by the aggregator's settings.
-GUNICORN_VARIABLES = {"LDP_BIND", "LDP_WORKERS", "LDP_THREADS", "LDP_ACCESS_LOG", "LDP_ERROR_LOG", "LDP_LOG_LEVEL",
-                      "LDP_PROXY_IPS"}
+# Read by docker-compose.yml itself (its `serve --workers`), not by the aggregator's settings.
+COMPOSE_VARIABLES = {"LDP_WORKERS"}
 
 
 def test_compose_keeps_the_database_on_a_volume_and_checks_health():
@@ -32,28 +30,30 @@ def test_compose_keeps_the_database_on_a_volume_and_checks_health():
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
     assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
     for name in environment:
-        assert name in BY_NAME or name in GUNICORN_VARIABLES, f"{name} is no setting"
+        assert name in BY_NAME, f"{name} is no setting"
+    assert service["command"][:2] == ["ldp-telemetry", "serve"]
+    assert service["command"][service["command"].index("--host") + 1] == "0.0.0.0"  # the container's port
 
 
 def test_dockerfile_installs_what_the_command_needs():
     text = (DEPLOY / "Dockerfile").read_text()
     for folder in ("shared", "client", "aggregator"):
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M)
-    assert "COPY deploy/gunicorn.conf.py ./deploy/gunicorn.conf.py" in text
-    assert f'CMD ["gunicorn", "-c", "deploy/gunicorn.conf.py", "{APP}"]' in text
+    assert 'CMD ["ldp-telemetry", "serve", "--host", "0.0.0.0", "--port", "8000",' in text
     assert "pip install '.[aggregator]'" in text
     assert re.search(r"^USER ldp$", text, re.M)  # not root
     assert "/healthz" in text
 
 
-def test_systemd_unit_runs_gunicorn_with_the_config():
+def test_systemd_unit_runs_serve():
     # A unit file repeats keys (Environment=), which configparser cannot hold: read the lines.
     lines = [line.partition("=") for line in (DEPLOY / "ldp-telemetry.service").read_text().splitlines()
              if "=" in line and not line.startswith("#")]
     unit: dict[str, list[str]] = {}
     for key, _, value in lines:
         unit.setdefault(key, []).append(value)
-    assert unit["ExecStart"] == [f'/opt/ldp-telemetry/venv/bin/gunicorn -c /etc/ldp-telemetry/gunicorn.conf.py "{APP}"']
+    assert unit["ExecStart"] == ["/opt/ldp-telemetry/venv/bin/ldp-telemetry serve --host 127.0.0.1 --port 8000 "
+                                 "--workers 2 --access-log"]
     assert unit["StateDirectory"] == ["ldp-telemetry"]
     assert "LDP_DB=/var/lib/ldp-telemetry/ldp-telemetry.db" in unit["Environment"]
     assert unit["WantedBy"] == ["multi-user.target"]
@@ -64,9 +64,9 @@ def test_deploy_files_name_only_real_settings():
     for path in DEPLOY.iterdir():
         names |= set(re.findall(r"\bLDP_[A-Z_]+[A-Z]\b", path.read_text()))
     assert names
-    assert names <= set(BY_NAME) | GUNICORN_VARIABLES, names - set(BY_NAME) - GUNICORN_VARIABLES
+    assert names <= set(BY_NAME) | COMPOSE_VARIABLES, names - set(BY_NAME) - COMPOSE_VARIABLES
     readme = (DEPLOY / "README.md").read_text()
-    for name in GUNICORN_VARIABLES:  # the gunicorn config's own: documented here, nowhere else
+    for name in COMPOSE_VARIABLES:  # the compose file's own: documented here, nowhere else
         assert f"`{name}`" in readme, name
 
 

@@ -1,4 +1,4 @@
-"""Hostile input against the aggregator: raw HTTP to a real gunicorn server, and edge cases of
+"""Hostile input against the aggregator: raw HTTP to a real `ldp-telemetry serve`, and edge cases of
 the wire format. Every answer is a 4xx (or the documented success), never a 5xx, and a rejected
 request changes nothing.
 """
@@ -6,6 +6,7 @@ request changes nothing.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from datetime import datetime, timezone
 
@@ -19,8 +20,13 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 HOURLY = {**APP_USAGE, "name": "hourly", "window": "hour"}
 
 
-def exchange(port: int, data: bytes, *, half_close: bool = True, timeout: float = 10.0) -> bytes:
-    """Send raw bytes, optionally end our side, and read the whole answer."""
+def exchange(port: int, data: bytes, *, half_close: bool = False, timeout: float = 10.0) -> bytes:
+    """Send raw bytes, optionally end our side (a request cut off), and read one whole answer.
+
+    Without ``half_close`` the connection stays open for the answer: the server's HTTP layer
+    (hyper, under granian) drops the answer to a client that has shut its sending side, as a
+    client gone, unless the request itself was left incomplete.
+    """
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
         if half_close:
@@ -28,6 +34,10 @@ def exchange(port: int, data: bytes, *, half_close: bool = True, timeout: float 
         out = b""
         while chunk := s.recv(65536):
             out += chunk
+            head, _, body = out.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length: *(\d+)", head)
+            if _ and length and len(body) >= int(length.group(1)):
+                break
     return out
 
 
@@ -65,7 +75,8 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
         "body shorter than Content-Length, then EOF": head + b"Content-Length: %d\r\n\r\n" % (len(good) + 50) + good,
         "chunked and Content-Length": head + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + good,
         "unknown transfer coding": head + b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(good) + good,
-        "header of 20,000 bytes": head + b"X-A: " + b"a" * 20000 + b"\r\nContent-Length: %d\r\n\r\n" % len(good) + good,
+        # Beyond serve's 64 KiB of headers (HEADER_BYTES).
+        "header of 100,000 bytes": head + b"X-A: " + b"a" * 100_000 + b"\r\nContent-Length: %d\r\n\r\n" % len(good) + good,
         "URL of 10,000 bytes": b"GET /api/v1/estimates?schema=" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
         "NUL in the request line": b"GET /api/v1/schemas/a\x00b HTTP/1.1\r\nHost: x\r\n\r\n",
         "escaped NUL in the path": b"GET /api/v1/schemas/a%00b HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -79,7 +90,8 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
                                                 b"charset=latin-1\r\nContent-Length: 14\r\n\r\n{\"reports\": \xe9}"),
     }
     before = file_state(live.db_path)
-    answers = {name: exchange(live.port, data) for name, data in cases.items()}
+    answers = {name: exchange(live.port, data, half_close=name.endswith("then EOF") or "cut off" in name)
+               for name, data in cases.items()}
     for name, answer in answers.items():
         assert answer.startswith(b"HTTP/1."), (name, answer[:200])
         assert 400 <= status_of(answer) < 500, (name, answer[:300])
@@ -90,10 +102,11 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
     # The workers are all still serving.
     for _ in range(4):
         assert requests.get(live.url + "/healthz", timeout=5).status_code == 200
-    # The server never logged a client address, nor opened a control socket in $HOME.
-    log = live.log_path.read_text()
-    assert "Invalid request from ip=-" in log
-    assert "ip=127.0.0.1" not in log and "Control socket listening" not in log
+    # Nothing of it reached the server's log: beyond the start-up lines, which name the listening
+    # address, the log is empty (tests/test_agg_serve.py checks the access log's lines).
+    log = live.log_path.read_text().splitlines()
+    assert log and all(line.startswith("[INFO] ") for line in log), log
+    assert not any("127.0.0.1" in line for line in log if "Listening at" not in line), log
 
 
 @pytest.fixture

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 import random
-import sqlite3
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters
+from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, stored_counters
 
+from ldp_telemetry.aggregator.store import open_store
 from ldp_telemetry.aggregator.store.sqlite import CACHE_KIB
 from ldp_telemetry.shared import parse_schema, randomize
 
@@ -38,7 +38,7 @@ RSS_GROWTH_LIMIT = 20 * 2**20
 
 
 def worker_rss(master_pid: int) -> dict[int, int]:
-    """Resident bytes of each child (gunicorn worker) of ``master_pid``, from /proc."""
+    """Resident bytes of each child (a worker) of ``master_pid``, from /proc."""
     sizes = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -141,10 +141,12 @@ def test_mixed_load_keeps_exact_counts_and_flat_memory(tmp_path: Path) -> None:
 
         sent = [r for t in traffic for r in t.valid]
         assert len({r["id"] for r in sent}) == len(sent)
-        with sqlite3.connect(server.db_path) as conn:
-            stored = {(w, a, v): (n, h) for w, a, v, n, h in conn.execute(
-                'SELECT "window", attribute, value, n, hits FROM counters')}
-            reports = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+        store = open_store(str(server.db_path))
+        try:
+            stored = stored_counters(store, APP_USAGE, [r["window"] for r in sent])
+            reports = store.footprint()["reports"]
+        finally:
+            store.close()
         assert reports == len(sent)
         assert stored == expected_counters(APP_USAGE, sent)
 
