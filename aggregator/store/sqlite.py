@@ -20,14 +20,16 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from sqlite_utils import Database, Migrations
 
-from ...shared.schema import MAX_VERSION, NAME_RE, parse_schema
+from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP, window_end
-from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
-                   TotalRow, WindowCounters)
+from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
+                   WindowCounters)
+from .common import (DELETE_CHUNK, TABLES, WINDOW_TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
+                     fold, schema_key_ok, stale_windows_sql)
 from .errors import StoreBusy, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -35,14 +37,11 @@ from .groupcommit import GroupCommit
 BUSY_TIMEOUT = 10.0
 # SQLite's limit on bound variables is 32766; a multi-row INSERT binds 6 per report.
 _CHUNK = 500
-# Rows deleted per retention transaction: the write lock is never held long.
-_DELETE_CHUNK = 5_000
 CACHE_KIB = 64 * 1024  # page cache per connection
 WAL_CHECKPOINT_PAGES = 10_000
 _REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
 _ESTIMATE_COLUMNS = EstimateRow._fields
 _NEXT_GENERATION = "UPDATE generation SET n = n + 1"
-_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 # How often a writer tries again for the write lock: from 0.5 ms, doubling, to at most 4 ms.
 _FIRST_PAUSE, _MAX_PAUSE = 0.0005, 0.004
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -174,7 +173,7 @@ class SQLiteStore(Store):
         self.synchronous = {"full": "FULL", "normal": "NORMAL"}[synchronous]
         self._local = threading.local()
         self._lock_fd: int | None = None
-        self._group: GroupCommit[_Batch] = GroupCommit(self._commit_batches)
+        self._group: GroupCommit[Batch] = GroupCommit(self._commit_batches)
         self._lock_mutex = threading.Lock()
 
     # -- connections and transactions -------------------------------------------------------
@@ -269,13 +268,11 @@ class SQLiteStore(Store):
 
     @_translated
     def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
-        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        if not schema_key_ok(name, version):
             return None
         if version is None:
             row = self._conn.execute("SELECT definition FROM schemas WHERE name = ? ORDER BY version DESC LIMIT 1",
                                      (name,)).fetchone()
-        elif not 1 <= version <= MAX_VERSION:
-            return None
         else:
             row = self._conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?",
                                      (name, version)).fetchone()
@@ -309,51 +306,30 @@ class SQLiteStore(Store):
 
     @_translated
     def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
-        # Counted before the write lock, which every worker waits for: most batches hold no id
-        # already stored, and the rare one that does is counted again inside.
-        return self._group.run(_Batch(rows, count, count(list(range(len(rows))))))
+        return self._group.run(batch(rows, count))
 
-    def _commit_batches(self, batches: Sequence[_Batch]) -> list[int]:
+    def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
         """Store a group of batches in one transaction: how many reports of each were new.
 
         Under the write lock no other process can store an id between our check and our insert,
         so an id is stored and counted exactly once; batches are inserted one after another, so
         an id in two batches of the group is new in the first only.
         """
-        width = len(ReportRow._fields)
-        news, increments = [], Increments()
         with self._write() as conn:
-            for batch in batches:
-                rows = batch.rows
-                params = [value for row in rows for value in row]
-                inserted: set[str] = set()
-                for start in range(0, len(rows), _CHUNK):
-                    chunk = rows[start:start + _CHUNK]
-                    # One statement checks and inserts: RETURNING yields only the rows not ignored.
-                    inserted.update(i for (i,) in conn.execute(_insert_new_reports_sql(len(chunk)),
-                                                               params[width * start:width * (start + len(chunk))]))
-                new = [i for i, r in enumerate(rows) if r.id in inserted]
-                counted = batch.counted if len(new) == len(rows) else batch.count(new)
-                increments.totals += counted.totals
-                increments.amounts += counted.amounts
-                news.append(len(new))
-            _add(conn, _with_rollup(increments))
+            news, increments = fold(batches, functools.partial(_insert_new, conn))
+            _add(conn, increments)
         return news
 
     @_translated
     def footprint(self) -> dict[str, int]:
         with self._snapshot() as conn:
-            return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in _TABLES}
+            return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
 
     # -- estimation --------------------------------------------------------------------------
 
     @_translated
     def stale_windows(self, confidence: float) -> list[Stale]:
-        rows = self._conn.execute(
-            'SELECT schema, version, "window", mark FROM dirty UNION ALL '
-            'SELECT DISTINCT schema, version, "window", NULL FROM estimates e WHERE confidence != ? AND NOT EXISTS '
-            '(SELECT 1 FROM dirty d WHERE (d.schema, d.version, d."window") = (e.schema, e.version, e."window")) '
-            "ORDER BY 1, 2, 3", (confidence,))
+        rows = self._conn.execute(stale_windows_sql("?"), (confidence,))
         return [Stale(*row) for row in rows]
 
     @_translated
@@ -404,15 +380,15 @@ class SQLiteStore(Store):
         while True:
             with self._write() as conn:
                 deleted = conn.execute("DELETE FROM reports WHERE id IN (SELECT id FROM reports WHERE window_end <= ? "
-                                       "LIMIT ?)", (cutoff, _DELETE_CHUNK)).rowcount
+                                       "LIMIT ?)", (cutoff, DELETE_CHUNK)).rowcount
             reports += deleted
-            if deleted < _DELETE_CHUNK:
+            if deleted < DELETE_CHUNK:
                 break
         windows = self._conn.execute('SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= ?',
                                      (cutoff,)).fetchall()
         for key in windows:  # a window per transaction: its rows are few (sparse counters)
             with self._write() as conn:
-                for table in ("counters", "totals", "estimates", "dirty"):
+                for table in WINDOW_TABLES:
                     conn.execute(f'DELETE FROM {table} WHERE schema = ? AND version = ? AND "window" = ?', key)
                 conn.execute(_NEXT_GENERATION)
         return Expired(reports, len(windows))
@@ -421,24 +397,7 @@ class SQLiteStore(Store):
 
     @_translated
     def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
-        # The rollup's name sorts after every window name (a letter after digits), so the primary
-        # key's order is the order to show, and a page is a range of it.
-        sql = "SELECT * FROM estimates WHERE schema = ? AND version = ?"
-        params: list[Any] = [query.schema, query.version]
-        if query.attribute is not None:
-            sql += " AND attribute = ?"
-            params.append(query.attribute)
-        if query.since is not None:
-            sql += ' AND "window" >= ?'
-            params.append(query.since)
-        if query.until is not None:
-            sql += ' AND ("window" <= ? OR "window" = ?)'
-            params += [query.until, ROLLUP]
-        if query.after is not None:
-            sql += ' AND ("window", rank) > (?, ?)'
-            params += list(query.after)
-        sql += ' ORDER BY "window", rank LIMIT ?'
-        params.append(query.limit)
+        sql, params = estimates_sql(query, "?")
         cursor = self._conn.execute(sql, params)
         names = [d[0] for d in cursor.description]
         return [EstimateRow(**dict(zip(names, row))) for row in cursor]
@@ -450,13 +409,11 @@ class SQLiteStore(Store):
     @_translated
     def activity(self, schema: str, version: int) -> Activity:
         conn, key = self._conn, (schema, version)
-        carried = dict(conn.execute('SELECT attribute, n FROM totals WHERE schema = ? AND version = ? AND "window" = ?',
-                                    (*key, ROLLUP)))
-        windows = conn.execute('SELECT count(DISTINCT "window") FROM totals WHERE schema = ? AND version = ? '
-                               'AND "window" != ?', (*key, ROLLUP)).fetchone()[0]
-        computed_at = conn.execute("SELECT max(computed_at) FROM estimates WHERE schema = ? AND version = ? "
-                                   'AND "window" = ?', (*key, ROLLUP)).fetchone()[0]
-        pending = conn.execute("SELECT 1 FROM dirty WHERE schema = ? AND version = ? LIMIT 1", key).fetchone()
+        carried_sql, windows_sql, computed_sql, pending_sql = activity_sql("?")
+        carried = dict(conn.execute(carried_sql, (*key, ROLLUP)))
+        windows = conn.execute(windows_sql, (*key, ROLLUP)).fetchone()[0]
+        computed_at = conn.execute(computed_sql, (*key, ROLLUP)).fetchone()[0]
+        pending = conn.execute(pending_sql, key).fetchone()
         return Activity(carried, windows, computed_at, pending is not None)
 
     # -- scheduled jobs ----------------------------------------------------------------------
@@ -485,28 +442,17 @@ class SQLiteStore(Store):
                 self._lock_fd = None
 
 
-class _Batch(NamedTuple):
-    rows: Sequence[ReportRow]
-    count: Callable[[list[int]], Increments]
-    counted: Increments  # count() of every row: what to add if all are new
-
-
-def _with_rollup(increments: Increments) -> Increments:
-    """``increments`` summed per counter (a group of batches touches the same few), plus the same
-    added to each schema version's rollup window."""
-    totals: Counter[tuple[str, int, str, str]] = Counter()
-    ends: dict[tuple[str, int, str, str], int | None] = {}
-    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
-    for t in increments.totals:
-        for window, end in ((t.window, t.window_end), (ROLLUP, None)):
-            key = (t.schema, t.version, window, t.attribute)
-            totals[key] += t.n
-            ends[key] = end
-    for a in increments.amounts:
-        amounts[(a.schema, a.version, a.window, a.attribute, a.value)] += a.amount
-        amounts[(a.schema, a.version, ROLLUP, a.attribute, a.value)] += a.amount
-    return Increments([TotalRow(*key, n, ends[key]) for key, n in totals.items()],
-                      [AmountRow(*key, amount) for key, amount in amounts.items() if amount])
+def _insert_new(conn: sqlite3.Connection, rows: Sequence[ReportRow]) -> set[str]:
+    """Insert ``rows``, skipping stored ids: the ids inserted. One statement checks and inserts
+    (RETURNING yields only the rows not ignored), so under the write lock no id goes in twice."""
+    width = len(ReportRow._fields)
+    params = [value for row in rows for value in row]
+    inserted: set[str] = set()
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start:start + _CHUNK]
+        inserted.update(i for (i,) in conn.execute(_insert_new_reports_sql(len(chunk)),
+                                                   params[width * start:width * (start + len(chunk))]))
+    return inserted
 
 
 def _add(conn: sqlite3.Connection, increments: Increments) -> None:
@@ -519,4 +465,4 @@ def _add(conn: sqlite3.Connection, increments: Increments) -> None:
     # random(): a mark is never reused, so a refresh that read an older mark never clears a newer one.
     conn.executemany('INSERT INTO dirty (schema, version, "window", mark) VALUES (?, ?, ?, random()) '
                      "ON CONFLICT DO UPDATE SET mark = excluded.mark",
-                     {(t.schema, t.version, t.window) for t in increments.totals})
+                     dirty_windows(increments))

@@ -1,0 +1,123 @@
+"""What both stores do the same way, whatever their SQL dialect: one copy of each.
+
+- :func:`fold`: which reports of a group of batches were new, and the counter increments that
+  follow (with :func:`with_rollup`, the same added to the rollup window);
+- :func:`schema_key_ok`: the names and versions a schema lookup can match at all;
+- the SQL both dialects share, written with a placeholder mark (``?`` for SQLite, ``%s`` for
+  psycopg): :func:`stale_windows_sql`, :func:`estimates_sql`, :func:`activity_sql`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, NamedTuple, Sequence
+
+from ...shared.schema import MAX_VERSION, NAME_RE
+from ...shared.windows import ROLLUP
+from .base import AmountRow, EstimatesQuery, Increments, ReportRow, TotalRow
+
+TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
+# Rows deleted per retention transaction: no lock is held long.
+DELETE_CHUNK = 5_000
+# Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
+WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
+
+
+class Batch(NamedTuple):
+    """One ingest call's reports, handed to a group commit."""
+
+    rows: Sequence[ReportRow]
+    count: Callable[[list[int]], Increments]
+    counted: Increments  # count() of every row: what to add if all are new
+
+
+def batch(rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> Batch:
+    """A batch counted before any lock is taken: most batches hold no id already stored, and the
+    rare one that does is counted again inside the transaction."""
+    return Batch(rows, count, count(list(range(len(rows)))))
+
+
+def fold(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]]) -> tuple[list[int], Increments]:
+    """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
+    returns their ids), batch after batch so an id in two batches is new in the first only; how
+    many of each batch were new, and the increments of the new ones, rollup included."""
+    news, increments = [], Increments()
+    for b in batches:
+        inserted = insert_new(b.rows)
+        new = [i for i, r in enumerate(b.rows) if r.id in inserted]
+        counted = b.counted if len(new) == len(b.rows) else b.count(new)
+        increments.totals += counted.totals
+        increments.amounts += counted.amounts
+        news.append(len(new))
+    return news, with_rollup(increments)
+
+
+def with_rollup(increments: Increments) -> Increments:
+    """``increments`` summed per counter (a group of batches touches the same few), plus the same
+    added to each schema version's rollup window; in key order, so that writers that lock the
+    rows one after another all lock them in the same order."""
+    totals: Counter[tuple[str, int, str, str]] = Counter()
+    ends: dict[tuple[str, int, str, str], int | None] = {}
+    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
+    for t in increments.totals:
+        for window, end in ((t.window, t.window_end), (ROLLUP, None)):
+            key = (t.schema, t.version, window, t.attribute)
+            totals[key] += t.n
+            ends[key] = end
+    for a in increments.amounts:
+        amounts[(a.schema, a.version, a.window, a.attribute, a.value)] += a.amount
+        amounts[(a.schema, a.version, ROLLUP, a.attribute, a.value)] += a.amount
+    return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
+                      [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]])
+
+
+def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:
+    """The windows ``increments`` change, in key order."""
+    return sorted({(t.schema, t.version, t.window) for t in increments.totals})
+
+
+def schema_key_ok(name: object, version: int | None) -> bool:
+    """False for a name or version no published schema can have (nothing to look up)."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and (
+        version is None or 1 <= version <= MAX_VERSION)
+
+
+def stale_windows_sql(mark: str) -> str:
+    """Dirty windows with their marks, and windows estimated at another confidence (one parameter)."""
+    return ('SELECT schema, version, "window", mark FROM dirty UNION ALL '
+            'SELECT DISTINCT schema, version, "window", NULL FROM estimates e WHERE confidence != ' + mark
+            + ' AND NOT EXISTS (SELECT 1 FROM dirty d WHERE (d.schema, d.version, d."window") '
+            '= (e.schema, e.version, e."window")) ORDER BY 1, 2, 3')
+
+
+def estimates_sql(query: EstimatesQuery, mark: str) -> tuple[str, list[Any]]:
+    """The page of estimates ``query`` asks for. The rollup's name sorts after every window name
+    (a letter after digits, compared bytewise), so the primary key's order is the order to show,
+    and a page is a range of it."""
+    sql = f"SELECT * FROM estimates WHERE schema = {mark} AND version = {mark}"
+    params: list[Any] = [query.schema, query.version]
+    if query.attribute is not None:
+        sql += f" AND attribute = {mark}"
+        params.append(query.attribute)
+    if query.since is not None:
+        sql += f' AND "window" >= {mark}'
+        params.append(query.since)
+    if query.until is not None:
+        sql += f' AND ("window" <= {mark} OR "window" = {mark})'
+        params += [query.until, ROLLUP]
+    if query.after is not None:
+        sql += f' AND ("window", rank) > ({mark}, {mark})'
+        params += list(query.after)
+    sql += f' ORDER BY "window", rank LIMIT {mark}'
+    params.append(query.limit)
+    return sql, params
+
+
+def activity_sql(mark: str) -> tuple[str, str, str, str]:
+    """The four reads of :meth:`Store.activity`; parameters ``(schema, version, ROLLUP)`` for the
+    first three, ``(schema, version)`` for the last."""
+    key = f"schema = {mark} AND version = {mark}"
+    return (f'SELECT attribute, n FROM totals WHERE {key} AND "window" = {mark}',
+            f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {mark}',
+            f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {mark}',
+            f"SELECT 1 FROM dirty WHERE {key} LIMIT 1")
