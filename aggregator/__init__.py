@@ -23,13 +23,13 @@ from .catalog import Catalog
 from .context import system_clock
 from .metrics import Metrics
 from .pagecache import PageCache
-from .store import Store, StoreError, open_store
+from .store import Store, StoreError, is_postgres, open_store
 
 
 def migrated_store(values: Mapping[str, Any]) -> Store:
     """The database of checked settings ``values``, migrated; :class:`settings.SettingsError` if unusable."""
-    store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
     try:
+        store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
         store.migrate()
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
@@ -41,7 +41,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     config = dict(config or {})
     values = settings.load(config)
     # An explicit instance path: Flask cannot find one for our namespace-style package layout.
-    app = Flask(__name__, instance_path=str(Path(values["LDP_DB"]).resolve().parent))
+    instance = Path.cwd() if is_postgres(values["LDP_DB"]) else Path(values["LDP_DB"]).resolve().parent
+    app = Flask(__name__, instance_path=str(instance))
     app.config.update(values)
     app.config.update({k: v for k, v in config.items() if not k.startswith("LDP_")})  # Flask's own, e.g. TESTING
     app.config["LDP_CLOCK"] = config.get("LDP_CLOCK", system_clock)

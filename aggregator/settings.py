@@ -118,7 +118,8 @@ def _boolean(value: Any) -> bool:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("LDP_DB", "ldp-telemetry.db", "Path of the SQLite database file (created if missing).", _text),
+    Setting("LDP_DB", "ldp-telemetry.db", "Path of the SQLite database file (created if missing), or a postgresql:// URL "
+            "shared by several aggregator nodes.", _text),
     Setting("LDP_ADMIN_TOKEN", None,
             "Bearer token for the admin calls (publish schemas, refresh estimates); unset disables them.",
             _optional_token),

@@ -1,8 +1,9 @@
 """The aggregator's database, behind one interface (:class:`Store`): the only package that
 speaks SQL or imports a database driver.
 
-``open_store(LDP_DB)`` picks the implementation from the setting: a file path is the embedded
-SQLite store (:mod:`.sqlite`).
+``open_store(LDP_DB)`` picks the implementation from the setting: a ``postgresql://`` (or
+``postgres://``) URL is the PostgreSQL store (:mod:`.postgres`; psycopg is imported only then);
+anything else is a file path, the embedded SQLite store (:mod:`.sqlite`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,27 @@ from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, In
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .sqlite import SQLiteStore
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(location: str) -> bool:
+    """Whether ``LDP_DB`` names a PostgreSQL database (a URL) rather than a SQLite file."""
+    return location.startswith(POSTGRES_SCHEMES)
+
+
 def open_store(location: str, synchronous: str = "full") -> Store:
-    """The store ``LDP_DB`` names, not yet migrated."""
+    """The store ``LDP_DB`` names, not yet migrated. ``synchronous`` is SQLite's durability; a
+    PostgreSQL commit is as durable as the server is configured to make it."""
+    if is_postgres(location):
+        try:
+            from .postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            raise StoreUnavailable(f"a postgresql:// LDP_DB needs {exc.name}: "
+                                   "pip install 'ldp-telemetry[aggregator]'") from None
+        return PostgresStore(location)
     return SQLiteStore(location, synchronous)
 
 
 __all__ = ["Activity", "AmountRow", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
            "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow",
-           "WindowCounters", "open_store"]
+           "WindowCounters", "is_postgres", "open_store"]

@@ -85,7 +85,7 @@ def schema_key_ok(name: object, version: int | None) -> bool:
 def stale_windows_sql(mark: str) -> str:
     """Dirty windows with their marks, and windows estimated at another confidence (one parameter)."""
     return ('SELECT schema, version, "window", mark FROM dirty UNION ALL '
-            'SELECT DISTINCT schema, version, "window", NULL FROM estimates e WHERE confidence != ' + mark
+            'SELECT DISTINCT schema, version, "window", CAST(NULL AS BIGINT) FROM estimates e WHERE confidence != ' + mark
             + ' AND NOT EXISTS (SELECT 1 FROM dirty d WHERE (d.schema, d.version, d."window") '
             '= (e.schema, e.version, e."window")) ORDER BY 1, 2, 3')
 

@@ -1,0 +1,439 @@
+"""The PostgreSQL store (``LDP_DB`` a ``postgresql://`` URL): any number of stateless aggregator
+nodes share one database. Same tables and meaning as :mod:`.base`, through psycopg 3.
+
+- **Connections**: a psycopg_pool pool per process, made on first use in the process that uses it
+  (``serve`` migrates in its master, closes, then forks its workers: no socket crosses a fork).
+  Every error leaves as the store's own: a lock wait past ``busy_timeout``, a deadlock, a
+  serialization failure or a pool with no free connection is :class:`StoreBusy`; a server that
+  does not answer (or anything else) is :class:`StoreUnavailable`.
+- **Exactly once, across processes and nodes**: one transaction inserts the reports with
+  ``ON CONFLICT (id) DO NOTHING RETURNING id`` and adds the counters of the returned (new) ids
+  only. A second transaction inserting the same id waits on the first's index entry and then
+  skips it, so an id is counted once whoever stores it. Batches handed in while a transaction
+  commits share the next one (:class:`.groupcommit.GroupCommit`), and every writer locks rows in
+  key order (reports sorted by id, counters by key), so concurrent ingests do not deadlock.
+- **No arrival order**: a report's primary key is its random id and there is no serial column.
+  PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the
+  id into :data:`REPORT_PARTITIONS` tables and each transaction inserts in id order: the reports
+  of one request land in different tables, not next to each other.
+- **Retention** deletes by ``window_end`` in chunks (the hash partitions cannot be dropped by
+  window; partitions by window would put a request's backlog of windows side by side again).
+  Deleted rows stay in the table files until (auto)vacuum reuses their space.
+- **Jobs' leader**: ``pg_try_advisory_lock`` on a connection of its own; the server releases it
+  when that session ends (the process died, or the connection broke).
+- **Migrations** are versioned in the table ``migrations``, applied under a transaction-level
+  advisory lock so that nodes starting at once apply each exactly once.
+
+Locks and tables are per PostgreSQL schema (``current_schema()``), so one database can hold
+several deployments (or test runs) side by side, chosen with ``?options=-csearch_path%3D...``.
+``LDP_SYNCHRONOUS`` does not apply: a commit is as durable as the server's ``synchronous_commit``
+makes it (on by default: it survives a crash of the server).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...shared.windows import ROLLUP
+from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
+                   WindowCounters)
+from .common import (DELETE_CHUNK, TABLES, WINDOW_TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
+                     fold, schema_key_ok, stale_windows_sql)
+from .errors import StoreBusy, StoreUnavailable
+from .groupcommit import GroupCommit
+
+# Seconds a statement waits for a row or table lock (and a thread for a pooled connection)
+# before the store is busy: as long as the SQLite store waits for its write lock.
+BUSY_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 5  # seconds, unless the URL says otherwise
+# Connections per process: the request threads of one worker (asgi.THREADS) and the scheduler.
+POOL_SIZE = 10
+REPORT_PARTITIONS = 64
+# Advisory lock keys (the first of the two int4 keys; the second is the schema's hash).
+_JOBS_LOCK, _MIGRATIONS_LOCK = 0x1D9_0001, 0x1D9_0002
+# Tries of an ingest transaction that hit a deadlock or a serialization failure (each rolled back whole).
+_TRIES = 3
+_ESTIMATE_COLUMNS = EstimateRow._fields
+_NEXT_GENERATION = "UPDATE generation SET n = n + 1"
+_BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
+         pg_errors.QueryCanceled, PoolTimeout)
+_RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+_KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("m001_initial", f"""
+        CREATE TABLE schemas (name text COLLATE "C" NOT NULL, version integer NOT NULL, definition text NOT NULL,
+            published_at text NOT NULL, PRIMARY KEY (name, version));
+        CREATE TABLE reports (id text COLLATE "C" NOT NULL PRIMARY KEY, {_KEY}, window_end bigint NOT NULL,
+            "values" text NOT NULL) PARTITION BY HASH (id);
+        {"".join(f"CREATE TABLE reports_{i:02d} PARTITION OF reports FOR VALUES WITH (MODULUS {REPORT_PARTITIONS}, "
+                 f"REMAINDER {i});" for i in range(REPORT_PARTITIONS))}
+        CREATE INDEX reports_window_end ON reports (window_end);
+        CREATE TABLE totals ({_KEY}, attribute text COLLATE "C" NOT NULL, n bigint NOT NULL, window_end bigint,
+            PRIMARY KEY (schema, version, "window", attribute));
+        CREATE INDEX totals_window_end ON totals (window_end);
+        CREATE TABLE counters ({_KEY}, attribute text COLLATE "C" NOT NULL, value text COLLATE "C" NOT NULL,
+            amount double precision NOT NULL, PRIMARY KEY (schema, version, "window", attribute, value));
+        -- A mark is never reused, so a refresh that read an older mark never clears a newer one.
+        CREATE SEQUENCE dirty_marks;
+        CREATE TABLE dirty ({_KEY}, mark bigint NOT NULL, PRIMARY KEY (schema, version, "window"));
+        CREATE TABLE estimates ({_KEY}, rank integer NOT NULL, attribute text COLLATE "C" NOT NULL,
+            value text COLLATE "C" NOT NULL, estimate double precision NOT NULL,
+            estimate_clipped double precision NOT NULL, ci_low double precision NOT NULL,
+            ci_high double precision NOT NULL, n bigint NOT NULL, epsilon double precision NOT NULL,
+            confidence double precision NOT NULL, computed_at text NOT NULL,
+            PRIMARY KEY (schema, version, "window", rank));
+        CREATE TABLE generation (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
+        INSERT INTO generation VALUES (1, 0);
+    """),
+)
+
+_INSERT_NEW_REPORTS = """
+    INSERT INTO reports (id, schema, version, "window", window_end, "values")
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bigint[], %s::text[])
+        AS r(id, schema, version, "window", window_end, "values") ORDER BY id COLLATE "C"
+    ON CONFLICT (id) DO NOTHING RETURNING id"""
+_ADD_TOTALS = """
+    INSERT INTO totals (schema, version, "window", attribute, n, window_end)
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])
+    ON CONFLICT (schema, version, "window", attribute) DO UPDATE SET n = totals.n + excluded.n"""
+_ADD_COUNTERS = """
+    INSERT INTO counters (schema, version, "window", attribute, value, amount)
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::double precision[])
+    ON CONFLICT (schema, version, "window", attribute, value) DO UPDATE SET amount = counters.amount + excluded.amount"""
+_MARK_DIRTY = """
+    INSERT INTO dirty (schema, version, "window", mark)
+    SELECT s, v, w, nextval('dirty_marks') FROM unnest(%s::text[], %s::integer[], %s::text[]) AS d(s, v, w)
+    ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark"""
+_SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in _ESTIMATE_COLUMNS)}) "
+                  f"VALUES ({', '.join(['%s'] * len(_ESTIMATE_COLUMNS))}) "
+                  'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
+                  + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
+
+T = TypeVar("T")
+
+
+def _translated(method: Callable[..., T]) -> Callable[..., T]:
+    """Raise the store's own errors for psycopg's (busy is a class of error, never words in a message)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return method(*args, **kwargs)
+        except _BUSY as exc:
+            if isinstance(exc, PoolTimeout) and not args[0]._answers():
+                raise StoreUnavailable(f"the database cannot be reached: {exc}") from exc
+            raise StoreBusy(f"the database is busy: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"the database cannot be used: {exc}") from exc
+
+    return wrapper
+
+
+def _columns(rows: Sequence[tuple], width: int) -> list[list[Any]]:
+    """Rows as ``width`` column lists: one array parameter per column for ``unnest``."""
+    return [[row[i] for row in rows] for i in range(width)]
+
+
+class PostgresStore(Store):
+    """The database at the URL ``location``; a connection pool per process."""
+
+    def __init__(self, location: str, busy_timeout: float = BUSY_TIMEOUT):
+        self.location = location
+        self.busy_timeout = busy_timeout
+        self._kwargs: dict[str, Any] = {} if "connect_timeout" in conninfo_to_dict(location) else {
+            "connect_timeout": CONNECT_TIMEOUT}
+        self._pool_mutex = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._pool_pid = 0
+        self._group: GroupCommit[Batch] = GroupCommit(self._commit_batches)
+        self._lock_mutex = threading.Lock()
+        self._leader: psycopg.Connection | None = None
+        self._leader_pid = 0
+        self._held = False
+
+    # -- connections and transactions -------------------------------------------------------
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        conn.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+        conn.commit()
+
+    def _connect(self, autocommit: bool = False) -> psycopg.Connection:
+        """A connection of its own, outside the pool (migrations, the leader's lock)."""
+        conn = psycopg.connect(self.location, autocommit=autocommit, **self._kwargs)
+        self._configure(conn)
+        return conn
+
+    def _connections(self) -> ConnectionPool:
+        """This process's pool, made on first use. After a fork the parent's pool is left alone
+        (its sockets are the parent's; its threads did not come along) and a new one is made."""
+        with self._pool_mutex:
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool = ConnectionPool(self.location, min_size=1, max_size=POOL_SIZE, open=True,
+                                            timeout=self.busy_timeout, kwargs=self._kwargs,
+                                            configure=self._configure, check=ConnectionPool.check_connection,
+                                            name="ldp-telemetry")
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    def _answers(self) -> bool:
+        """Whether a new connection to the server can be made right now (a pool timeout is busy
+        if so, unavailable if not)."""
+        try:
+            psycopg.connect(self.location, **self._kwargs).close()
+            return True
+        except psycopg.Error:
+            return False
+
+    @contextmanager
+    def _transaction(self, snapshot: bool = False) -> Iterator[psycopg.Connection]:
+        """A pooled connection in a transaction, committed at the end (rolled back on error).
+        ``snapshot``: every read in it sees the database as of its first read."""
+        with self._connections().connection() as conn:
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self._transaction() as conn:
+            row = conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._transaction() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @_translated
+    def close(self) -> None:
+        """Close this process's pool (the next call makes a new one) and resign the jobs' lock."""
+        self.resign()
+        with self._pool_mutex:
+            if self._pool is not None and self._pool_pid == os.getpid():
+                self._pool.close()
+            self._pool = None
+
+    @_translated
+    def migrate(self) -> None:
+        with self._connect() as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATIONS_LOCK,))
+                conn.execute("CREATE TABLE IF NOT EXISTS migrations (name text PRIMARY KEY, "
+                             "applied_at timestamptz NOT NULL DEFAULT now())")
+                applied = {name for (name,) in conn.execute("SELECT name FROM migrations")}
+                for name, sql in MIGRATIONS:
+                    if name not in applied:
+                        conn.execute(sql)
+                        conn.execute("INSERT INTO migrations (name) VALUES (%s)", (name,))
+
+    @_translated
+    def check(self) -> None:
+        applied = {name for (name,) in self._all("SELECT name FROM migrations")}
+        if {name for name, _ in MIGRATIONS} - applied:
+            raise StoreUnavailable("the database has pending migrations")
+        self._one("SELECT count(*) FROM schemas")
+
+    # -- schemas -----------------------------------------------------------------------------
+
+    @_translated
+    def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        if not schema_key_ok(name, version):
+            return None
+        if version is None:
+            definition = self._one("SELECT definition FROM schemas WHERE name = %s ORDER BY version DESC LIMIT 1",
+                                   (name,))
+        else:
+            definition = self._one("SELECT definition FROM schemas WHERE name = %s AND version = %s", (name, version))
+        return None if definition is None else json.loads(definition)
+
+    @_translated
+    def latest_schemas(self) -> list[dict[str, Any]]:
+        rows = self._all("SELECT DISTINCT ON (name) definition FROM schemas ORDER BY name, version DESC")
+        return [json.loads(definition) for (definition,) in rows]
+
+    @_translated
+    def schema_versions(self, name: str) -> list[int]:
+        return [v for (v,) in self._all("SELECT version FROM schemas WHERE name = %s ORDER BY version", (name,))]
+
+    @_translated
+    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
+        name, version = definition["name"], definition["version"]
+        with self._transaction() as conn:
+            created = conn.execute("INSERT INTO schemas (name, version, definition, published_at) "
+                                   "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                                   (name, version, json.dumps(definition), published_at)).fetchone()
+            if created:
+                return "created"
+            (stored,) = conn.execute("SELECT definition FROM schemas WHERE name = %s AND version = %s",
+                                     (name, version)).fetchone()
+        return "identical" if json.loads(stored) == definition else "conflict"
+
+    # -- ingest ------------------------------------------------------------------------------
+
+    @_translated
+    def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
+        return self._group.run(batch(rows, count))
+
+    def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
+        """Store a group of batches in one transaction: how many reports of each were new. A
+        deadlock or serialization failure rolls it back whole; it is tried again a few times."""
+        for attempt in range(_TRIES):
+            try:
+                with self._transaction() as conn:
+                    news, increments = fold(batches, functools.partial(_insert_new, conn))
+                    _add(conn, increments)
+                return news
+            except _RETRY:
+                if attempt == _TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    @_translated
+    def footprint(self) -> dict[str, int]:
+        with self._transaction(snapshot=True) as conn:
+            return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
+
+    # -- estimation --------------------------------------------------------------------------
+
+    @_translated
+    def stale_windows(self, confidence: float) -> list[Stale]:
+        return [Stale(*row) for row in self._all(stale_windows_sql("%s"), (confidence,))]
+
+    @_translated
+    def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
+        out = {}
+        with self._transaction(snapshot=True) as conn:
+            for window in windows:
+                key = (schema, version, window)
+                totals = dict(conn.execute('SELECT attribute, n FROM totals WHERE schema = %s AND version = %s '
+                                           'AND "window" = %s', key).fetchall())
+                amounts: dict[str, dict[str, int | float]] = {}
+                for attribute, value, amount in conn.execute(
+                        'SELECT attribute, value, amount FROM counters WHERE schema = %s AND version = %s '
+                        'AND "window" = %s', key):
+                    # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
+                    amounts.setdefault(attribute, {})[value] = int(amount) if amount.is_integer() else amount
+                out[window] = WindowCounters(totals, amounts)
+        return out
+
+    @_translated
+    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
+        by_window: dict[tuple[str, int, str], list[EstimateRow]] = {}
+        for row in rows:
+            by_window.setdefault((row.schema, row.version, row.window), []).append(row)
+        with self._transaction() as conn:
+            for stale in done:
+                key = (stale.schema, stale.version, stale.window)
+                where = 'FROM dirty WHERE schema = %s AND version = %s AND "window" = %s'
+                # Changed since it was read (or saved by a newer refresh): what we computed is
+                # older than what is stored or due, so it is left for the next refresh. Deleting
+                # the mark we read, and only it, decides that atomically against any ingest.
+                if stale.mark is None:
+                    current = conn.execute(f"SELECT 1 {where}", key).fetchone() is None
+                else:
+                    current = conn.execute(f"DELETE {where} AND mark = %s", (*key, stale.mark)).rowcount == 1
+                if not current:
+                    continue
+                with conn.cursor() as cursor:
+                    cursor.executemany(_SAVE_ESTIMATE, by_window.get(key, ()))
+            conn.execute(_NEXT_GENERATION)
+
+    # -- retention ---------------------------------------------------------------------------
+
+    @_translated
+    def expire(self, cutoff: int) -> Expired:
+        reports = 0
+        while True:
+            with self._transaction() as conn:
+                deleted = conn.execute("DELETE FROM reports WHERE id IN (SELECT id FROM reports "
+                                       "WHERE window_end <= %s LIMIT %s)", (cutoff, DELETE_CHUNK)).rowcount
+            reports += deleted
+            if deleted < DELETE_CHUNK:
+                break
+        windows = self._all('SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= %s', (cutoff,))
+        for key in windows:  # a window per transaction: its rows are few (sparse counters)
+            with self._transaction() as conn:
+                for table in WINDOW_TABLES:
+                    conn.execute(f'DELETE FROM {table} WHERE schema = %s AND version = %s AND "window" = %s', key)
+                conn.execute(_NEXT_GENERATION)
+        return Expired(reports, len(windows))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @_translated
+    def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
+        sql, params = estimates_sql(query, "%s")
+        with self._transaction() as conn:
+            cursor = conn.execute(sql, params)
+            names = [d.name for d in cursor.description or ()]
+            return [EstimateRow(**dict(zip(names, row))) for row in cursor]
+
+    @_translated
+    def estimates_generation(self) -> int:
+        return self._one("SELECT n FROM generation")
+
+    @_translated
+    def activity(self, schema: str, version: int) -> Activity:
+        key = (schema, version)
+        carried_sql, windows_sql, computed_sql, pending_sql = activity_sql("%s")
+        with self._transaction(snapshot=True) as conn:
+            carried = dict(conn.execute(carried_sql, (*key, ROLLUP)).fetchall())
+            windows = conn.execute(windows_sql, (*key, ROLLUP)).fetchone()[0]
+            computed_at = conn.execute(computed_sql, (*key, ROLLUP)).fetchone()[0]
+            pending = conn.execute(pending_sql, key).fetchone()
+        return Activity(carried, windows, computed_at, pending is not None)
+
+    # -- scheduled jobs ----------------------------------------------------------------------
+
+    @_translated
+    def lead(self) -> bool:
+        # A session-level advisory lock on a connection of its own: the server drops it when the
+        # session ends, so when a leader dies (or its connection breaks) the next to try leads.
+        with self._lock_mutex:
+            if self._leader is not None and self._leader_pid != os.getpid():
+                self._leader, self._held = None, False  # the parent's session: not ours to use
+            if self._leader is not None:
+                try:
+                    self._leader.execute("SELECT 1")  # still the same session, so still the lock's
+                except psycopg.Error:
+                    self._leader.close()
+                    self._leader, self._held = None, False
+            if self._leader is None:
+                self._leader, self._leader_pid = self._connect(autocommit=True), os.getpid()
+            if not self._held:
+                self._held = self._leader.execute("SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
+                                                  (_JOBS_LOCK,)).fetchone()[0]
+            return self._held
+
+    def resign(self) -> None:
+        with self._lock_mutex:
+            if self._leader is not None and self._leader_pid == os.getpid():
+                self._leader.close()  # ending the session releases the lock
+            self._leader, self._held = None, False
+
+
+def _insert_new(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:
+    """Insert ``rows`` in id order, skipping stored ids: the ids inserted."""
+    return {i for (i,) in conn.execute(_INSERT_NEW_REPORTS, _columns(rows, len(ReportRow._fields)))}
+
+
+def _add(conn: psycopg.Connection, increments: Increments) -> None:
+    """Add ``increments`` (in key order: rows are locked in the same order by every writer) to the
+    counters and mark their windows dirty with a fresh mark."""
+    if increments.totals:
+        conn.execute(_ADD_TOTALS, _columns(increments.totals, 6))
+    if increments.amounts:
+        amounts = [(*a[:5], float(a.amount)) for a in increments.amounts]
+        conn.execute(_ADD_COUNTERS, _columns(amounts, 6))
+    windows = dirty_windows(increments)
+    if windows:
+        conn.execute(_MARK_DIRTY, _columns(windows, 3))
