@@ -1,6 +1,12 @@
-"""Shared fixtures: the real aggregator app on a fresh SQLite file, and a real server process.
+"""Shared fixtures: the real aggregator app on a fresh database, and a real server process.
 
-- ``make_app(**config)``: a new app on its own database in ``tmp_path`` (scheduler off, admin
+- ``backend``: ``"sqlite"``, unless the test (or its module) is marked ``backends``: then it runs
+  once per store backend, SQLite always and PostgreSQL when a server answers at
+  ``LDP_TEST_POSTGRES_URL`` (default :data:`POSTGRES_URL`; skipped, saying so, when none does).
+  The PostgreSQL runs share one database made for the test session (``ldp_test_<random>``,
+  dropped after); each store in it gets a PostgreSQL schema of its own, so each starts empty.
+- ``new_db()``: a fresh, empty database location (``LDP_DB``) of the test's backend.
+- ``make_app(**config)``: a new app on its own ``new_db()`` (scheduler off, admin
   token ``ADMIN_TOKEN``); ``config`` keys are settings (``LDP_MAX_BATCH=5``) or ``LDP_CLOCK``.
 - ``app`` / ``client``: one such app and its ``test_client()``.
 - ``publish_schema(client, schema=APP_USAGE)``: publish through the API; returns the derived schema.
@@ -11,8 +17,12 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import secrets
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 
@@ -35,20 +45,108 @@ APP_USAGE: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def make_app(tmp_path: Path) -> Callable[..., Any]:
-    from ldp_telemetry.aggregator import create_app
+POSTGRES_URL = os.environ.get("LDP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ("sqlite", "postgres")
 
+
+@functools.cache
+def postgres_missing() -> str | None:
+    """Why the PostgreSQL runs are skipped here, or None when a server answers."""
+    try:
+        import psycopg
+    except ModuleNotFoundError:
+        return "PostgreSQL store tests skipped: psycopg is not installed"
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL store tests skipped: no server answers at LDP_TEST_POSTGRES_URL={POSTGRES_URL} ({str(exc).splitlines()[0]})"
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker
+    if "backend" not in metafunc.fixturenames or marker("sqlite_only"):
+        return
+    backends = ("postgres",) if marker("postgres_only") else BACKENDS if marker("backends") else ()
+    if backends:
+        missing = postgres_missing()
+        params = [pytest.param(b, marks=pytest.mark.skip(reason=missing) if b == "postgres" and missing else ())
+                  for b in backends]
+        metafunc.parametrize("backend", params, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    return getattr(request, "param", "sqlite")
+
+
+def with_database(url: str, database: str, search_path: str | None = None) -> str:
+    """``url`` naming ``database`` instead, its connections in PostgreSQL schema ``search_path``."""
+    parts = urlsplit(url)
+    query = parts.query
+    if search_path:
+        query = "&".join(filter(None, [query, "options=" + quote(f"-csearch_path={search_path}")]))
+    return urlunsplit((parts.scheme, parts.netloc, "/" + database, query, parts.fragment))
+
+
+def postgres_admin(sql: str) -> None:
+    """Run one statement (CREATE/DROP DATABASE) on the server's maintenance database."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A database of its own for this test session; dropped after (connections left are ended)."""
+    name = f"ldp_test_{secrets.token_hex(6)}"
+    postgres_admin(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        postgres_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def postgres_location(database: str) -> str:
+    """A fresh PostgreSQL schema in ``database``: the URL of an empty store."""
+    import psycopg
+
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(with_database(POSTGRES_URL, database), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return with_database(POSTGRES_URL, database, schema)
+
+
+@pytest.fixture
+def new_db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[], str]:
     count = 0
 
-    def make(**config: Any) -> Any:
+    def location() -> str:
         nonlocal count
         count += 1
-        settings = {"LDP_DB": str(tmp_path / f"aggregator-{count}.db"), "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
-                    "LDP_SCHEDULER": False, "TESTING": True}
-        return create_app({**settings, **config})
+        if backend == "postgres":
+            return postgres_location(request.getfixturevalue("postgres_database"))
+        return str(tmp_path / f"aggregator-{count}.db")
 
-    return make
+    return location
+
+
+@pytest.fixture
+def make_app(new_db: Callable[[], str]) -> Iterator[Callable[..., Any]]:
+    from ldp_telemetry.aggregator import create_app
+
+    made = []
+
+    def make(**config: Any) -> Any:
+        settings = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": False, "TESTING": True}
+        app = create_app({**settings, "LDP_DB": config.pop("LDP_DB", None) or new_db(), **config})
+        made.append(app)
+        return app
+
+    yield make
+    for app in made:  # a PostgreSQL store's pool holds connections until closed
+        store_of(app).close()
 
 
 @pytest.fixture
@@ -114,8 +212,22 @@ def stored_counters(store: Any, schema: dict[str, Any], windows: list[str]) -> d
 
 
 def db_state(app: Any) -> dict[str, list[tuple]]:
-    """:func:`file_state` of the app's database."""
-    return file_state(app.config["LDP_DB"])
+    """Every row of every table of the app's database, sorted: :func:`file_state` of a SQLite
+    file, :func:`postgres_state` of a PostgreSQL one."""
+    location = app.config["LDP_DB"]
+    return postgres_state(location) if location.startswith("postgresql://") else file_state(location)
+
+
+STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
+
+
+def postgres_state(url: str) -> dict[str, list[tuple]]:
+    """Every row of every table of the PostgreSQL store at ``url``, sorted (read with psycopg,
+    not through the store)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in STATE_TABLES}
 
 
 def file_state(path: Any) -> dict[str, list[tuple]]:
@@ -125,8 +237,7 @@ def file_state(path: Any) -> dict[str, list[tuple]]:
 
     conn = sqlite3.connect(path)
     try:
-        tables = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in STATE_TABLES}
     finally:
         conn.close()
 

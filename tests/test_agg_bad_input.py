@@ -12,9 +12,11 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from conftest import ADMIN, APP_USAGE, db_state, publish
+from conftest import ADMIN, APP_USAGE, db_state, postgres_location, publish
 
 from ldp_telemetry.shared import randomize
+
+pytestmark = pytest.mark.backends
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 WIDE = {"name": "wide", "version": 1, "epsilon": 1.0,
@@ -161,11 +163,13 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
+def loaded(backend, tmp_path_factory, request):
     """An app holding three schemas, stored reports, counters and estimates."""
     from ldp_telemetry.aggregator import create_app
 
-    app = create_app({"LDP_DB": str(tmp_path_factory.mktemp("bad") / "a.db"), "LDP_ADMIN_TOKEN": ADMIN["Authorization"][7:],
+    location = (postgres_location(request.getfixturevalue("postgres_database")) if backend == "postgres"
+                else str(tmp_path_factory.mktemp("bad") / "a.db"))
+    app = create_app({"LDP_DB": location, "LDP_ADMIN_TOKEN": ADMIN["Authorization"][7:],
                       "LDP_SCHEDULER": False, "LDP_CLOCK": lambda: NOW, "TESTING": True})
     client = app.test_client()
     for schema in (APP_USAGE, WIDE, SAMPLED):

@@ -11,6 +11,8 @@ from conftest import ADMIN, APP_USAGE, publish
 
 from ldp_telemetry.shared import estimate, new_report_id, parse_schema
 
+pytestmark = pytest.mark.backends
+
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SCHEMA = parse_schema(APP_USAGE)
 # (window, dark_mode, os) -> how many reports carry exactly these wire values
@@ -107,8 +109,8 @@ def test_refresh_recomputes_only_what_changed(client, clock):
     assert rollup == {("dark_mode", True): sum(SENT.values()) + 1}
 
 
-def test_a_new_confidence_recomputes_every_window(make_app, tmp_path, clock):
-    db = str(tmp_path / "shared.db")
+def test_a_new_confidence_recomputes_every_window(make_app, new_db, clock):
+    db = new_db()
     first = make_app(LDP_DB=db, LDP_CLOCK=lambda: clock[0]).test_client()
     publish(first)
     first.post("/api/v1/reports", json={"reports": [wire(*k) for k in SENT]})

@@ -10,6 +10,8 @@ from conftest import APP_USAGE, db_state, expected_counters, publish, store_of, 
 
 from ldp_telemetry.shared import randomize
 
+pytestmark = pytest.mark.backends
+
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 TODAY = "2026-11-21"
 
@@ -68,6 +70,7 @@ def test_an_id_stored_before_is_a_duplicate_even_with_other_content(app, client)
     assert counters(app) == expected_counters(APP_USAGE, [first, *fresh])
 
 
+@pytest.mark.sqlite_only
 def test_raw_reports_keep_only_the_window(app, client):
     batch = reports(3)
     client.post("/api/v1/reports", json={"reports": batch}, headers={"User-Agent": "secret-agent/1.0"},
@@ -166,6 +169,7 @@ def test_sample_split_counts_only_the_carried_attribute(make_app):
     assert totals == {k: v for k, v in carried.items() if v}
 
 
+@pytest.mark.sqlite_only
 def test_oue_with_1024_categories_counts_every_bit(make_app):
     wide = {"name": "wide", "version": 1, "epsilon": 1.0,
             "attributes": [{"name": "page", "type": "categorical", "mechanism": "oue",

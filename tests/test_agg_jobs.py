@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 import time
 from datetime import datetime, timedelta, timezone
 
-from conftest import APP_USAGE, publish
+import pytest
+from conftest import APP_USAGE, db_state, publish
 
 from ldp_telemetry.aggregator import estimation, jobs, retention
 from ldp_telemetry.aggregator.store import EstimatesQuery, Expired, open_store
@@ -15,14 +15,16 @@ from ldp_telemetry.shared.windows import ROLLUP
 from ldp_telemetry.shared import randomize
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+pytestmark = pytest.mark.backends
 
 
 def _try_lead(path: str, answer) -> None:
     answer.put(open_store(path).lead())
 
 
-def test_only_one_process_leads_until_it_lets_go(tmp_path):
-    path = str(tmp_path / "x.db")
+def test_only_one_process_leads_until_it_lets_go(new_db):
+    path = new_db()
+    open_store(path).migrate()
     leader, other = open_store(path), open_store(path)
     assert leader.lead() and leader.lead()
     assert not other.lead()
@@ -34,11 +36,12 @@ def test_only_one_process_leads_until_it_lets_go(tmp_path):
     child.join()
     leader.resign()
     assert other.lead()
-    other.resign()
+    other.close()
+    leader.close()
 
 
-def test_a_second_app_on_the_same_database_skips_the_jobs(make_app, tmp_path):
-    db = str(tmp_path / "one.db")
+def test_a_second_app_on_the_same_database_skips_the_jobs(make_app, new_db):
+    db = new_db()
     first, second = make_app(LDP_DB=db), make_app(LDP_DB=db)
     ran = []
     assert jobs.run_if_leader(first, lambda app: ran.append("first"))
@@ -79,8 +82,8 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
         return {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))}
 
     def stored_ids() -> list[tuple[str]]:
-        with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the file itself: were they erased?
-            return sorted(conn.execute("SELECT id FROM reports").fetchall())
+        # The database itself: were they erased?
+        return sorted(row[:1] for row in db_state(app)["reports"])
 
     before = store.window_counters("app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
     assert retention.expire(app) == Expired(reports=0, windows=0)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import ADMIN, APP_USAGE, db_state
 
 from ldp_telemetry.shared import parse_schema
+
+pytestmark = pytest.mark.backends
 
 
 def test_publish_answers_the_derived_schema(client):

@@ -10,7 +10,7 @@ import sqlite3
 from datetime import datetime, timezone
 
 import pytest
-from conftest import ADMIN, APP_USAGE, db_state, expected_counters, publish, store_of, stored_counters
+from conftest import ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, store_of, stored_counters
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator import estimation
@@ -19,6 +19,8 @@ from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 from ldp_telemetry.shared.windows import ROLLUP
+
+pytestmark = pytest.mark.backends
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 TODAY, YESTERDAY = "2026-11-21", "2026-11-20"
@@ -51,12 +53,31 @@ def test_a_file_that_is_no_database_is_unavailable(tmp_path):
         open_store(str(path)).migrate()
 
 
-def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client, tmp_path):
+def test_an_unreachable_postgresql_server_is_unavailable():
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreUnavailable, match="cannot"):
+        open_store(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing").migrate()
+
+
+def hold_writes(location: str):
+    """Another process's writer, in effect: SQLite's write lock, or PostgreSQL locks on the
+    tables a publish and an ingest write."""
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        holder = psycopg.connect(location)
+        holder.execute("LOCK TABLE schemas, reports IN EXCLUSIVE MODE")  # reads go on; writes wait
+        return holder
+    holder = sqlite3.connect(location, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client):
     store = store_of(app)
     store.busy_timeout = 0.2
     store.close()  # the next connection waits 0.2 s, not 10 s
-    holder = sqlite3.connect(app.config["LDP_DB"], isolation_level=None)  # another process's writer, in effect
-    holder.execute("BEGIN IMMEDIATE")
+    holder = hold_writes(app.config["LDP_DB"])
     try:
         with pytest.raises(StoreBusy):
             store.publish_schema({"name": "x", "version": 1}, "2026-11-21T00:00:00Z")
@@ -64,7 +85,7 @@ def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client, t
         assert response.status_code == 503 and response.headers["Retry-After"] == "1"
         assert "busy" in response.get_json()["error"]
     finally:
-        holder.execute("ROLLBACK")
+        holder.rollback()
         holder.close()
 
 
@@ -166,6 +187,7 @@ def test_a_batch_naming_too_many_windows_is_refused_and_changes_nothing(make_app
 # -- the migration from dense counters -----------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_a_database_with_dense_counters_is_brought_over(tmp_path, make_app):
     # The previous layout is written by hand into the file (m001 only): every value of every
     # attribute had a counter row, estimates had a hits column and the level lived in meta.
@@ -217,6 +239,7 @@ def test_a_database_with_dense_counters_is_brought_over(tmp_path, make_app):
 # -- no arrival order in what is stored --------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_the_reports_of_one_request_are_not_stored_together(app, client):
     """Reads the file itself, to prove what is physically stored: the reports table has no
     insertion-ordered row id, and its rows (kept in id order, WITHOUT ROWID) interleave requests.
@@ -238,6 +261,34 @@ def test_the_reports_of_one_request_are_not_stored_together(app, client):
         scan = 'SELECT id, "values" FROM reports'
         assert [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + scan)] == ["SCAN reports"]
         physical = [origin[i] for i, _ in conn.execute(scan)]
+    assert sorted(physical) == sorted(origin.values())
+    runs = 1 + sum(a != b for a, b in zip(physical, physical[1:]))
+    assert runs >= 20, physical
+
+
+@pytest.mark.postgres_only
+def test_the_reports_of_one_request_are_not_stored_together_in_postgresql(app, client):
+    """Reads the tables themselves, in their physical order (partition by partition, each in heap
+    order: a sequential scan). PostgreSQL's heap keeps insertion order, so the store hash-partitions
+    reports by their random id and inserts in id order: the 50 reports of request A and the 50 of
+    B spread over 64 partitions, about one of each per partition, A's before B's where both land.
+    Stored together, a scan shows 2 runs; spread, the runs are as for a random order of 100 with
+    pairs fixed inside each partition (about 40 or more). Fewer than 20 runs would take ~30
+    partitions in a row holding only one request's reports, far below 1e-9.
+    """
+    import psycopg
+
+    first, second = reports(50), reports(50, window=YESTERDAY)
+    for batch in (first, second):
+        assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
+    origin = {r["id"]: "A" for r in first} | {r["id"]: "B" for r in second}
+    with psycopg.connect(app.config["LDP_DB"]) as conn:
+        columns = [c for (c,) in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                              "table_schema = current_schema() AND table_name = 'reports' "
+                                              "ORDER BY ordinal_position")]
+        assert columns == ["id", "schema", "version", "window", "window_end", "values"]  # no serial, no time
+        conn.execute("SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off")
+        physical = [origin[i] for (i,) in conn.execute('SELECT id FROM reports')]
     assert sorted(physical) == sorted(origin.values())
     runs = 1 + sum(a != b for a, b in zip(physical, physical[1:]))
     assert runs >= 20, physical
