@@ -26,17 +26,22 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, db_path: Path, *, workers: int = 2, env: dict[str, str | None] | None = None,
+    def __init__(self, db_path: Path | str, *, workers: int = 2, env: dict[str, str | None] | None = None,
                  log_path: Path | None = None, command: list[str] | None = None):
-        """``env`` is added to this process's environment; a ``None`` value removes the variable.
+        """``db_path`` is the ``--db``: a SQLite file, or a ``postgresql://`` URL (then ``log_path``
+        is needed: there is no file to put the log beside). ``env`` is added to this process's
+        environment; a ``None`` value removes the variable.
 
         ``command`` replaces ``ldp-telemetry serve`` with another server listening on
         ``{port}`` (formatted in), e.g. the benchmark's no-database ceiling.
         """
         self.command = command
+        self.db = str(db_path)  # as given: Path() would fold a URL's "//"
         self.db_path = Path(db_path)
         self.workers = workers
         self.env = env or {}
+        if log_path is None and "://" in self.db:
+            raise ValueError("a server on a database URL needs a log_path")
         self.log_path = log_path or self.db_path.with_suffix(".log")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -48,7 +53,7 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             command = [part.format(port=self.port) for part in self.command] if self.command else [
                 sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
-                "--port", str(self.port), "--workers", str(self.workers), "--db", str(self.db_path)]
+                "--port", str(self.port), "--workers", str(self.workers), "--db", self.db]
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -245,10 +245,11 @@ def file_state(path: Any) -> dict[str, list[tuple]]:
 class LiveServer(ServerProcess):
     """A real ``ldp-telemetry serve`` (scheduler off, admin token :data:`ADMIN_TOKEN`)."""
 
-    def __init__(self, db_path: Path, workers: int = 2, env: dict[str, str | None] | None = None):
+    def __init__(self, db_path: Path | str, workers: int = 2, env: dict[str, str | None] | None = None,
+                 log_path: Path | None = None):
         self.admin_token = ADMIN_TOKEN
         # The server makes its own metrics directory, whatever this process has.
-        super().__init__(db_path, workers=workers, env={
+        super().__init__(db_path, workers=workers, log_path=log_path, env={
             "LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "PROMETHEUS_MULTIPROC_DIR": None, **(env or {})})
 
 
