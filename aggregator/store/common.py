@@ -2,25 +2,30 @@
 
 - :func:`fold`: which reports of a group of batches were new, and the counter increments that
   follow (with :func:`with_rollup`, the same added to the rollup window);
+- :func:`translating`: a driver's errors leave a store's methods as the store's own;
 - :func:`schema_key_ok`: the names and versions a schema lookup can match at all;
 - the SQL both dialects share, written with a placeholder mark (``?`` for SQLite, ``%s`` for
-  psycopg): :func:`stale_windows_sql`, :func:`estimates_sql`, :func:`activity_sql`.
+  psycopg): :func:`stale_windows_sql`, :func:`estimates_sql`, :func:`activity_sql`, and the
+  retention job, :func:`expire`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
 
 from ...shared.schema import MAX_VERSION, NAME_RE
 from ...shared.windows import ROLLUP
-from .base import AmountRow, EstimatesQuery, Increments, ReportRow, TotalRow
+from .base import AmountRow, EstimatesQuery, Expired, Increments, ReportRow, TotalRow
+from .errors import StoreError
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 # Rows deleted per retention transaction: no lock is held long.
 DELETE_CHUNK = 5_000
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
 WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
+NEXT_GENERATION = "UPDATE generation SET n = n + 1"
 
 
 class Batch(NamedTuple):
@@ -69,6 +74,29 @@ def with_rollup(increments: Increments) -> Increments:
         amounts[(a.schema, a.version, ROLLUP, a.attribute, a.value)] += a.amount
     return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
                       [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]])
+
+
+T = TypeVar("T")
+
+
+def translating(classify: Callable[[Any, Exception], StoreError | None]) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A decorator for a store's methods: an exception that ``classify(store, exc)`` maps to a
+    store error leaves as that error (the driver's chained to it); any other goes on as it is."""
+
+    def decorate(method: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> T:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:
+                error = classify(self, exc)
+                if error is None:
+                    raise
+                raise error from exc
+
+        return wrapper
+
+    return decorate
 
 
 def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:
@@ -121,3 +149,27 @@ def activity_sql(mark: str) -> tuple[str, str, str, str]:
             f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {mark}',
             f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {mark}',
             f"SELECT 1 FROM dirty WHERE {key} LIMIT 1")
+
+
+def expire(transaction: Callable[[], ContextManager[Any]], mark: str, cutoff: int) -> Expired:
+    """Delete what belongs to windows that ended at or before ``cutoff`` (:meth:`Store.expire`):
+    reports in chunks, then each window's rows in a transaction of its own, so no lock is held
+    long. ``transaction()`` is the store's write transaction, yielding a DB-API connection."""
+    reports = 0
+    while True:
+        with transaction() as conn:
+            deleted = conn.execute(f"DELETE FROM reports WHERE id IN (SELECT id FROM reports WHERE window_end <= {mark} "
+                                   f"LIMIT {mark})", (cutoff, DELETE_CHUNK)).rowcount
+        reports += deleted
+        if deleted < DELETE_CHUNK:
+            break
+    with transaction() as conn:
+        windows = conn.execute(f'SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= {mark}',
+                               (cutoff,)).fetchall()
+    for key in windows:  # a window per transaction: its rows are few (sparse counters)
+        with transaction() as conn:
+            for table in WINDOW_TABLES:
+                conn.execute(f'DELETE FROM {table} WHERE schema = {mark} AND version = {mark} AND "window" = {mark}',
+                             key)
+            conn.execute(NEXT_GENERATION)
+    return Expired(reports, len(windows))

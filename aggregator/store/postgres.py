@@ -37,7 +37,7 @@ import json
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -45,11 +45,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...shared.windows import ROLLUP
+from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (DELETE_CHUNK, TABLES, WINDOW_TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, stale_windows_sql)
-from .errors import StoreBusy, StoreUnavailable
+from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
+                     fold, schema_key_ok, stale_windows_sql, translating)
+from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
 # Seconds a statement waits for a row or table lock (and a thread for a pooled connection)
@@ -64,7 +65,6 @@ _JOBS_LOCK, _MIGRATIONS_LOCK = 0x1D9_0001, 0x1D9_0002
 # Tries of an ingest transaction that hit a deadlock or a serialization failure (each rolled back whole).
 _TRIES = 3
 _ESTIMATE_COLUMNS = EstimateRow._fields
-_NEXT_GENERATION = "UPDATE generation SET n = n + 1"
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
          pg_errors.QueryCanceled, PoolTimeout)
 _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
@@ -120,24 +120,18 @@ _SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' f
                   'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
                   + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
 
-T = TypeVar("T")
+def _classify(store: PostgresStore, exc: Exception) -> StoreError | None:
+    """The store's own error for a psycopg one (busy is a class of error, never words in a message)."""
+    if isinstance(exc, _BUSY):
+        if isinstance(exc, PoolTimeout) and not store._answers():
+            return StoreUnavailable(f"the database cannot be reached: {exc}")
+        return StoreBusy(f"the database is busy: {exc}")
+    if isinstance(exc, psycopg.Error):
+        return StoreUnavailable(f"the database cannot be used: {exc}")
+    return None
 
 
-def _translated(method: Callable[..., T]) -> Callable[..., T]:
-    """Raise the store's own errors for psycopg's (busy is a class of error, never words in a message)."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return method(*args, **kwargs)
-        except _BUSY as exc:
-            if isinstance(exc, PoolTimeout) and not args[0]._answers():
-                raise StoreUnavailable(f"the database cannot be reached: {exc}") from exc
-            raise StoreBusy(f"the database is busy: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"the database cannot be used: {exc}") from exc
-
-    return wrapper
+_translated = translating(_classify)
 
 
 def _columns(rows: Sequence[tuple], width: int) -> list[list[Any]]:
@@ -345,27 +339,13 @@ class PostgresStore(Store):
                     continue
                 with conn.cursor() as cursor:
                     cursor.executemany(_SAVE_ESTIMATE, by_window.get(key, ()))
-            conn.execute(_NEXT_GENERATION)
+            conn.execute(NEXT_GENERATION)
 
     # -- retention ---------------------------------------------------------------------------
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
-        reports = 0
-        while True:
-            with self._transaction() as conn:
-                deleted = conn.execute("DELETE FROM reports WHERE id IN (SELECT id FROM reports "
-                                       "WHERE window_end <= %s LIMIT %s)", (cutoff, DELETE_CHUNK)).rowcount
-            reports += deleted
-            if deleted < DELETE_CHUNK:
-                break
-        windows = self._all('SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= %s', (cutoff,))
-        for key in windows:  # a window per transaction: its rows are few (sparse counters)
-            with self._transaction() as conn:
-                for table in WINDOW_TABLES:
-                    conn.execute(f'DELETE FROM {table} WHERE schema = %s AND version = %s AND "window" = %s', key)
-                conn.execute(_NEXT_GENERATION)
-        return Expired(reports, len(windows))
+        return common.expire(self._transaction, "%s", cutoff)
 
     # -- reading -----------------------------------------------------------------------------
 

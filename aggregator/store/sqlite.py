@@ -20,17 +20,18 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence
 
 from sqlite_utils import Database, Migrations
 
 from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP, window_end
+from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (DELETE_CHUNK, TABLES, WINDOW_TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, stale_windows_sql)
-from .errors import StoreBusy, StoreUnavailable
+from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
+                     fold, schema_key_ok, stale_windows_sql, translating)
+from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
 # Seconds a writer waits for another process's write lock before the store is busy.
@@ -41,7 +42,6 @@ CACHE_KIB = 64 * 1024  # page cache per connection
 WAL_CHECKPOINT_PAGES = 10_000
 _REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
 _ESTIMATE_COLUMNS = EstimateRow._fields
-_NEXT_GENERATION = "UPDATE generation SET n = n + 1"
 # How often a writer tries again for the write lock: from 0.5 ms, doubling, to at most 4 ms.
 _FIRST_PAUSE, _MAX_PAUSE = 0.0005, 0.004
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -146,22 +146,16 @@ def m003_estimates_generation(db: Database) -> None:
     db.conn.execute("INSERT INTO generation VALUES (1, 0)")
 
 
-T = TypeVar("T")
+def _classify(store: Any, exc: Exception) -> StoreError | None:
+    """The store's own error for a ``sqlite3`` one (busy is a code, not words in a message)."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    if getattr(exc, "sqlite_errorcode", None) is not None and exc.sqlite_errorcode & 0xFF in _BUSY_CODES:
+        return StoreBusy(f"the database is busy: {exc}")
+    return StoreUnavailable(f"the database cannot be used: {exc}")
 
 
-def _translated(method: Callable[..., T]) -> Callable[..., T]:
-    """Raise the store's own errors for ``sqlite3`` ones (busy is a code, not words in a message)."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return method(*args, **kwargs)
-        except sqlite3.Error as exc:
-            if getattr(exc, "sqlite_errorcode", None) is not None and exc.sqlite_errorcode & 0xFF in _BUSY_CODES:
-                raise StoreBusy(f"the database is busy: {exc}") from exc
-            raise StoreUnavailable(f"the database cannot be used: {exc}") from exc
-
-    return wrapper
+_translated = translating(_classify)
 
 
 class SQLiteStore(Store):
@@ -367,7 +361,7 @@ class SQLiteStore(Store):
                                  f"VALUES ({', '.join('?' * len(_ESTIMATE_COLUMNS))})",
                                  by_window.get(key, ()))
                 conn.execute('DELETE FROM dirty WHERE schema = ? AND version = ? AND "window" = ?', key)
-            conn.execute(_NEXT_GENERATION)
+            conn.execute(NEXT_GENERATION)
         # The refresh writes many pages; it copies them back from the WAL itself, a little at a time,
         # so that a one-report ingest is never the commit that finds a big WAL to checkpoint.
         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -376,22 +370,7 @@ class SQLiteStore(Store):
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
-        reports = 0
-        while True:
-            with self._write() as conn:
-                deleted = conn.execute("DELETE FROM reports WHERE id IN (SELECT id FROM reports WHERE window_end <= ? "
-                                       "LIMIT ?)", (cutoff, DELETE_CHUNK)).rowcount
-            reports += deleted
-            if deleted < DELETE_CHUNK:
-                break
-        windows = self._conn.execute('SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= ?',
-                                     (cutoff,)).fetchall()
-        for key in windows:  # a window per transaction: its rows are few (sparse counters)
-            with self._write() as conn:
-                for table in WINDOW_TABLES:
-                    conn.execute(f'DELETE FROM {table} WHERE schema = ? AND version = ? AND "window" = ?', key)
-                conn.execute(_NEXT_GENERATION)
-        return Expired(reports, len(windows))
+        return common.expire(self._write, "?", cutoff)
 
     # -- reading -----------------------------------------------------------------------------
 
