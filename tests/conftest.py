@@ -221,6 +221,21 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
 STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 
 
+def sql(location: str, statement: str) -> list[tuple]:
+    """Run one statement on the database itself (a SQLite file or a PostgreSQL URL), not through
+    the store: what is physically there, or a change behind the store's back."""
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location) as conn:
+            cursor = conn.execute(statement)
+            return cursor.fetchall() if cursor.description else []
+    import sqlite3
+
+    with sqlite3.connect(location) as conn:
+        return conn.execute(statement).fetchall()
+
+
 def postgres_state(url: str) -> dict[str, list[tuple]]:
     """Every row of every table of the PostgreSQL store at ``url``, sorted (read with psycopg,
     not through the store)."""
@@ -254,8 +269,8 @@ class LiveServer(ServerProcess):
 
 
 @pytest.fixture
-def live_server(tmp_path: Path):
-    server = LiveServer(tmp_path / "live.db")
+def live_server(tmp_path: Path, backend: str, new_db: Callable[[], str]):
+    server = LiveServer(new_db() if backend == "postgres" else tmp_path / "live.db", log_path=tmp_path / "live.log")
     server.start()
     try:
         yield server

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
-
-from conftest import ADMIN, APP_USAGE, publish
+import pytest
+from conftest import ADMIN, APP_USAGE, publish, sql
 
 from ldp_telemetry.aggregator.errors import error_response
 from ldp_telemetry.shared import randomize
+
+pytestmark = pytest.mark.backends
 
 
 def test_healthz(client):
@@ -16,8 +17,7 @@ def test_healthz(client):
 
 
 def test_healthz_reports_a_broken_database(app, client):
-    with sqlite3.connect(app.config["LDP_DB"]) as conn:
-        conn.execute("DROP TABLE schemas")
+    sql(app.config["LDP_DB"], "DROP TABLE schemas")
     response = client.get("/healthz")
     assert response.status_code == 503 and response.get_json()["status"] == "error"
 

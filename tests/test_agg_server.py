@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import sqlite3
 import threading
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, expected_counters, stored_counters
+from conftest import ADMIN, APP_USAGE, expected_counters, sql, stored_counters
 
 from ldp_telemetry.aggregator.store import open_store
 from ldp_telemetry.shared import parse_schema, randomize
 
+pytestmark = pytest.mark.backends
 SCHEMA = parse_schema(APP_USAGE)
 RECORDS = [{"dark_mode": i % 3 == 0, "os": SCHEMA.attribute("os").categories[i % 4]} for i in range(4)]
 
@@ -23,13 +23,12 @@ def make_reports(count: int) -> list[dict]:
     return [randomize(SCHEMA, RECORDS[i % 4]) for i in range(count)]
 
 
-def stored(db_path) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
-    """The raw reports (as wire dicts; from the file, as no API reads them back) and the counters
-    (through the store)."""
-    with sqlite3.connect(db_path) as conn:
-        reports = [{"id": i, "window": w, "values": json.loads(v)}
-                   for i, w, v in conn.execute('SELECT id, "window", "values" FROM reports')]
-    store = open_store(str(db_path))
+def stored(location: str) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
+    """The raw reports (as wire dicts; from the database itself, as no API reads them back) and
+    the counters (through the store)."""
+    reports = [{"id": i, "window": w, "values": json.loads(v)}
+               for i, w, v in sql(location, 'SELECT id, "window", "values" FROM reports')]
+    store = open_store(location)
     try:
         return reports, stored_counters(store, APP_USAGE, [r["window"] for r in reports])
     finally:
@@ -72,7 +71,7 @@ def test_two_processes_posting_overlapping_ids_count_each_once(server):
     duplicates = sum(d for _, d in results)
     sent = 2 * (sum(map(len, first)) + sum(map(len, second)))
     assert (accepted, duplicates) == (1200, sent - 1200)
-    rows, counters = stored(server.db_path)
+    rows, counters = stored(server.db)
     assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in reports)
     assert counters == expected_counters(APP_USAGE, reports)
 
@@ -101,7 +100,7 @@ def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
     sender.join(60)
     assert not sender.is_alive()
 
-    rows, counters = stored(server.db_path)
+    rows, counters = stored(server.db)
     stored_ids = {r["id"] for r in rows}
     assert all(r["id"] in stored_ids for i in acknowledged for r in batches[i])
     assert counters == expected_counters(APP_USAGE, rows)  # reports and counters committed together
@@ -111,7 +110,7 @@ def test_kill_9_loses_no_acknowledged_report_and_double_counts_none(server):
     assert all(resent[i] == {"accepted": 0, "duplicates": 20} for i in acknowledged)
     everything = [r for b in batches for r in b]
     assert sum(r["accepted"] for r in resent) == len(everything) - len(stored_ids)
-    rows, counters = stored(server.db_path)
+    rows, counters = stored(server.db)
     assert len(rows) == len(everything)
     assert counters == expected_counters(APP_USAGE, everything)
 
