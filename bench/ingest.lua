@@ -11,7 +11,8 @@ function setup(thread)
 end
 
 function init(args)
-  prefix = string.format("wrk%s%09d", thread_id or "0", os.time() % 1000000000)
+  -- BENCH_PREFIX tells apart wrk processes run at once (their math.random starts alike).
+  prefix = string.format("wrk%s%s%09d", os.getenv("BENCH_PREFIX") or "", thread_id or "0", os.time() % 1000000000)
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
 end

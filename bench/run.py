@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -41,7 +42,7 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "encoders", "refresh", "ingest", "estimates", "hostile")
+STEPS = ("record", "encoders", "refresh", "ingest", "nodes", "estimates", "hostile")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the same HTTP server: half of what the HTTP layer
 # allows leaves the validation, deduplication, counters and a durable commit half the time.
@@ -89,6 +90,44 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                 in_flight = runs * CONNECTIONS * (100 + 1)
                 ours["no_acknowledged_report_lost"] = acknowledged <= stored <= acknowledged + in_flight
                 ours["stored"], ours["acknowledged"] = stored, acknowledged
+    return out
+
+
+def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) -> dict[str, Any]:
+    """Ingest of 100-report batches spread evenly over 1, 2 and 3 aggregator nodes sharing one
+    PostgreSQL, beside one node on SQLite (LDP_SYNCHRONOUS=full), CONNECTIONS per node. Every
+    node, the database and the load generator share this machine's cores, so the figures say what
+    the database costs per report and how the nodes contend, not how far separate machines scale."""
+    schema = encoders.BENCH_SCHEMA
+    out: dict[str, Any] = {"load_generator": ingest.load_generator()}
+
+    def load(urls: list[str]) -> dict[str, Any]:
+        servers.publish(urls[0], schema.to_dict())
+        return median_of(runs, lambda: ingest.measure_spread(urls, schema, batch=100, seconds=seconds,
+                                                               connections=CONNECTIONS))
+
+    with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder, ExitStack() as stack:
+        db = Path(folder) / "nodes-sqlite.db"
+        with servers.aggregator(db) as url:
+            out["sqlite"] = load([url])
+        try:
+            base = stack.enter_context(servers.postgres_database())
+        except RuntimeError as exc:
+            out["postgres_skipped"] = str(exc)
+            return out
+        for count in counts:
+            servers.create_schema(base, f"nodes{count}")
+            location = f"{base}?options=-csearch_path%3Dnodes{count}"
+            with servers.nodes(location, count, Path(folder)) as urls:
+                figures = out[f"postgres_{count}"] = load(urls)
+            acknowledged = sum(r["reports"] for r in figures["runs"])
+            store = open_store(location)
+            figures["stored"] = store.footprint()["reports"]
+            store.close()
+            # As for one node: nothing acknowledged missing, at most one request per connection extra.
+            figures["no_acknowledged_report_lost"] = (
+                acknowledged <= figures["stored"] <= acknowledged + runs * count * CONNECTIONS * 100)
+            figures["acknowledged"] = acknowledged
     return out
 
 
@@ -222,6 +261,20 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             for batch, unit in ((100, "reports_per_second"), (1, "requests_per_second")):
                 row(f"ours on granian / ours on gunicorn, {mode}, {batch}-report batches",
                     granian[mode][f"batch{batch}"][unit] / gunicorn[mode][f"batch{batch}"][unit], ".2f", "-", None)
+    nod = results.get("nodes")
+    if nod:
+        row("ingest, 100-report batches, 1 node on SQLite, reports per second", nod["sqlite"]["reports_per_second"],
+            ",.0f", "-", None)
+        if "postgres_skipped" in nod:
+            rows.append(("  on PostgreSQL: skipped, " + nod["postgres_skipped"], "-", "-", "-"))
+        for key in sorted(k for k in nod if k.startswith("postgres_") and k != "postgres_skipped"):
+            figures, count = nod[key], key.removeprefix("postgres_")
+            row(f"  {count} node(s) on one PostgreSQL, reports per second", figures["reports_per_second"], ",.0f",
+                "-", None)
+            row("    p99 latency ms", figures["p99_ms"], ".1f", "-", None)
+            row("    failed requests (5xx, errors)", figures["failed"], "d", "0", figures["failed"] == 0)
+            row("    stored - acknowledged (in flight at cut-off)", figures["stored"] - figures["acknowledged"], "d",
+                ">= 0", figures["no_acknowledged_report_lost"])
     est = results.get("estimates")
     if est:
         sizes = sorted(est, key=int)
@@ -286,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "record": bench_record,
         "refresh": lambda: bench_refresh(max(3, args.runs)),
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
+        "nodes": lambda: bench_nodes(args.runs, args.seconds),
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
         "hostile": hostile.run,
     }

@@ -9,10 +9,15 @@ server the aggregator used before). Both with :data:`WORKERS` worker processes.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
+import subprocess
 import sys
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import ContextManager, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -22,6 +27,8 @@ ADMIN_TOKEN = "bench-admin-token"
 WORKERS = 2
 HTTP_SERVERS = ("granian", "gunicorn")
 ROOT = Path(__file__).resolve().parent.parent
+# The server the multi-node figures use (a database is made for the run and dropped after).
+POSTGRES_URL = os.environ.get("LDP_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @contextmanager
@@ -42,16 +49,62 @@ def _command(http_server: str, target: str) -> list[str]:
             "--bind", "127.0.0.1:{port}", "--chdir", str(ROOT), f"{target}()"]
 
 
+def _aggregator_process(db: Path | str, *, synchronous: str = "full", http_server: str = "granian",
+                       log_path: Path | None = None) -> ServerProcess:
+    env = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous,
+           "LDP_DB": str(db), "PROMETHEUS_MULTIPROC_DIR": None}
+    command = None if http_server == "granian" else _command(http_server, "ldp_telemetry.aggregator:create_app")
+    return ServerProcess(db, workers=WORKERS, env=env, command=command, log_path=log_path)
+
+
 def aggregator(db: Path, *, synchronous: str = "full", http_server: str = "granian") -> ContextManager[str]:
     """The aggregator on ``db``; scheduler off, so only requests are measured.
 
     On granian it is ``ldp-telemetry serve`` itself; on gunicorn, the same Flask app under
     gunicorn's sync workers.
     """
-    env = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": "false", "LDP_SYNCHRONOUS": synchronous,
-           "LDP_DB": str(db), "PROMETHEUS_MULTIPROC_DIR": None}
-    command = None if http_server == "granian" else _command(http_server, "ldp_telemetry.aggregator:create_app")
-    return _running(ServerProcess(db, workers=WORKERS, env=env, command=command))
+    return _running(_aggregator_process(db, synchronous=synchronous, http_server=http_server))
+
+
+@contextmanager
+def nodes(location: str, count: int, folder: Path) -> Iterator[list[str]]:
+    """``count`` aggregator nodes (``ldp-telemetry serve``, WORKERS each) on the one database at
+    ``location``, started at once; their URLs."""
+    processes = [_aggregator_process(location, log_path=folder / f"node{i}.log") for i in range(count)]
+    with ExitStack() as stack:
+        for process in processes:
+            stack.callback(process.stop)
+        with ThreadPoolExecutor(count) as pool:
+            list(pool.map(lambda p: p.start(timeout=60), processes))
+        yield [p.url for p in processes]
+
+
+def _psql(url: str, statement: str) -> None:
+    subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", statement], check=True,
+                   capture_output=True, text=True, timeout=60)
+
+
+def create_schema(url: str, name: str) -> None:
+    """A PostgreSQL schema (namespace) ``name`` in the database at ``url``: one store each."""
+    _psql(url, f"CREATE SCHEMA {name}")
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A new database on :data:`POSTGRES_URL` for this run, dropped after; made with the ``psql``
+    command (the benchmark imports no database driver). ``RuntimeError`` saying why if it cannot."""
+    if shutil.which("psql") is None:
+        raise RuntimeError("no psql command here")
+    name = f"ldp_bench_{secrets.token_hex(4)}"
+    try:
+        _psql(POSTGRES_URL, f"CREATE DATABASE {name}")
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"cannot create a database at {POSTGRES_URL}: {exc.stderr.strip()}") from None
+    parts = urlsplit(POSTGRES_URL)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+    finally:
+        _psql(POSTGRES_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def ceiling(folder: Path, *, http_server: str = "granian") -> ContextManager[str]:
