@@ -81,11 +81,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def with_database(url: str, database: str, search_path: str | None = None) -> str:
-    """``url`` naming ``database`` instead, its connections in PostgreSQL schema ``search_path``."""
+    """``url`` naming ``database`` instead, its connections in PostgreSQL schema ``search_path``
+    (and named after it in ``pg_stat_activity``)."""
     parts = urlsplit(url)
     query = parts.query
     if search_path:
-        query = "&".join(filter(None, [query, "options=" + quote(f"-csearch_path={search_path}")]))
+        query = "&".join(filter(None, [query, "options=" + quote(f"-csearch_path={search_path}"),
+                                       f"application_name={search_path}"]))
     return urlunsplit((parts.scheme, parts.netloc, "/" + database, query, parts.fragment))
 
 

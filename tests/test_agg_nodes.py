@@ -60,8 +60,8 @@ def test_three_nodes_count_exactly_once_through_kills_and_retries(backend, postg
     import psycopg
 
     location = postgres_location(postgres_database)
-    schema = location.rpartition("search_path%3D")[2]
-    nodes = [LiveServer(f"{location}&application_name=node{i}", workers=2, log_path=tmp_path / f"node{i}.log",
+    schema = location.rpartition("application_name=")[2]
+    nodes = [LiveServer(location.replace(f"application_name={schema}", f"application_name=node{i}"), workers=2, log_path=tmp_path / f"node{i}.log",
                         env={"LDP_SCHEDULER": "true", "LDP_ESTIMATE_INTERVAL": "0.5"}) for i in range(NODES)]
     watcher = psycopg.connect(location, autocommit=True)
     stop = threading.Event()

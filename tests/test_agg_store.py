@@ -10,7 +10,8 @@ import sqlite3
 from datetime import datetime, timezone
 
 import pytest
-from conftest import ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, store_of, stored_counters
+from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, sql, store_of,
+                      stored_counters)
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator import estimation
@@ -292,3 +293,19 @@ def test_the_reports_of_one_request_are_not_stored_together_in_postgresql(app, c
     assert sorted(physical) == sorted(origin.values())
     runs = 1 + sum(a != b for a, b in zip(physical, physical[1:]))
     assert runs >= 20, physical
+
+
+@pytest.mark.postgres_only
+def test_connections_the_server_ended_are_replaced(app, client):
+    """The pool does not test a connection before each use: one the server ended (a restart, an
+    operator's pg_terminate_backend) fails the request that finds it, as unavailable (503, which
+    clients retry), and is replaced; nothing is lost or counted twice."""
+    first, second = reports(5), reports(5)
+    assert client.post("/api/v1/reports", json={"reports": first}).status_code == 202
+    location = app.config["LDP_DB"]
+    ended = sql(location, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                f"'{location.rpartition('application_name=')[2]}' AND pid <> pg_backend_pid()")
+    assert ended and all(ok for (ok,) in ended)
+    statuses = [client.post("/api/v1/reports", json={"reports": second}).status_code for _ in range(3)]
+    assert statuses[-1] == 202 and set(statuses) <= {503, 202}
+    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, first + second)

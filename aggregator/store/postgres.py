@@ -3,6 +3,8 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
 
 - **Connections**: a psycopg_pool pool per process, made on first use in the process that uses it
   (``serve`` migrates in its master, closes, then forks its workers: no socket crosses a fork).
+  Connections are not tested before use (that is a round trip per request): one broken by a
+  server restart fails the request that finds it (503; clients retry) and the pool replaces it.
   Every error leaves as the store's own: a lock wait past ``busy_timeout``, a deadlock, a
   serialization failure or a pool with no free connection is :class:`StoreBusy`; a server that
   does not answer (or anything else) is :class:`StoreUnavailable`.
@@ -16,6 +18,8 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the
   id into :data:`REPORT_PARTITIONS` tables and each transaction inserts in id order: the reports
   of one request land in different tables, not next to each other.
+  That costs: a 100-report insert and commit took ~12 ms into 64 partitions against ~7.5 ms
+  into one table on the development machine.
 - **Retention** deletes by ``window_end`` in chunks (the hash partitions cannot be dropped by
   window; partitions by window would put a request's backlog of windows side by side again).
   Deleted rows stay in the table files until (auto)vacuum reuses their space.
@@ -175,8 +179,7 @@ class PostgresStore(Store):
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ConnectionPool(self.location, min_size=1, max_size=POOL_SIZE, open=True,
                                             timeout=self.busy_timeout, kwargs=self._kwargs,
-                                            configure=self._configure, check=ConnectionPool.check_connection,
-                                            name="ldp-telemetry")
+                                            configure=self._configure, name="ldp-telemetry")
                 self._pool_pid = os.getpid()
             return self._pool
 
