@@ -80,3 +80,24 @@ def test_dashboard_files_are_in_the_package_data():
     assert files
     for name in files:
         assert any(fnmatch.fnmatch(name, g) and name.count("/") == g.count("/") for g in globs), name
+
+
+def test_the_postgresql_compose_runs_three_nodes_on_one_database_behind_nginx():
+    compose = yaml.safe_load((DEPLOY / "docker-compose.postgres.yml").read_text())
+    services = compose["services"]
+    nodes = [services[f"node{i}"] for i in (1, 2, 3)]
+    for node in nodes:
+        assert node["environment"]["LDP_DB"].startswith("postgresql://") and "@postgres:5432/" in node["environment"]["LDP_DB"]
+        assert all(name in BY_NAME for name in node["environment"]), node["environment"]
+        assert node["command"][:2] == ["ldp-telemetry", "serve"] and "ports" not in node  # only nginx reaches them
+        assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert "/healthz" in " ".join(node["healthcheck"]["test"])
+    assert len({node["environment"]["LDP_DB"] for node in nodes}) == 1  # one database
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert "pg-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
+    assert all(port.startswith("127.0.0.1:") for port in services["nginx"]["ports"])
+    assert "pg_dump" in " ".join(services["backup"]["command"])
+    conf = (DEPLOY / "nginx-nodes.conf").read_text()
+    assert re.findall(r"^\s*server (node\d):8000", conf, re.M) == ["node1", "node2", "node3"]
+    assert "./nginx-nodes.conf:/etc/nginx/conf.d/default.conf:ro" in services["nginx"]["volumes"]
+    assert "$remote_addr" not in conf and 'X-Forwarded-For ""' in conf
