@@ -29,8 +29,9 @@ def window_days(count: int, today: datetime | None = None) -> list[tuple[str, in
     return [(d.strftime("%Y-%m-%d"), int((d + timedelta(days=1)).timestamp())) for d in days]
 
 
-def add_reports(db: Path, schema: Schema, start: int, count: int, *, windows: int = 30, seed: int = 1) -> None:
-    """Add reports ``start`` .. ``start + count - 1`` to ``db``, spread evenly over ``windows`` days."""
+def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windows: int = 30, seed: int = 1) -> None:
+    """Add reports ``start`` .. ``start + count - 1`` to ``db`` (a SQLite file or a PostgreSQL
+    URL), spread evenly over ``windows`` days."""
     store = open_store(str(db), "normal")
     store.migrate()
     if store.get_schema(schema.name, schema.version) is None:

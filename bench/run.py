@@ -42,7 +42,7 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "encoders", "refresh", "ingest", "nodes", "estimates", "hostile")
+STEPS = ("record", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the same HTTP server: half of what the HTTP layer
 # allows leaves the validation, deduplication, counters and a durable commit half the time.
@@ -131,19 +131,26 @@ def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) 
     return out
 
 
-def bench_estimates(sizes: list[int], requests_per_size: int = 300) -> dict[str, Any]:
-    """GET /api/v1/estimates latency as the database grows (one database, loaded in steps)."""
+def bench_estimates(sizes: list[int], requests_per_size: int = 300, postgres: bool = False) -> dict[str, Any]:
+    """GET /api/v1/estimates latency as the database grows (one database, loaded in steps): the
+    SQLite file, or with ``postgres`` a database made for the run on PostgreSQL."""
     schema = encoders.BENCH_SCHEMA
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
-        db = Path(folder) / "estimates.db"
+    with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder, ExitStack() as stack:
+        if postgres:
+            try:
+                db: Path | str = stack.enter_context(servers.postgres_database())
+            except RuntimeError as exc:
+                return {"skipped": str(exc)}
+        else:
+            db = Path(folder) / "estimates.db"
         loaded = 0
         for size in sizes:
             started = time.perf_counter()
             bulkload.add_reports(db, schema, loaded, size - loaded)
             load_seconds = time.perf_counter() - started
             loaded = size
-            with servers.aggregator(db) as url:
+            with servers.aggregator(db, log_path=Path(folder) / "estimates.log") as url:
                 auth = {"Authorization": f"Bearer {servers.ADMIN_TOKEN}"}
                 requests.post(url + "/api/v1/estimates/refresh", headers=auth, timeout=600).raise_for_status()
                 session = requests.Session()
@@ -158,7 +165,7 @@ def bench_estimates(sizes: list[int], requests_per_size: int = 300) -> dict[str,
             out[str(size)] = {"p50_ms": round(latencies[len(latencies) // 2], 3),
                               "p99_ms": round(latencies[int(len(latencies) * 0.99)], 3),
                               "rows": rows, "load_seconds": round(load_seconds, 1),
-                              "db_mib": round(db.stat().st_size / 2**20, 1)}
+                              "db_mib": None if postgres else round(Path(db).stat().st_size / 2**20, 1)}
     return out
 
 
@@ -284,6 +291,14 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             row(f"  p99 ms, {int(size):,} reports", est[size]["p99_ms"], ".2f", "-", None)
         flat = est[sizes[-1]]["p50_ms"] <= 2 * est[sizes[0]]["p50_ms"] + 1
         row("  p50 largest / smallest", est[sizes[-1]]["p50_ms"] / est[sizes[0]]["p50_ms"], ".2f", "flat (<= 2x)", flat)
+    pge = results.get("estimates-postgres")
+    if pge and "skipped" in pge:
+        rows.append(("GET /api/v1/estimates on PostgreSQL: skipped, " + pge["skipped"], "-", "-", "-"))
+    elif pge:
+        for size in sorted(pge, key=int):
+            row(f"GET /api/v1/estimates on PostgreSQL, p50 ms, {int(size):,} reports", pge[size]["p50_ms"], ".2f",
+                "-", None)
+            row(f"  p99 ms, {int(size):,} reports", pge[size]["p99_ms"], ".2f", "-", None)
     ref = results.get("refresh")
     if ref:
         row(f"refresh, 1 schema x {ref['attributes']} attributes x {ref['windows']} windows, ms", ref["median_ms"],
@@ -341,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
         "nodes": lambda: bench_nodes(args.runs, args.seconds),
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
+        "estimates-postgres": lambda: bench_estimates([int(s) for s in args.sizes.split(",")], postgres=True),
         "hostile": hostile.run,
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent

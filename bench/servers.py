@@ -57,13 +57,15 @@ def _aggregator_process(db: Path | str, *, synchronous: str = "full", http_serve
     return ServerProcess(db, workers=WORKERS, env=env, command=command, log_path=log_path)
 
 
-def aggregator(db: Path, *, synchronous: str = "full", http_server: str = "granian") -> ContextManager[str]:
-    """The aggregator on ``db``; scheduler off, so only requests are measured.
+def aggregator(db: Path | str, *, synchronous: str = "full", http_server: str = "granian",
+               log_path: Path | None = None) -> ContextManager[str]:
+    """The aggregator on ``db`` (``log_path`` needed for a PostgreSQL URL); scheduler off, so only
+    requests are measured.
 
     On granian it is ``ldp-telemetry serve`` itself; on gunicorn, the same Flask app under
     gunicorn's sync workers.
     """
-    return _running(_aggregator_process(db, synchronous=synchronous, http_server=http_server))
+    return _running(_aggregator_process(db, synchronous=synchronous, http_server=http_server, log_path=log_path))
 
 
 @contextmanager
