@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 24, 12, 34  # margins for the axis labels
@@ -168,13 +168,24 @@ def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tic
     return [Tick(positions[i], windows[i], minor=i not in anchors, anchor=anchors.get(i, "middle")) for i in chosen]
 
 
-def band_chart(windows: Sequence[str], values: Sequence[Interval]) -> LineChart:
-    """A boolean attribute over windows: the estimate as a line, the interval as a band."""
-    scale, y_ticks = share_scale([v.low for v in values] + [v.high for v in values], from_zero=False)
+def unit_scale(values: Sequence[float]) -> tuple[Scale, list[Tick]]:
+    """A y scale in an attribute's own units covering ``values``, with plain number labels."""
+    lo, hi = min(values, default=0.0), max(values, default=1.0)
+    lo, hi, ticks = nice_ticks(lo, max(hi, lo + abs(lo) * 1e-6 + 1e-9))
+    scale = Scale(lo, hi, HEIGHT - BOTTOM, TOP)
+    return scale, [Tick(scale(t), f"{t:g}") for t in ticks]
+
+
+def band_chart(windows: Sequence[str], values: Sequence[Interval], *, units: bool = False) -> LineChart:
+    """An attribute over windows: the estimate as a line, the interval as a band; a boolean's share
+    in percent, or (``units``) a numeric attribute's mean in its own units."""
+    ends = [v.low for v in values] + [v.high for v in values]
+    scale, y_ticks = unit_scale(ends) if units else share_scale(ends, from_zero=False)
+    show: Callable[[float], str] = (lambda v: f"{v:.4g}") if units else percent
     xs = _spread(len(windows))
     points = [
         Point(x, scale(v.estimate), scale(v.low), scale(v.high),
-              f"{w}: {percent(v.estimate)} ({percent(v.low)} to {percent(v.high)})")
+              f"{w}: {show(v.estimate)} ({show(v.low)} to {show(v.high)})")
         for x, w, v in zip(xs, windows, values)
     ]
     return LineChart(points, window_ticks(windows, xs), y_ticks, band=True)

@@ -80,7 +80,8 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A schema JSON file (default: a built-in schema of 8 attributes).")
 @click.option("--share", "share_specs", multiple=True, metavar="NAME=SHARE[,SHARE...]",
-              help="True share of True for a boolean, or one share per category; repeatable.")
+              help="True share of True for a boolean, one share per category or bucket, or a numeric "
+                   "attribute's true mean in its units; repeatable.")
 @click.option("--epsilon", type=float, help="Override the schema's total epsilon.")
 @click.option("--seed", default=2017, show_default=True, type=click.IntRange(min=0),
               help="Seed of the simulation's generator.")
@@ -88,7 +89,7 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
               help="Confidence level of the intervals.")
 def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...], epsilon: float | None,
              seed: int, confidence: float) -> None:
-    """Simulate a population of devices with known true shares, randomise, and estimate.
+    """Simulate a population of devices with known true shares (or means), randomise, and estimate.
 
     Prints each value's truth, estimate and interval, and whether the interval covers the truth.
     """
@@ -110,17 +111,19 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
         raise click.ClickException(str(exc)) from None
     click.echo(f"schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
                f"split {schema.split}, {devices:,} devices, {confidence:.0%} intervals")
-    header = f"{'attribute':<16} {'value':<12} {'mech':<4} {'eps':>6} {'n':>9} {'truth':>7} " \
-             f"{'estimate':>9} {'interval':>17} covers"
+    header = f"{'attribute':<16} {'value':<12} {'mech':<7} {'eps':>6} {'n':>9} {'truth':>9} " \
+             f"{'estimate':>9} {'interval':>21} covers"
     click.echo(header)
     click.echo("-" * len(header))
     for row in rows:
         attribute = schema.attribute(row.attribute)
         e = row.estimate
+        # a share to 4 decimals; a mean (in its units) to 6 significant digits
+        show = "{:.4f}".format if attribute.mech.estimand.percent else "{:.6g}".format
         click.echo(
             f"{row.attribute:<16.16} {str(row.value).lower() if row.value is True else row.value:<12.12} "
-            f"{attribute.mechanism:<4} {attribute.epsilon:>6.3g} {e.n:>9} {row.truth:>7.4f} {e.estimate:>9.4f} "
-            f"[{e.ci_low:.4f}, {e.ci_high:.4f}] {'yes' if row.covered else 'NO'}"
+            f"{attribute.mechanism:<7} {attribute.epsilon:>6.3g} {e.n:>9} {show(row.truth):>9} {show(e.estimate):>9} "
+            f"{f'[{show(e.ci_low)}, {show(e.ci_high)}]':>21} {'yes' if row.covered else 'NO'}"
         )
     covered = sum(r.covered for r in rows)
     click.echo(f"{covered} of {len(rows)} intervals cover the truth; "

@@ -13,6 +13,7 @@ so the token leaves the address bar. A bearer header (as for the API) works too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,6 +98,18 @@ def _points(share: float) -> str:
     return f"{share * 100:.2g} pts"
 
 
+@bp.app_template_filter("shown")
+def _shown(value: float, percent: bool) -> str:
+    """An estimate or an interval's end: a share in percent, or a mean in its units (4 digits)."""
+    return charts.percent(value) if percent else f"{value:.4g}"
+
+
+@bp.app_template_filter("width")
+def _width(value: float, percent: bool) -> str:
+    """A half-width: in percentage points for a share, in the attribute's units for a mean."""
+    return _points(value) if percent else f"{value:.3g}"
+
+
 @bp.app_template_filter("sig")
 def _sig(number: float) -> str:
     """Three significant digits; whole numbers from 1,000 up in full (730, 1,095, not 1.1e+03)."""
@@ -137,6 +150,7 @@ def schema_page(name: str) -> tuple[str, int]:
         what = f"{name} version {version_param}" if version_param else name
         return _render("error.html", 404, title="No such schema", message=f"No schema {what!r} is published.")
     since, until, range_error = _range(schema)
+    targets, target_error = _targets(schema)
     store = context.store()
     first = since or _latest_since(schema)
     view = current_app.extensions["ldp"]["pages"].get(
@@ -159,7 +173,32 @@ def schema_page(name: str) -> tuple[str, int]:
         csv_url_external=url_for("api.get_estimates", _external=True, **csv_query),
         read_token_set=current_app.config["LDP_READ_TOKEN"] is not None,
         confidence=view.confidence,
+        plans=pages.plan_lines(schema, view.page.attributes, targets, view.confidence),
+        target_error=target_error,
+        too_wide=pages.TOO_WIDE,
     )
+
+
+TARGET_PREFIX = "half_width."
+
+
+def _targets(schema: Schema) -> tuple[dict[str, float], str | None]:
+    """The half-widths an analyst typed into the planner lines (``half_width.<attribute>``): a
+    share's in percentage points, a mean's in its units; on the estimate's scale."""
+    out, errors = {}, []
+    for name in schema.attribute_names:
+        text = request.args.get(TARGET_PREFIX + name, "").strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            errors.append(f"the half-width for {name} must be a positive number")
+            continue
+        out[name] = value / 100 if schema.attribute(name).mech.estimand.percent else value
+    return out, "; ".join(errors) or None
 
 
 @dataclass(frozen=True)

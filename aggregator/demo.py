@@ -1,7 +1,9 @@
 """``ldp-telemetry demo``: the whole system, end to end, on this machine.
 
 It starts the real aggregator (``ldp-telemetry serve``, granian, SQLite in ``./demo-data``),
-publishes a demo schema, and plays a population of devices whose true values it knows. Every
+publishes three demo schemas (settings: booleans and a categorical; usage: a numeric mean and a
+histogram; the settings again, memoised), and plays a population of devices whose true values it
+knows for each. Every
 device randomises its own record on the device side with the client's code (the OS CSPRNG) and
 the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each
 true share beside its estimate and interval, and serves the dashboard until Ctrl-C, SIGTERM or
@@ -59,9 +61,40 @@ DEMO_SCHEMA: dict[str, Any] = {
         {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
     ],
 }
+# What telemetry over time looks like: a mean and a histogram of measurements, in their units.
+USAGE_SCHEMA: dict[str, Any] = {
+    "name": "demo-usage",
+    "version": 1,
+    "epsilon": 4.0,
+    "window": "day",
+    "description": "Minutes per session (a mean) and page load times (a histogram) of the same made-up app. "
+                   "Each report spends epsilon 4, 2 per attribute.",
+    "attributes": [
+        {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
+        {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]},
+    ],
+}
+# Memoised: a device that reports every day spends epsilon 1 per report, and however many days
+# it reports, at most epsilon_permanent 4 about each value it holds.
+MEMO_SCHEMA: dict[str, Any] = {
+    "name": "demo-memoised",
+    "version": 1,
+    "epsilon": 1.0,
+    "epsilon_permanent": 4.0,
+    "window": "day",
+    "description": "The same settings, memoised as in RAPPOR: epsilon 1 per report, and at most epsilon 4 "
+                   "per value however many days a device reports it.",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+    ],
+}
 # True shares: dark mode catches on over the days; the rest hold steady.
 DARK_MODE_FROM, DARK_MODE_TO = 0.35, 0.50
-STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05]}
+STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05],
+                                 "session_minutes": 34.0}
+# Page loads in ms: log-normal around 90 ms (a long tail past the last edge, which the device clips).
+LOAD_MEDIAN_MS, LOAD_SIGMA = 90.0, 0.8
 BATCH = 1000  # reports per POST for the batched devices (the server's default LDP_MAX_BATCH)
 CLIENT_GROUP = 100  # full clients alive at once
 SERVER_START_TIMEOUT = 60.0
@@ -82,6 +115,7 @@ class Options:
 class Device:
     window: str
     record: dict[str, Any]
+    secret: bytes = b""  # its device secret, for a memoised schema
 
 
 @dataclass(frozen=True)
@@ -192,12 +226,19 @@ def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.r
                   "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
         columns = {}
         for attribute in schema.attributes:
+            if attribute.type == "histogram":
+                values = rng.lognormal(np.log(LOAD_MEDIAN_MS), LOAD_SIGMA, size=int(count))
+                columns[attribute.name] = [round(float(v), 1) for v in values]
+                continue
             spec = shares[attribute.name]
-            spec = [spec, 1 - spec] if attribute.type == "boolean" else spec
+            spec = [spec, 1 - spec] if attribute.type == "boolean" else spec if attribute.type == "categorical" else [spec]
             values = true_values(attribute, spec, int(count), rng, sampled=False)
             columns[attribute.name] = ([bool(v) for v in values] if attribute.type == "boolean"
+                                       else [round(float(v), 2) for v in values] if attribute.type == "numeric"
                                        else [attribute.categories[i] for i in values])
-        result += [Device(window, {name: column[i] for name, column in columns.items()}) for i in range(int(count))]
+        secrets_of = [secrets.token_bytes(32) if schema.epsilon_permanent else b"" for _ in range(int(count))]
+        result += [Device(window, {name: column[i] for name, column in columns.items()}, secrets_of[i])
+                   for i in range(int(count))]
     return result
 
 
@@ -230,7 +271,8 @@ def send_in_batches(server: DemoServer, schema: Schema, devices: list[Device], p
     transport = RequestsTransport()
     try:
         for start in range(0, len(devices), BATCH):
-            reports = [randomize(schema, d.record, window=d.window) for d in devices[start:start + BATCH]]
+            reports = [randomize(schema, d.record, window=d.window, device_secret=d.secret or None)
+                       for d in devices[start:start + BATCH]]
             response = transport.post_json(server.url + "/api/v1/reports", {"reports": reports}, timeout=60)
             if response.status != 202:
                 raise RuntimeError(f"the aggregator refused a batch: {response.status} {response.body}")
@@ -240,11 +282,19 @@ def send_in_batches(server: DemoServer, schema: Schema, devices: list[Device], p
 
 
 def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str, Any]]) -> list[Row]:
-    """The rollup estimate of every value beside the population's true share."""
+    """The rollup estimate of every value beside the population's truth: a share, or a numeric
+    attribute's mean of the values as the device clips them."""
     rollup = {(e["attribute"], e["value"]): e for e in estimates if e["window"] == ROLLUP}
     rows = []
     for attribute in schema.attributes:
         column = [d.record[attribute.name] for d in devices]
+        if attribute.type == "numeric":
+            lo, hi = attribute.range  # type: ignore[misc]
+            truth = sum(min(hi, max(lo, v)) for v in column) / len(column)
+            rows.append(Row(attribute.name, attribute.keys[0], truth, rollup[(attribute.name, attribute.keys[0])]))
+            continue
+        if attribute.type == "histogram":
+            column = [attribute.categories[attribute.bucket(v)] for v in column]
         for value, key in zip(attribute.values, attribute.keys):
             truth = sum(v == value for v in column) / len(column)
             rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, value)]))
@@ -273,8 +323,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         schema = parse_schema(published)
         say(f"Published schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
             f"{len(schema.attributes)} attributes.")
-        devices = population(schema, options.devices, options.days, datetime.now(timezone.utc),
-                             np.random.default_rng(options.seed))
+        rng = np.random.default_rng(options.seed)
+        devices = population(schema, options.devices, options.days, datetime.now(timezone.utc), rng)
         full = min(options.clients, len(devices))
         say(f"Simulating {len(devices):,} devices over {options.days} {schema.window} windows: "
             f"{full:,} run a whole TelemetryClient, {len(devices) - full:,} randomise with the client's "
@@ -284,12 +334,24 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         send_through_clients(server, published, devices[:full], data_dir / "devices", progress.update)
         send_in_batches(server, schema, devices[full:], progress.update, full)
         sent = time.perf_counter() - started
+        played = [(schema, devices)]
+        for extra in (USAGE_SCHEMA, MEMO_SCHEMA):
+            other = parse_schema(server.admin("POST", "/api/v1/schemas", extra))
+            say(f"Published schema {other.name} v{other.version}; the same number of devices randomise "
+                f"with randomize(){' and their own device secrets' if other.epsilon_permanent else ''}.")
+            others = population(other, options.devices, options.days, datetime.now(timezone.utc), rng)
+            send_in_batches(server, other, others, Progress(len(others), "devices", out).update, 0)
+            played.append((other, others))
         written = server.admin("POST", "/api/v1/estimates/refresh")["written"]
-        answer = requests.get(server.url + "/api/v1/estimates", params={"schema": schema.name}, timeout=60).json()
-        rows = truth_table(schema, devices, answer["estimates"])
-        say(f"Sent {len(devices):,} reports in {sent:.1f} s; refreshed {written} estimates.")
-        say()
-        _print_table(say, schema, rows, answer["confidence"])
+        say(f"Sent {len(devices):,} reports of {schema.name} in {sent:.1f} s, then the other schemas'; "
+            f"refreshed {written} estimates.")
+        rows = []
+        for each, population_of in played:
+            answer = requests.get(server.url + "/api/v1/estimates", params={"schema": each.name}, timeout=60).json()
+            table = truth_table(each, population_of, answer["estimates"])
+            say()
+            _print_table(say, each, table, answer["confidence"])
+            rows += table
         say()
         if options.exit:
             say(f"Without --exit the dashboard would be served at {server.url}/schemas/{schema.name}; "
@@ -314,17 +376,19 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
 
 
 def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], confidence: float) -> None:
-    header = f"{'attribute':<14} {'value':<8} {'eps':>4} {'n':>7} {'truth':>7} {'estimate':>9} {'interval':>17}  covers"
-    say(f"Every window together ({confidence:.0%} intervals):")
+    header = (f"{'attribute':<15} {'value':<11} {'eps':>4} {'n':>7} {'truth':>8} {'estimate':>9} {'interval':>19}"
+              "  covers")
+    units = "; a mean in its own units" if any(a.type == "numeric" for a in schema.attributes) else ""
+    say(f"{schema.name}, every window together ({confidence:.0%} intervals{units}):")
     say(header)
     say("-" * len(header))
     for row in rows:
         e = row.estimate
-        say(f"{row.attribute:<14} {row.value:<8} {schema.attribute(row.attribute).epsilon:>4.3g} {e['n']:>7,} "
-            f"{row.truth:>7.4f} {e['estimate']:>9.4f} [{e['ci_low']:.4f}, {e['ci_high']:.4f}]  "
+        say(f"{row.attribute:<15} {row.value:<11} {schema.attribute(row.attribute).epsilon:>4.3g} {e['n']:>7,} "
+            f"{row.truth:>8.4f} {e['estimate']:>9.4f} [{e['ci_low']:.4f}, {e['ci_high']:.4f}]  "
             f"{'yes' if row.covered else 'NO'}")
     covered = sum(r.covered for r in rows)
-    say(f"{covered} of {len(rows)} intervals cover the true share "
+    say(f"{covered} of {len(rows)} intervals cover the truth "
         f"(about {confidence:.0%} should; the population is fixed, so a little more do).")
 
 

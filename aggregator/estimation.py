@@ -15,6 +15,7 @@ from itertools import groupby
 
 from flask import Flask
 
+from ..shared.estimators import no_narrower_than_a_window
 from ..shared.schema import Schema
 from ..shared.windows import ROLLUP
 from . import context
@@ -64,12 +65,16 @@ def refresh(app: Flask) -> RefreshResult:
 def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confidence: float,
                   computed_at: str) -> list[EstimateRow]:
     """One estimate row per value of each attribute that has reports in ``counters``, from the
-    attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too."""
+    attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too. The
+    rollup of a memoised attribute gets an interval no narrower than a single window's
+    (:func:`.no_narrower_than_a_window`: its reports across windows are correlated)."""
     ranks = schema.value_ranks
     rows = []
     for name, n in counters.totals.items():
         attribute = schema.attribute(name)
         for key, e in attribute.mech.estimates(attribute, n, counters.amounts.get(name, {}), confidence):
+            if window == ROLLUP and attribute.memo is not None:
+                e = no_narrower_than_a_window(e, attribute.p, attribute.q, counters.smallest.get(name), confidence)
             rows.append(EstimateRow(schema.name, schema.version, window, name, key, ranks[(name, key)], e.estimate,
                                     e.estimate_clipped, e.ci_low, e.ci_high, n, attribute.epsilon, confidence,
                                     computed_at))

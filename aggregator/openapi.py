@@ -12,8 +12,9 @@ from typing import Any
 
 from ..shared import mechanisms
 from ..shared.reports import ID_RE
-from ..shared.schema import (MAX_ATTRIBUTES, MAX_CATEGORIES, MAX_CATEGORY_LENGTH, MAX_DESCRIPTION_LENGTH,
-                             MAX_EPSILON, MAX_VERSION, MIN_CATEGORIES, NAME_RE, SPLITS, TYPES, WINDOWS)
+from ..shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
+                             MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_MAGNITUDE, MAX_VERSION, MIN_CATEGORIES, NAME_RE,
+                             SPLITS, TYPES, WINDOWS)
 from ..shared.windows import NAME_PATTERN
 from .readout import DEFAULT_LIMIT, MAX_LIMIT
 
@@ -21,6 +22,11 @@ NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
 WINDOW = {"type": "string", "pattern": f"^{NAME_PATTERN}$", "description": "YYYY-MM-DD or YYYY-MM-DDTHH (UTC)"}
 MECHANISM_NAMES = list(mechanisms.REGISTRY)
+_NUMBER = {"type": "number", "minimum": -MAX_MAGNITUDE, "maximum": MAX_MAGNITUDE}
+RANGE = {"type": "array", "items": _NUMBER, "minItems": 2, "maxItems": 2,
+         "description": "a numeric attribute's [lo, hi], lo < hi; the device clips its value to it"}
+EDGES = {"type": "array", "items": _NUMBER, "minItems": MIN_CATEGORIES + 1, "maxItems": MAX_BUCKETS + 1,
+         "description": "a histogram's increasing bucket edges [e0, e1, ..., ek]: buckets [e0, e1), ..., [e(k-1), ek]"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -51,6 +57,7 @@ COMPONENTS: dict[str, Any] = {
             "name": NAME, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "minItems": MIN_CATEGORIES, "maxItems": MAX_CATEGORIES,
                            "items": {"type": "string", "minLength": 1, "maxLength": MAX_CATEGORY_LENGTH}},
+            "range": RANGE, "edges": EDGES,
             "mechanism": {"type": "string", "enum": [mechanisms.AUTO, *MECHANISM_NAMES]},
             "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}}},
         "SchemaInput": {"type": "object", "required": ["name", "version", "epsilon", "attributes"],
@@ -64,7 +71,9 @@ COMPONENTS: dict[str, Any] = {
                            "items": _ref("AttributeInput")}}},
         "Attribute": {"type": "object", "required": ["name", "type", "epsilon", "mechanism", "p", "q"], "properties": {
             "name": {"type": "string"}, "type": {"type": "string", "enum": list(TYPES)},
-            "categories": {"type": "array", "items": {"type": "string"}},
+            "categories": {"type": "array", "items": {"type": "string"},
+                           "description": "a categorical attribute's, or a histogram's bucket names"},
+            "range": RANGE, "edges": EDGES,
             "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": MECHANISM_NAMES},
             "p": {"type": "number"}, "q": {"type": "number"}}},
         "Schema": {"type": "object", "required": ["name", "version", "epsilon", "window", "split", "description",
@@ -84,11 +93,15 @@ COMPONENTS: dict[str, Any] = {
             "accepted": {"type": "integer", "minimum": 0}, "duplicates": {"type": "integer", "minimum": 0}}},
         "Estimate": {"type": "object", "required": ["window", "attribute", "value", "estimate", "estimate_clipped",
                                                     "ci_low", "ci_high", "n", "epsilon", "computed_at"], "properties": {
-            "window": {"type": "string", "description": "a window start, or 'all' for the rollup"},
+            "window": {"type": "string", "description": "a window start, or 'all' for the rollup over every window "
+                       "(for a memoised schema its interval is no narrower than a single window's: a device's reports "
+                       "in several windows repeat one permanent response, so they are not independent)"},
             "attribute": {"type": "string"},
-            "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}]},
-            "estimate": {"type": "number"}, "estimate_clipped": {"type": "number", "minimum": 0, "maximum": 1},
-            "ci_low": {"type": "number", "minimum": 0, "maximum": 1}, "ci_high": {"type": "number", "minimum": 0, "maximum": 1},
+            "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}],
+                      "description": "the category or bucket; true for a boolean's share; 'mean' for a numeric attribute"},
+            "estimate": {"type": "number", "description": "a share, or a numeric attribute's mean in its own units"},
+            "estimate_clipped": {"type": "number", "description": "clipped to [0, 1], or to a numeric attribute's range"},
+            "ci_low": {"type": "number"}, "ci_high": {"type": "number"},
             "n": {"type": "integer", "minimum": 1}, "epsilon": {"type": "number"},
             "computed_at": {"type": "string", "format": "date-time"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..shared import privacy
+from ..shared.planner import Plan, plan
 from ..shared.schema import Attribute, Schema
 from ..shared.windows import ROLLUP
 from . import charts
@@ -25,6 +26,11 @@ MAX_BAR_WINDOWS = 12
 MAX_LINE_WINDOWS = 400
 # How many windows the budget table shows, per window kind.
 BUDGET_WINDOWS = {"day": (1, 7, 30, 365), "hour": (1, 24, 24 * 7, 24 * 30)}
+# An interval wider than this share of its scale (a share's [0, 1], a mean's range) either side of
+# its estimate says too little to act on; the page says so. Judged by the planner's half-width at the
+# latest window's reports (what the interval is at its widest), not by one noisy interval, which
+# clipping to the scale can make look narrow.
+TOO_WIDE = 0.25
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class AttributePrivacy:
     curve: list[tuple[float, float]]  # the privacy profile, sampled
     delta_at_zero: float  # δ(0): the total variation distance of the worst pair
     comparison: privacy.LocalVsCentral | None  # None until there is data
+    epsilon_permanent: float | None = None  # a memoised attribute's share of ε∞
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class AttributeView:
     chart: charts.LineChart | charts.BarChart | None
     chart_note: str
     privacy: AttributePrivacy
+    percent: bool = True  # estimates are shares (percent); else a mean in the attribute's units
 
     @property
     def any_clipped(self) -> bool:
@@ -95,6 +103,7 @@ class SchemaPrivacy:
     posterior: float
     budget: list[tuple[int, float]]  # (windows, at most this ε spent)
     profiles: charts.ProfileChart  # one curve per distinct mechanism, ε and category count
+    epsilon_permanent: float | None = None  # memoisation: the most a value can ever cost
 
 
 @dataclass(frozen=True)
@@ -135,12 +144,13 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k)) for k in keys]
     n = max((c.n for c in rollup.values()), default=0)
     if attribute.type == "categorical":
-        # Largest first: with many categories, what matters is at the top.
+        # Largest first: with many categories, what matters is at the top (a histogram's buckets
+        # stay in their order).
         rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
     chart, note = _chart(attribute, windows, cells, [r.label for r in rows])
     shown = rows[:MAX_TABLE_VALUES]
     return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
-                         attribute_privacy(attribute, n, confidence))
+                         attribute_privacy(attribute, n, confidence), attribute.mech.estimand.percent)
 
 
 def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, Cell]],
@@ -148,12 +158,13 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
     if not windows:
         return None, ""
     notes = []
-    if attribute.type == "boolean":
+    if len(attribute.keys) == 1:  # a boolean's share, or a numeric attribute's mean: a line and band
         key = attribute.keys[0]
         shown = [w for w in windows if key in cells[w]][-MAX_LINE_WINDOWS:]
         if len(shown) < len(windows):
             notes.append(f"the last {len(shown)} windows of the range")
-        return charts.band_chart(shown, [cells[w][key].interval for w in shown]), "; ".join(notes)
+        return (charts.band_chart(shown, [cells[w][key].interval for w in shown],
+                                  units=not attribute.mech.estimand.percent), "; ".join(notes))
     shown = windows[-MAX_BAR_WINDOWS:]
     if len(shown) < len(windows):
         notes.append(f"the last {len(shown)} of {len(windows)} windows in the range")
@@ -167,6 +178,14 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
 def attribute_privacy(attribute: Attribute, n: int, confidence: float) -> AttributePrivacy:
     p, q, epsilon = attribute.p, attribute.q, attribute.epsilon
     curve = privacy.profile_curve(attribute.mechanism, p, q, epsilon)
+    if n == 0:
+        comparison = None
+    elif attribute.mech.estimand.percent:
+        comparison = privacy.local_vs_central(p, q, epsilon, n, confidence)
+    else:
+        lo, hi = attribute.range  # type: ignore[misc]
+        comparison = privacy.mean_local_vs_central(attribute.mech.report_variance(attribute), hi - lo, epsilon, n,
+                                                   confidence)
     return AttributePrivacy(
         epsilon=epsilon,
         mechanism=attribute.mechanism,
@@ -178,7 +197,8 @@ def attribute_privacy(attribute: Attribute, n: int, confidence: float) -> Attrib
         posterior=privacy.posterior_bound(epsilon),
         curve=curve,
         delta_at_zero=curve[0][1],
-        comparison=privacy.local_vs_central(p, q, epsilon, n, confidence) if n > 0 else None,
+        comparison=comparison,
+        epsilon_permanent=None if attribute.memo is None else attribute.memo.epsilon_permanent,
     )
 
 
@@ -195,4 +215,37 @@ def schema_privacy(schema: Schema, views: Sequence[AttributeView]) -> SchemaPriv
         [f"{', '.join(v.attribute.name for v in g)} ({g[0].privacy.mechanism}, ε {g[0].privacy.epsilon:.3g})"
          for g in groups])
     return SchemaPrivacy(schema.epsilon, schema.split, schema.window, privacy.posterior_bound(schema.epsilon),
-                         budget, profiles)
+                         budget, profiles, schema.epsilon_permanent)
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """An attribute's planner line: its interval now, the reports a wanted half-width needs, and
+    the smallest share it can tell from zero (None for a mean)."""
+
+    n: int  # reports of the schema in the latest window (what one window's interval is made from)
+    half_width: float | None  # at n; None before any report
+    target: float  # the half-width asked for, on the estimate's scale (a share, or units)
+    needed: int  # reports of the schema for ±target
+    detection: float | None  # the detection threshold at n
+    too_wide: bool  # the interval at n is wider than TOO_WIDE of its scale either side: too wide to use
+
+
+def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str, float],
+               confidence: float) -> dict[str, PlanLine]:
+    """Each attribute's :class:`PlanLine` from the planner (:mod:`..shared.planner`), at the
+    reports its latest window holds; ``targets`` are the half-widths an analyst typed (a default
+    of 1 percentage point, or 1% of a mean's range, where none was)."""
+    plans: dict[str, Plan] = {p.attribute.name: p for p in plan(schema, confidence=confidence)}
+    out = {}
+    for view in views:
+        p = plans[view.attribute.name]
+        latest = next((r.latest.n for r in view.rows if r.latest is not None), 0)
+        reports = round(latest / p.carried)  # the schema's reports (under sample, a share carries it)
+        scale = 1.0 if view.percent else float(view.attribute.range[1] - view.attribute.range[0])  # type: ignore[index]
+        target = targets.get(view.attribute.name, 0.01 * scale)
+        half = p.half_width(reports) if reports else None
+        out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),
+                                            p.detection_threshold(reports) if reports else None,
+                                            half is not None and half > TOO_WIDE * scale)
+    return out

@@ -1,9 +1,9 @@
 """``ldp-telemetry serve``: the aggregator under granian, configured from our settings.
 
 granian's Rust front end reads request headers without holding a Python thread, and
-:class:`~.asgi.BufferedWSGI` reads the body on the event loop, so slow or idle connections cost a
+:class:`~.rsgi.BufferedWSGI` reads the body on the event loop, so slow or idle connections cost a
 socket each and stop nobody (under gunicorn's sync workers, two connections that sent half a
-header line stopped all ingest). Each worker process imports :func:`~.asgi.create_asgi_app` by
+header line stopped all ingest). Each worker process imports :func:`~.rsgi.create_rsgi_app` by
 name and builds its own app, so the scheduler threads start in the workers; the jobs themselves
 make sure only one worker runs them at a time (:mod:`.jobs`). The workers read the settings from
 ``LDP_*`` variables: :func:`serve` puts the checked command-line values there first.
@@ -29,7 +29,7 @@ HEADER_READ_MS = 10_000
 HEADER_BYTES = 64 * 1024
 # Seconds a worker gets to finish its requests on stop before it is killed.
 STOP_SECONDS = 20
-TARGET = "ldp_telemetry.aggregator.asgi:create_asgi_app"
+TARGET = "ldp_telemetry.aggregator.rsgi:create_rsgi_app"
 
 
 def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
@@ -47,7 +47,7 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
         share_between_processes(metrics_dir)
     try:
-        Server(TARGET, factory=True, interface=Interfaces.ASGI, address=host, port=port, workers=workers,
+        Server(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
                http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES), websockets=False,
                log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
                respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS).serve()

@@ -2,7 +2,7 @@
 
 The same server and workers, Flask, the JSON body parsed, a 202 with the same shape: what is
 left of the aggregator when validation, dedupe, counters and the durable commit are taken out.
-:func:`create_app` is the WSGI app (gunicorn); :func:`create_asgi_app` puts it behind the same
+:func:`create_app` is the WSGI app (gunicorn); :func:`create_rsgi_app` puts it behind the same
 body-buffering bridge ``ldp-telemetry serve`` uses on granian.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Flask, jsonify, request
 
-from ldp_telemetry.aggregator.asgi import BufferedWSGI
+from ldp_telemetry.aggregator.rsgi import BufferedWSGI
 from ldp_telemetry.aggregator.settings import BY_NAME
 
 
@@ -29,5 +29,5 @@ def create_app() -> Flask:
     return app
 
 
-def create_asgi_app() -> BufferedWSGI:
+def create_rsgi_app() -> BufferedWSGI:
     return BufferedWSGI(create_app(), max_body=BY_NAME["LDP_MAX_BODY"].default)

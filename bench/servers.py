@@ -1,7 +1,7 @@
 """The servers a benchmark measures: always on 127.0.0.1, always stopped after.
 
 Two HTTP servers, so that each figure sits beside the ceiling measured on the same one:
-``granian`` (what ``ldp-telemetry serve`` runs: granian's ASGI front end and our body-buffering
+``granian`` (what ``ldp-telemetry serve`` runs: granian's RSGI front end and our body-buffering
 bridge to the Flask app) and ``gunicorn`` (sync workers running the Flask app directly, the
 server the aggregator used before). Both with :data:`WORKERS` worker processes.
 """
@@ -43,7 +43,7 @@ def _running(server: ServerProcess) -> Iterator[str]:
 def _command(http_server: str, target: str) -> list[str]:
     """``target`` (a module:factory) under ``http_server`` on ``{port}``, WORKERS processes."""
     if http_server == "granian":
-        return [sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--workers", str(WORKERS),
+        return [sys.executable, "-m", "granian", "--interface", "rsgi", "--factory", "--workers", str(WORKERS),
                 "--host", "127.0.0.1", "--port", "{port}", "--no-ws", "--working-dir", str(ROOT), target]
     return [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--worker-class", "sync",
             "--bind", "127.0.0.1:{port}", "--chdir", str(ROOT), f"{target}()"]
@@ -111,7 +111,7 @@ def postgres_database() -> Iterator[str]:
 
 def ceiling(folder: Path, *, http_server: str = "granian") -> ContextManager[str]:
     """:mod:`bench.ceiling` (no database) under ``http_server``, on the same path as the aggregator."""
-    target = "bench.ceiling:create_asgi_app" if http_server == "granian" else "bench.ceiling:create_app"
+    target = "bench.ceiling:create_rsgi_app" if http_server == "granian" else "bench.ceiling:create_app"
     return _running(ServerProcess(folder / f"ceiling-{http_server}", command=_command(http_server, target)))
 
 

@@ -17,7 +17,7 @@ clipped value beside it for display.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -86,6 +86,27 @@ def estimate(hits: int, n: int, p: float, q: float, confidence: float = DEFAULT_
         n=n,
         hits=hits,
     )
+
+
+def no_narrower_than_a_window(e: Estimate, p: float, q: float, smallest_n: int | None,
+                               confidence: float = DEFAULT_CONFIDENCE) -> Estimate:
+    r"""The rollup over every window of a memoised attribute: its estimate, with an interval no
+    narrower than the widest one a single window can have.
+
+    A device's reports in several windows repeat one permanent response, so they are not
+    independent and the pooled Wilson interval would be too narrow. Every window has at least
+    ``smallest_n`` reports, and a Wilson interval from :math:`n` reports is widest at
+    :math:`f = 1/2`, with half-width :math:`rac{z}{1 + z^2/n}\sqrt{rac1{4n} + rac{z^2}{4n^2}}`;
+    mapped through the estimator that is the most any window's half-width can be. The interval
+    is the pooled one widened to at least that either side of the estimate, clipped to [0, 1];
+    with no retained window (``smallest_n`` None) it is all of [0, 1]: no interval.
+    """
+    if smallest_n is None:
+        return replace(e, ci_low=0.0, ci_high=1.0)
+    z = z_value(confidence)
+    z2n = z * z / smallest_n
+    half = z / (1 + z2n) * math.sqrt(0.25 / smallest_n + z2n / (4 * smallest_n)) / (p - q)
+    return replace(e, ci_low=min(e.ci_low, _clip(e.estimate - half)), ci_high=max(e.ci_high, _clip(e.estimate + half)))
 
 
 def _clip(x: float) -> float:

@@ -131,6 +131,19 @@ def central_standard_error(epsilon: float, n: int) -> float:
     return math.sqrt(2) / (epsilon * n)
 
 
+def mean_local_vs_central(variance: float, span: float, epsilon: float, n: int,
+                          confidence: float = DEFAULT_CONFIDENCE) -> LocalVsCentral:
+    r"""Both standard errors of a numeric attribute's mean at ``n`` reports: locally
+    :math:`\sqrt{V/n}` with ``variance`` :math:`V` one report's worst (:meth:`Mechanism.report_variance`);
+    centrally, a trusted curator adding Laplace noise to the sum of the raw values, whose
+    sensitivity is the range's ``span`` (one device moves its value from end to end):
+    :math:`\sqrt2\,	ext{span}/(arepsilon n)`."""
+    mechanisms.check_epsilon(epsilon)
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    return LocalVsCentral(n, math.sqrt(variance / n), math.sqrt(2) * span / (epsilon * n), confidence)
+
+
 def local_vs_central(p: float, q: float, epsilon: float, n: int,
                      confidence: float = DEFAULT_CONFIDENCE) -> LocalVsCentral:
     """Both standard errors of one attribute's share at ``n`` reports, with the same ``epsilon``,

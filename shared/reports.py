@@ -35,6 +35,8 @@ EPSILON_TOLERANCE = 1e-9
 # few windows (a month of day windows, a day and more of hour windows): a batch naming more is
 # refused, so one request cannot make the server re-estimate hundreds of windows.
 MAX_BATCH_WINDOWS = 32
+# A number in a record beyond this (in magnitude) cannot be a double; smaller ones are clipped.
+MAX_RECORD_NUMBER = 1e300
 
 SchemaLookup = Callable[[str, int], Union[Schema, None]]
 
@@ -64,10 +66,11 @@ def new_report_id(source: RandomSource = SYSTEM) -> str:
     return base64.urlsafe_b64encode(source.take(24)).decode("ascii")
 
 
-def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
+def validate_record(schema: Schema, record: Any) -> dict[str, int | bool | float]:
     """Check a record of true values against ``schema``.
 
-    Returns each attribute's true value as the encoders take it (a bool, or a category index).
+    Returns each attribute's true value as the encoders take it (a bool, a category index, a
+    histogram's bucket index, or a numeric attribute's number as a float).
     Raises ``ValueError`` for an unknown or missing attribute, a wrong type, an unknown category.
     """
     if not isinstance(record, Mapping):
@@ -78,13 +81,19 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool]:
             raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
         missing = [n for n in schema.by_name if n not in record]
         raise ValueError(f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
-    truth: dict[str, int | bool] = {}
+    truth: dict[str, int | bool | float] = {}
     for attribute in schema.attributes:
         value = record[attribute.name]
         if attribute.type == "boolean":
             if not isinstance(value, bool):
                 raise ValueError(f"{attribute.name} must be True or False, got a {_type_name(value)}")
             truth[attribute.name] = value
+        elif attribute.type in ("numeric", "histogram"):
+            if not is_number(value) or abs(value) > MAX_RECORD_NUMBER:
+                raise ValueError(f"{attribute.name} must be a finite number (int or float, not a bool), "
+                                 f"got a {_type_name(value)} or a number out of bounds")
+            # A numeric value is clipped to the range by its encoder; a histogram's picks its bucket.
+            truth[attribute.name] = float(value) if attribute.type == "numeric" else attribute.bucket(value)
         else:
             if not isinstance(value, str):
                 raise ValueError(f"{attribute.name} must be a category name (str), got a {_type_name(value)}")
@@ -143,7 +152,7 @@ def permanent_source(device_secret: bytes, schema: Schema, attribute: Attribute,
     return HmacStream(device_secret, message.encode("utf-8"))
 
 
-def encode_report(schema: Schema, truth: Mapping[str, int | bool], window: str,
+def encode_report(schema: Schema, truth: Mapping[str, int | bool | float], window: str,
                   source: RandomSource = SYSTEM, device_secret: bytes | None = None) -> dict[str, Any]:
     """The randomised report of ``truth`` (as :func:`validate_record` returns it) in ``window``.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
@@ -28,21 +29,27 @@ MAX_ATTRIBUTES = 64
 MIN_CATEGORIES = 2
 MAX_CATEGORIES = 1024
 MAX_CATEGORY_LENGTH = 64
+MAX_BUCKETS = MAX_CATEGORIES
+# Range ends and bucket edges are at most this in magnitude, so they convert to doubles exactly enough.
+MAX_MAGNITUDE = 1e15
 MAX_DESCRIPTION_LENGTH = 10_000
 MAX_VERSION = 2**31 - 1
 EPSILON_SUM_TOLERANCE = 1e-9
 # How a boolean attribute's one estimate value (the share of true) is keyed in counters and estimates.
 BOOLEAN_KEY = "true"
+# How a numeric attribute's one estimate value (its mean) is keyed, and shown in the API's "value".
+MEAN_KEY = "mean"
 # p and q given back in a re-posted derived schema must match what we derive.
 PARAMETER_TOLERANCE = 1e-9
 
 WINDOWS = ("hour", "day")
 SPLITS = ("equal", "sample")
-TYPES = ("boolean", "categorical")
+TYPES = ("boolean", "categorical", "numeric", "histogram")
 
 _SCHEMA_FIELDS = {"name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"}
 # "permanent" and "instantaneous" are derived (memoised schemas) and, like p and q, checked when given back.
-_ATTRIBUTE_FIELDS = {"name", "type", "categories", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous"}
+_ATTRIBUTE_FIELDS = {"name", "type", "categories", "range", "edges", "mechanism", "epsilon", "p", "q", "permanent",
+                     "instantaneous"}
 
 
 class SchemaError(ValueError):
@@ -67,8 +74,10 @@ class Attribute:
     mechanism: str  # the registry name of ``mech``
     p: float
     q: float
-    categories: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # a histogram's are its buckets' names, derived from its edges
     memo: mechanisms.Memo | None = None  # the permanent and instantaneous layers of a memoised attribute
+    range: tuple[int | float, int | float] | None = None  # a numeric attribute's [lo, hi], as given
+    edges: tuple[int | float, ...] = ()  # a histogram's bucket edges, as given
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
 
@@ -89,21 +98,35 @@ class Attribute:
 
     @property
     def values(self) -> tuple[Any, ...]:
-        """The values an estimate is made for: ``True`` for a boolean, else each category."""
-        return (True,) if self.type == "boolean" else self.categories
+        """The values an estimate is made for: ``True`` for a boolean, ``"mean"`` for a numeric
+        attribute, else each category (a histogram's buckets)."""
+        return (True,) if self.type == "boolean" else self.keys
 
     @property
     def keys(self) -> tuple[str, ...]:
-        """How each of :attr:`values` is stored and keyed: :data:`BOOLEAN_KEY`, else the category."""
-        return (BOOLEAN_KEY,) if self.type == "boolean" else self.categories
+        """How each of :attr:`values` is stored and keyed: :data:`BOOLEAN_KEY`, :data:`MEAN_KEY`,
+        else the category."""
+        if self.type == "boolean":
+            return (BOOLEAN_KEY,)
+        return (MEAN_KEY,) if self.type == "numeric" else self.categories
 
     def value_of(self, key: str) -> Any:
-        """The JSON value of a stored ``key``: ``True`` for a boolean, else the category itself."""
+        """The JSON value of a stored ``key``: ``True`` for a boolean, else the key itself."""
         return True if self.type == "boolean" else key
+
+    def bucket(self, x: int | float) -> int:
+        """The index of the histogram bucket of ``x``, clipped to ``[e0, ek]`` first (the last
+        bucket is closed: ``ek`` is in it)."""
+        edges = self.edges
+        return min(len(edges) - 2, max(0, bisect_right(edges, x) - 1))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}
-        if self.type == "categorical":
+        if self.type == "numeric":
+            out["range"] = list(self.range)  # type: ignore[arg-type]
+        if self.type == "histogram":
+            out["edges"] = list(self.edges)
+        if self.categories:
             out["categories"] = list(self.categories)
         out.update(epsilon=self.epsilon, mechanism=self.mechanism, p=self.p, q=self.q)
         out.update(self._memo_fields())
@@ -265,14 +288,25 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
     _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
     name = _name(raw.get("name"), f"{where}.name")
     kind = raw.get("type")
-    if kind == "boolean":
-        if "categories" in raw:
-            raise SchemaError(f"{where}.categories", f"{where}.categories is not allowed on a boolean attribute")
-        categories: tuple[str, ...] = ()
-    elif kind == "categorical":
-        categories = _categories(raw.get("categories"), f"{where}.categories")
-    else:
+    if kind not in TYPES:
         raise SchemaError(f"{where}.type", f"{where}.type must be one of {', '.join(TYPES)}, got {_show(kind)}")
+    allowed = {"categorical": "categories", "numeric": "range", "histogram": "edges"}
+    for own in ("categories", "range", "edges"):
+        if own in raw and allowed.get(kind) != own and not (kind == "histogram" and own == "categories"):
+            raise SchemaError(f"{where}.{own}", f"{where}.{own} is not allowed on a {kind} attribute")
+    categories: tuple[str, ...] = ()
+    value_range = None
+    edges: tuple[int | float, ...] = ()
+    if kind == "categorical":
+        categories = _categories(raw.get("categories"), f"{where}.categories")
+    elif kind == "numeric":
+        value_range = _increasing(raw.get("range"), f"{where}.range", 2, 2)
+    elif kind == "histogram":
+        edges = _increasing(raw.get("edges"), f"{where}.edges", MIN_CATEGORIES + 1, MAX_BUCKETS + 1)
+        categories = bucket_names(edges)
+        if "categories" in raw and raw["categories"] != list(categories):
+            raise SchemaError(f"{where}.categories", f"{where}.categories is derived from edges and must be "
+                                                     f"{_show(list(categories))}, got {_show(raw['categories'])}")
     d = max(2, len(categories))  # a boolean has two values
     try:
         mechanism = mechanisms.resolve(kind, raw.get("mechanism", mechanisms.AUTO), epsilon=epsilon, d=d)
@@ -299,13 +333,44 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
                     f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {_show(given)}"
                 )
-    attribute = Attribute(name, kind, epsilon, mechanism.name, p, q, categories, memo)
+    attribute = Attribute(name, kind, epsilon, mechanism.name, p, q, categories, memo,
+                          None if value_range is None else (value_range[0], value_range[1]), edges)
     derived = attribute.to_dict()
     for key in ("permanent", "instantaneous"):
         if key in raw and raw[key] != derived.get(key):
             raise SchemaError(f"{where}.{key}", f"{where}.{key} is derived from epsilon_permanent and must be "
                                                 f"{derived.get(key)}, got {_show(raw[key])}")
     return attribute
+
+
+def _increasing(raw: Any, where: str, least: int, most: int) -> tuple[int | float, ...]:
+    """A list of ``least`` to ``most`` finite, strictly increasing numbers (a range, or edges)."""
+    if not isinstance(raw, list) or not least <= len(raw) <= most:
+        count = f"{least}" if least == most else f"{least} to {most}"
+        raise SchemaError(where, f"{where} must be a list of {count} increasing numbers, got {_show(raw)}")
+    for i, value in enumerate(raw):
+        if not is_number(value) or not abs(value) <= MAX_MAGNITUDE:
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must be a finite number of magnitude at most "
+                                               f"{MAX_MAGNITUDE:g}, got {_show(value)}")
+        if i and not float(value) > float(raw[i - 1]):
+            raise SchemaError(f"{where}[{i}]", f"{where} must be strictly increasing; {_show(value)} follows "
+                                               f"{_show(raw[i - 1])}")
+    return tuple(raw)
+
+
+def number_text(value: int | float) -> str:
+    """How a bucket name writes an edge: an integer without a decimal point, else Python's shortest
+    round-tripping form (``0.5``, ``1e-07``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def bucket_names(edges: tuple[int | float, ...]) -> tuple[str, ...]:
+    """The names of the buckets that ``edges`` make: ``[e0, e1)``, ..., ``[e(k-1), ek]``."""
+    texts = [number_text(e) for e in edges]
+    last = len(edges) - 2
+    return tuple(f"[{a}, {b}{']' if i == last else ')'}" for i, (a, b) in enumerate(zip(texts, texts[1:])))
 
 
 def _categories(raw: Any, where: str) -> tuple[str, ...]:

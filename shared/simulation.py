@@ -13,19 +13,24 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .estimators import DEFAULT_CONFIDENCE, Estimate
-from .schema import Attribute, Schema, parse_schema
+from .schema import Attribute, Schema, is_number, parse_schema
+
+# A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
+# its range, m the mean's position in it and c this concentration (a spread-out population).
+CONCENTRATION = 4.0
+
 
 def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Randomise ``truth`` (bools or category indices) with the attribute's mechanism and sum
-    each value key's amount (:meth:`Mechanism.encode_bulk`)."""
+    """Randomise ``truth`` (bools, category or bucket indices, numbers) with the attribute's
+    mechanism and sum each counter key's amount (:meth:`Mechanism.encode_bulk`)."""
     return attribute.mech.encode_bulk(attribute, truth, rng)
 
 
 @dataclass(frozen=True)
 class SimulatedEstimate:
     attribute: str
-    value: object  # True for a boolean, else the category
-    truth: float  # the population's true share
+    value: object  # True for a boolean, "mean" for a numeric attribute, else the category or bucket
+    truth: float  # the population's true share, or its mean in the attribute's units
     estimate: Estimate
 
     @property
@@ -36,7 +41,8 @@ class SimulatedEstimate:
 def true_values(
     attribute: Attribute, shares: Sequence[float], n: int, rng: np.random.Generator, *, sampled: bool
 ) -> np.ndarray:
-    """``n`` devices' true values (bools, or category indices) for the given shares.
+    """``n`` devices' true values (bools, category or bucket indices, or numbers) for the given
+    shares (a numeric attribute's: its mean, see :data:`CONCENTRATION`).
 
     ``sampled=True``: each device drawn independently from ``shares`` (the population is a random
     sample; the estimator targets ``shares`` and the binomial variance holds exactly).
@@ -44,6 +50,12 @@ def true_values(
     and only the randomisation is random (Wang et al.'s conditional setting; intervals are then
     conservative, since the conditional variance is smaller).
     """
+    if attribute.type == "numeric":
+        lo, hi = attribute.range  # type: ignore[misc]
+        m = (shares[0] - lo) / (hi - lo)
+        if 0 < m < 1:
+            return lo + (hi - lo) * rng.beta(m * CONCENTRATION, (1 - m) * CONCENTRATION, size=n)
+        return np.full(n, float(shares[0]))
     if sampled:
         values = rng.choice(len(shares), size=n, p=shares)
     else:
@@ -55,7 +67,13 @@ def true_values(
 
 
 def population_shares(attribute: Attribute, share: float | Sequence[float]) -> list[float]:
-    """Normalise a share spec: a boolean's share of True, or one share per category summing to 1."""
+    """Normalise a share spec: a boolean's share of True, a numeric attribute's mean (in its
+    range), or one share per category or bucket summing to 1."""
+    if attribute.type == "numeric":
+        lo, hi = attribute.range  # type: ignore[misc]
+        if not is_number(share) or not lo <= share <= hi:  # type: ignore[operator]
+            raise ValueError(f"{attribute.name}: the mean must be a number from {lo} to {hi}, got {share!r}")
+        return [float(share)]  # type: ignore[arg-type]
     if attribute.type == "boolean":
         if not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"{attribute.name}: the share of True must be a number in [0, 1], got {share!r}")
@@ -106,7 +124,7 @@ def simulate(
         if reporting == 0:
             continue
         truth = true_values(attribute, spec, reporting, rng, sampled=sampled)
-        amounts = dict(zip(attribute.keys, hit_counts(attribute, truth, rng).tolist()))
+        amounts = dict(zip(attribute.mech.counter_keys(attribute), hit_counts(attribute, truth, rng).tolist()))
         target = spec[: len(attribute.values)] if sampled else _realised_shares(attribute, truth)
         estimates = attribute.mech.estimates(attribute, reporting, amounts, confidence)
         for index, (value, (_, estimate)) in enumerate(zip(attribute.values, estimates)):
@@ -115,6 +133,6 @@ def simulate(
 
 
 def _realised_shares(attribute: Attribute, truth: np.ndarray) -> list[float]:
-    if attribute.type == "boolean":
+    if attribute.type in ("boolean", "numeric"):
         return [float(truth.mean())]
     return list(np.bincount(truth, minlength=len(attribute.categories)) / truth.shape[0])

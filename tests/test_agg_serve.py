@@ -14,7 +14,7 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, LiveServer
 
-from ldp_telemetry.aggregator.asgi import BODY_SECONDS
+from ldp_telemetry.aggregator.rsgi import BODY_SECONDS
 from ldp_telemetry.shared import parse_schema, randomize
 
 # What a client would give away: its address, and headers a proxy might add or pass on.

@@ -165,3 +165,51 @@ def test_page_refreshes_itself_and_keeps_open_panels(chromium, tmp_path):
         page.close()
     finally:
         server.stop()
+
+
+NUMBERS = {
+    "name": "numbers", "version": 1, "epsilon": 4.0, "window": "day", "epsilon_permanent": None,
+    "attributes": [
+        {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
+        {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]},
+    ],
+}
+
+
+def test_numeric_and_histogram_charts_in_the_browser(chromium, live_server):
+    # A numeric mean over windows is a line and band in minutes; a histogram is bars per bucket;
+    # each attribute has its planner line, and the typed half-width comes back planned.
+    definition = {k: v for k, v in NUMBERS.items() if v is not None}
+    derived = requests.post(live_server.url + "/api/v1/schemas", json=definition, headers=ADMIN, timeout=10).json()
+    schema = parse_schema(derived)
+    today = datetime.now(timezone.utc)
+    for back in range(2, -1, -1):
+        window = (today - timedelta(days=back)).strftime("%Y-%m-%d")
+        reports = [randomize(schema, {"session_minutes": 10 + i % 50, "load_ms": (i * 7) % 1000}, window=window)
+                   for i in range(500)]
+        assert requests.post(live_server.url + "/api/v1/reports", json={"reports": reports}, timeout=30).status_code == 202
+    assert requests.post(live_server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+    api = requests.get(live_server.url + "/api/v1/estimates", params={"schema": "numbers", "attribute": "session_minutes",
+                                                                      "until": today.strftime("%Y-%m-%d")}, timeout=10).json()
+    latest = max((e for e in api["estimates"] if e["window"] != "all"), key=lambda e: e["window"])
+
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(live_server.url + "/schemas/numbers")
+    minutes = page.locator("#attr-session_minutes")
+    cell = minutes.locator(f'td[data-window="{latest["window"]}"]')
+    assert cell.locator(".est").inner_text().rstrip("*") == f'{latest["estimate_clipped"]:.4g}'
+    assert "%" not in cell.inner_text()
+    assert minutes.locator("svg.chart polygon.band").count() == 1
+    load = page.locator("#attr-load_ms")
+    assert load.locator("tr[data-value]").count() == 4 and load.locator("svg.chart rect").count() == 3 * 4
+    assert "Planner:" in page.locator("#plan-session_minutes").inner_text()
+    page.fill('#plan-session_minutes input[name="half_width.session_minutes"]', "3")
+    page.click("#plan-session_minutes button")
+    page.wait_for_url("**half_width.session_minutes=3**")
+    assert "±3 needs" in page.locator("#plan-session_minutes").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-numeric.png"), full_page=True)
+    assert errors == []
+    page.close()

@@ -18,7 +18,8 @@ import requests
 from ldp_telemetry.aggregator.demo import DEMO_SCHEMA, STEADY_SHARES, population
 from ldp_telemetry.shared import parse_schema
 
-ROW = re.compile(r"^(\S+)\s+(\S+)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+(-?[\d.]+) \[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+# attribute, value (a bucket name has a space), eps, n, truth, estimate, interval, covers
+ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+(-?[\d.]+) \[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
 
 
 def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
@@ -31,21 +32,25 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     out = result.stdout
     rows = [ROW.match(line) for line in out.splitlines()]
     rows = [m for m in rows if m]
-    assert len(rows) == 7  # 3 booleans + 4 categories
+    # demo-app: 3 booleans + 4 categories; demo-usage: a mean + 4 buckets; demo-memoised: 1 + 4
+    assert len(rows) == 17
+    assert [m[2] for m in rows if m[1] in ("session_minutes", "load_ms")] == [
+        "mean", "[0, 50)", "[50, 100)", "[100, 250)", "[250, 1000]"]
     for m in rows:
         n, truth, low, high = int(m[3].replace(",", "")), float(m[4]), float(m[6]), float(m[7])
         assert n == devices
         assert (m[8] == "yes") == (low <= truth <= high)
-    # Each 95% interval misses with probability about 0.05 (less: the population is fixed), so
-    # 4 or more misses out of 7 has probability below C(7,4) 0.05^4 ≈ 2e-4.
-    assert sum(m[8] == "yes" for m in rows) >= 4
+    # Each 95% interval misses with probability about 0.05 (less: the population is fixed; the
+    # memoised rollup's is wider still), so 6 or more misses out of 17 has probability about
+    # C(17,6) 0.05^6 ≈ 2e-4.
+    assert sum(m[8] == "NO" for m in rows) <= 5
     # --exit stops the server: no "Dashboard:" line for a server that no longer answers
     assert "Dashboard:" not in out
     assert re.search(r"Without --exit the dashboard would be served at http://127\.0\.0\.1:\d+/schemas/demo-app", out)
     assert "busy" not in out  # --port 0 asks for any free port
     assert "devices" in out and "[##############################]" in out  # the progress bar finished
     with sqlite3.connect(tmp_path / "demo" / "aggregator.db") as db:
-        assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == devices
+        assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == 3 * devices  # three schemas
         windows = db.execute('SELECT count(DISTINCT "window") FROM reports').fetchone()[0]
     assert windows == 3
     assert len(list((tmp_path / "demo" / "devices").iterdir())) == clients  # one data folder per full client

@@ -126,7 +126,7 @@ def test_variance_rejects_bad_arguments(args, kwargs):
         mechanisms.variance(*args, **kwargs)
 
 
-@pytest.mark.parametrize(("mechanism", "epsilon", "d"), [("laplace", 1.0, 2), ("rr", 0, 2), ("rr", -1, 2),
+@pytest.mark.parametrize(("mechanism", "epsilon", "d"), [("no-such-mechanism", 1.0, 2), ("rr", 0, 2), ("rr", -1, 2),
                                                           ("oue", math.inf, 4), ("grr", 1.0, 1)])
 def test_parameters_reject_bad_arguments(mechanism, epsilon, d):
     with pytest.raises(ValueError):

@@ -167,3 +167,24 @@ def test_the_installed_console_script_runs_simulate():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "Error: " in bad.stderr and "typo" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_simulate_covers_numeric_and_histogram_attributes(tmp_path):
+    schema = tmp_path / "numbers.json"
+    schema.write_text(json.dumps({"name": "numbers", "version": 1, "epsilon": 8.0, "attributes": [
+        {"name": f"m_{mechanism}", "type": "numeric", "range": [0, 120], "mechanism": mechanism}
+        for mechanism in ("duchi", "pm", "hm", "laplace")] + [
+        {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]}]}))
+    shares = [f"--share=m_{m}=30" for m in ("duchi", "pm", "hm", "laplace")] + ["--share=load_ms=0.4,0.3,0.2,0.1"]
+    result = CliRunner().invoke(main, ["simulate", "-n", "200000", "--schema", str(schema), "--seed", "3", *shares])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    means = [line.split() for line in lines if line.startswith("m_")]
+    assert [row[1:3] for row in means] == [["mean", m] for m in ("duchi", "pm", "hm", "laplace")]
+    for row in means:
+        truth, estimate = float(row[5]), float(row[6])
+        low, high = (float(x) for x in " ".join(row[7:9]).strip("[]").split(", "))
+        # 200,000 devices at ε 1.6 each: every half-width is under 3 minutes, and the estimate inside it
+        assert truth == 30 and low <= estimate <= high and high - low < 6
+    assert [line.split()[1] + " " + line.split()[2] for line in lines if line.startswith("load_ms")] == [
+        "[0, 50)", "[50, 100)", "[100, 250)", "[250, 1000]"]

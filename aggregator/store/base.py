@@ -78,10 +78,13 @@ class Stale(NamedTuple):
 
 @dataclass(frozen=True)
 class WindowCounters:
-    """One window's counters, read from one snapshot: ``n`` per attribute, amounts per value key."""
+    """One window's counters, read from one snapshot: ``n`` per attribute, amounts per value key;
+    for the rollup also each attribute's ``n`` in its smallest retained window (what a memoised
+    attribute's rollup interval is made from: its reports in several windows are not independent)."""
 
     totals: dict[str, int]
     amounts: dict[str, dict[str, int | float]]
+    smallest: dict[str, int] = field(default_factory=dict)
 
 
 class EstimateRow(NamedTuple):

@@ -339,7 +339,10 @@ class SQLiteStore(Store):
                         'SELECT attribute, value, amount FROM counters WHERE schema = ? AND version = ? '
                         'AND "window" = ?', key):
                     amounts.setdefault(attribute, {})[value] = amount
-                out[window] = WindowCounters(totals, amounts)
+                smallest = {} if window != ROLLUP else dict(conn.execute(
+                    'SELECT attribute, min(n) FROM totals WHERE schema = ? AND version = ? AND "window" != ? '
+                    'GROUP BY attribute', key))
+                out[window] = WindowCounters(totals, amounts, smallest)
         return out
 
     @_translated

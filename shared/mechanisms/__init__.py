@@ -5,17 +5,21 @@ ingest, estimation, simulation, the privacy panel, the OpenAPI document, the das
 attribute's mechanism object (``attribute.mech``) or this registry; adding a mechanism is adding
 one object to :data:`REGISTRY`. ``auto`` resolves to the mechanism with the lowest worst-case
 variance at the attribute's ε and number of values (Wang et al. 2017 for GRR vs OUE: GRR exactly
-when :math:`d - 2 < 3e^\\varepsilon`).
+when :math:`d - 2 < 3e^\\varepsilon`; Wang et al. 2019 for a mean: ``duchi`` up to ε ≈ 0.61, ``hm``
+above).
 """
 
 from __future__ import annotations
 
-from .base import SHARE, Estimand, Mechanism, WireError, check_epsilon
+from .base import MEAN, SHARE, Estimand, Mechanism, WireError, check_epsilon
+from .means import DUCHI, PM, HybridMechanism, LocalLaplace
 from .randomness import SYSTEM, FixedBytes, RandomSource, SystemRandom
 from .shares import BinaryRR, GeneralisedRR, OptimisedUnaryEncoding, hit_probability, variance
 
 AUTO = "auto"
-REGISTRY: dict[str, Mechanism] = {m.name: m for m in (BinaryRR(), GeneralisedRR(), OptimisedUnaryEncoding())}
+# In order of preference on a tie under ``auto`` (at ε ≤ 0.61 ``hm`` is ``duchi``: duchi is named).
+REGISTRY: dict[str, Mechanism] = {m.name: m for m in (BinaryRR(), GeneralisedRR(), OptimisedUnaryEncoding(),
+                                                      DUCHI, PM, HybridMechanism(), LocalLaplace())}
 
 
 def get(name: str) -> Mechanism:
@@ -49,7 +53,7 @@ def resolve(kind: str, requested: str, *, epsilon: float, d: int) -> Mechanism:
 
 
 __all__ = [
-    "AUTO", "REGISTRY", "SHARE", "SYSTEM", "BinaryRR", "Estimand", "FixedBytes", "GeneralisedRR", "Mechanism",
+    "AUTO", "MEAN", "REGISTRY", "SHARE", "SYSTEM", "BinaryRR", "Estimand", "FixedBytes", "GeneralisedRR", "Mechanism",
     "OptimisedUnaryEncoding", "RandomSource", "SystemRandom", "WireError", "check_epsilon", "choices", "for_type",
     "get", "hit_probability", "resolve", "variance",
 ]

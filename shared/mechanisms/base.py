@@ -36,6 +36,7 @@ class Estimand:
 
 
 SHARE = Estimand("share", percent=True)
+MEAN = Estimand("mean", percent=False)  # the mean of a numeric attribute, in its own units
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,11 @@ class Mechanism(ABC):
         ``epsilon_permanent``; only mechanisms with :attr:`memoisable` have them."""
         raise ValueError(f"{self.name} cannot be memoised")
 
+    def counter_keys(self, attribute: Attribute) -> tuple[str, ...]:
+        """The keys :meth:`statistics` adds amounts to, in the order :meth:`encode_bulk` sums them:
+        the value keys themselves for shares (hits per value); Σ and Σ² for means."""
+        return attribute.keys
+
     @abstractmethod
     def check(self, attribute: Attribute, reported: Any) -> None:
         """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
@@ -116,7 +122,7 @@ class Mechanism(ABC):
     @abstractmethod
     def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Randomise many devices' true values at once (numpy; simulation only) and return the
-        summed amount of each value key, in :attr:`Attribute.keys` order."""
+        summed amount of each counter key, in :meth:`counter_keys` order."""
 
     @abstractmethod
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:

@@ -252,7 +252,7 @@ class GeneralisedRR(ShareMechanism):
 
     name = "grr"
     title = "generalised randomised response"
-    types = ("categorical",)
+    types = ("categorical", "histogram")
     wire_schema = {"type": "string", "description": "the reported category"}
 
     def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
@@ -313,7 +313,7 @@ class OptimisedUnaryEncoding(ShareMechanism):
 
     name = "oue"
     title = "optimised unary encoding"
-    types = ("categorical",)
+    types = ("categorical", "histogram")
     wire_schema = {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
                    "description": "one bit per category, in the schema's order"}
 
