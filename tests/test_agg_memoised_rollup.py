@@ -14,6 +14,7 @@ from ldp_telemetry.shared import estimate, parse_schema, randomize
 from ldp_telemetry.shared.estimators import no_narrower_than_a_window, wilson_interval
 from ldp_telemetry.shared.windows import ROLLUP
 
+pytestmark = pytest.mark.backends
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 WINDOWS = ("2026-11-19", "2026-11-20", "2026-11-21")
 MEMO = {"name": "memo", "version": 1, "epsilon": 1.0, "epsilon_permanent": 4.0, "window": "day",

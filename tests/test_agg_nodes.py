@@ -68,7 +68,8 @@ def test_three_nodes_count_exactly_once_through_kills_and_retries(backend, postg
     try:
         for node in nodes:
             node.start()
-        assert requests.post(nodes[0].url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN, timeout=10).status_code == 201
+        published = requests.post(nodes[0].url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN, timeout=10)
+        assert published.status_code == 201
         rng = random.Random(13)
         batches = [[randomize(APP_USAGE, {"dark_mode": rng.random() < 0.3, "os": rng.choice(["linux", "macos"])})
                     for _ in range(BATCH)] for _ in range(BATCHES)]

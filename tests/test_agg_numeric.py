@@ -20,6 +20,8 @@ from statsmodels.stats.proportion import proportion_confint
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.windows import ROLLUP, current_window
 
+pytestmark = pytest.mark.backends
+
 NUMERIC = {
     "name": "usage-numbers", "version": 1, "epsilon": 4.0, "window": "day",
     "attributes": [

@@ -5,7 +5,8 @@
 - :func:`translating`: a driver's errors leave a store's methods as the store's own;
 - :func:`schema_key_ok`: the names and versions a schema lookup can match at all;
 - the SQL both dialects share, written with a placeholder mark (``?`` for SQLite, ``%s`` for
-  psycopg): :func:`stale_windows_sql`, :func:`estimates_sql`, :func:`activity_sql`, and the
+  psycopg): :func:`stale_windows_sql`, :func:`smallest_windows_sql`, :func:`estimates_sql`,
+  :func:`activity_sql`, and the
   retention job, :func:`expire`.
 """
 
@@ -116,6 +117,13 @@ def stale_windows_sql(mark: str) -> str:
             'SELECT DISTINCT schema, version, "window", CAST(NULL AS BIGINT) FROM estimates e WHERE confidence != ' + mark
             + ' AND NOT EXISTS (SELECT 1 FROM dirty d WHERE (d.schema, d.version, d."window") '
             '= (e.schema, e.version, e."window")) ORDER BY 1, 2, 3')
+
+
+def smallest_windows_sql(mark: str) -> str:
+    """Each attribute's ``n`` in its smallest retained window of one schema version (parameters
+    schema, version, :data:`ROLLUP`): what a memoised attribute's rollup interval is made from."""
+    return (f'SELECT attribute, min(n) FROM totals WHERE schema = {mark} AND version = {mark} AND "window" != {mark} '
+            'GROUP BY attribute')
 
 
 def estimates_sql(query: EstimatesQuery, mark: str) -> tuple[str, list[Any]]:

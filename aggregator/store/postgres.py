@@ -53,7 +53,7 @@ from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
 from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, stale_windows_sql, translating)
+                     fold, schema_key_ok, smallest_windows_sql, stale_windows_sql, translating)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -319,7 +319,8 @@ class PostgresStore(Store):
                         'AND "window" = %s', key):
                     # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
                     amounts.setdefault(attribute, {})[value] = int(amount) if amount.is_integer() else amount
-                out[window] = WindowCounters(totals, amounts)
+                smallest = {} if window != ROLLUP else dict(conn.execute(smallest_windows_sql("%s"), key).fetchall())
+                out[window] = WindowCounters(totals, amounts, smallest)
         return out
 
     @_translated

@@ -30,7 +30,7 @@ from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
 from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, stale_windows_sql, translating)
+                     fold, schema_key_ok, smallest_windows_sql, stale_windows_sql, translating)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -339,9 +339,7 @@ class SQLiteStore(Store):
                         'SELECT attribute, value, amount FROM counters WHERE schema = ? AND version = ? '
                         'AND "window" = ?', key):
                     amounts.setdefault(attribute, {})[value] = amount
-                smallest = {} if window != ROLLUP else dict(conn.execute(
-                    'SELECT attribute, min(n) FROM totals WHERE schema = ? AND version = ? AND "window" != ? '
-                    'GROUP BY attribute', key))
+                smallest = {} if window != ROLLUP else dict(conn.execute(smallest_windows_sql("?"), key))
                 out[window] = WindowCounters(totals, amounts, smallest)
         return out
 
