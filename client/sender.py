@@ -58,14 +58,7 @@ class Pending(NamedTuple):
     expires: float  # time.monotonic() after which it is dropped
 
 
-class _Wake:
-    """Put by flush() and stop(): marked ``seen`` at the end of the turn that took it."""
-
-    __slots__ = ("seen",)
-
-    def __init__(self) -> None:
-        self.seen = False
-
+_WAKE = object()  # put by stop(): take a turn now
 
 class Sender(threading.Thread):
     """Delivers what ``record()`` queues. Stop it with :meth:`stop`; it never raises into the app."""
@@ -77,8 +70,11 @@ class Sender(threading.Thread):
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=settings.max_outbox + settings.max_pending + 1)
         self._held = 0  # pending records in the queue or in _pending: at most max_pending
         self._held_lock = threading.Lock()
-        self._progress = threading.Condition()  # notified after every turn, for flush()
-        self.settled = True  # at the end of the last turn: nothing queued, pending or in the outbox
+        # Guards `settled` (and is notified after every turn, for flush()): a producer clears it
+        # as it puts, the sender sets it only when it sees the queue empty, both under this lock,
+        # so it is never True while a record is on its way.
+        self._progress = threading.Condition(threading.Lock())
+        self.settled = True  # nothing queued, pending, or in the outbox
         self._outbox = outbox
         self._ledger = ledger
         self._source = source
@@ -90,7 +86,6 @@ class Sender(threading.Thread):
         self.batch_limit = settings.max_batch
         self._fresh: list[dict[str, Any]] = []  # reports taken from the queue, not yet in the outbox
         self._pending: list[Pending] = []
-        self._woken: list[_Wake] = []
         self._now = time.monotonic()
         self._schema_due = self._now if source.fetched else float("inf")
         self._schema_attempt = 0
@@ -104,10 +99,12 @@ class Sender(threading.Thread):
 
     def put(self, report: dict[str, Any]) -> bool:
         """Queue a randomised report; False when the queue is full (the sender is stuck)."""
-        try:
-            self._queue.put_nowait(report)
-        except queue.Full:
-            return False
+        with self._progress:
+            self.settled = False
+            try:
+                self._queue.put_nowait(report)
+            except queue.Full:
+                return False
         return True
 
     def hold(self, values: dict[str, Any], made: datetime) -> bool:
@@ -126,13 +123,8 @@ class Sender(threading.Thread):
         """Wait up to ``timeout`` seconds until everything queued before the call is delivered,
         dropped as invalid or expired; True when nothing is left."""
         deadline = time.monotonic() + timeout
-        wake = _Wake()
-        try:
-            self._queue.put(wake, timeout=min(timeout, MAX_WAIT))
-        except queue.Full:
-            return False
         with self._progress:
-            while not (wake.seen and self.settled):
+            while not self.settled:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.is_alive():
                     return False
@@ -146,7 +138,7 @@ class Sender(threading.Thread):
         self._stop_by = time.monotonic() + timeout
         self._stopping.set()
         try:
-            self._queue.put_nowait(_Wake())
+            self._queue.put_nowait(_WAKE)
         except queue.Full:
             pass  # the sender has a turn to take anyway
 
@@ -199,9 +191,9 @@ class Sender(threading.Thread):
                 return
 
     def _accept(self, item: Any) -> None:
-        if isinstance(item, _Wake):
-            self._woken.append(item)
-        elif isinstance(item, Pending):
+        if item is _WAKE:
+            return
+        if isinstance(item, Pending):
             self._pending.append(item)
         else:
             self._fresh.append(item)
@@ -348,9 +340,6 @@ class Sender(threading.Thread):
         with self._progress:
             self.settled = (self._queue.empty() and not self._fresh and not self._pending
                             and self._outbox.count == 0)
-            for wake in self._woken:
-                wake.seen = True
-            self._woken = []
             self._progress.notify_all()
 
     def _done(self) -> bool:

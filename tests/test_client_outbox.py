@@ -36,10 +36,10 @@ def record_hours(client: TelemetryClient, clock: Clock, hours: int) -> list[str]
 
 def test_reports_survive_a_restart_and_only_randomised_reports_are_stored(tmp_path):
     endpoint, clock = closed_endpoint(), Clock()
-    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     windows = record_hours(first, clock, 4)
     first.close(timeout=0)
-    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     windows += record_hours(second, clock, 2)
     second.close(timeout=0)
     rows = outbox_rows(second.outbox_path)
@@ -52,10 +52,10 @@ def test_reports_survive_a_restart_and_only_randomised_reports_are_stored(tmp_pa
 def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="ldp_telemetry.client")
     endpoint, clock = closed_endpoint(), Clock()
-    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock, max_outbox=3)
     windows = record_hours(first, clock, 3)
     first.close(timeout=0)
-    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock, max_outbox=3)
     windows += record_hours(second, clock, 2)
     second.close(timeout=0)
     assert [r["window"] for r in outbox_rows(second.outbox_path)] == windows[-3:]
@@ -64,12 +64,12 @@ def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, capl
 
 def test_an_outbox_is_per_endpoint_but_the_ledger_is_per_device(tmp_path):
     clock = Clock()
-    first = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    first = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     assert first.record(RECORD).queued
     first.close(timeout=0)
     # Pointing the app at another server does not reset the budget spent in this window,
     # and the other server's client does not send the first one's reports.
-    other = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    other = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     assert "already reported" in other.record(RECORD).reason
     assert other.flush(timeout=0)  # nothing of its own to send
     other.close(timeout=0)
@@ -85,7 +85,7 @@ def test_no_true_value_reaches_the_outbox_files_or_the_logs(tmp_path, caplog):
          "categories": [f"{marker}-{i}" for i in range(6)]}]}
     caplog.set_level(logging.DEBUG)
     clock = Clock()
-    client = TelemetryClient(closed_endpoint(), schema, max_epsilon=1, data_dir=tmp_path, clock=clock,
+    client = TelemetryClient(closed_endpoint(), schema, max_epsilon=1, max_epsilon_per_day=24, data_dir=tmp_path, clock=clock,
                              backoff_base=0.01, backoff_cap=0.02)
     for i in range(20):
         assert client.record({"site": f"{marker}-{i % 6}"}).queued
