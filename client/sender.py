@@ -74,7 +74,7 @@ class Sender(threading.Thread):
         # as it puts, the sender sets it only when it sees the queue empty, both under this lock,
         # so it is never True while a record is on its way.
         self._progress = threading.Condition(threading.Lock())
-        self.settled = True  # nothing queued, pending, or in the outbox
+        self.settled = outbox.count == 0  # nothing queued, pending, or in the outbox
         self._outbox = outbox
         self._ledger = ledger
         self._source = source
