@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any, Iterable, Mapping
 
 from ldp_telemetry.shared.reports import EPSILON_TOLERANCE
-from ldp_telemetry.shared.windows import day_of, overlaps
+from ldp_telemetry.shared.windows import day_of, overlapping
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS ledger (schema TEXT NOT NULL, window TEXT NOT NULL, epsilon REAL NOT NULL,
@@ -37,9 +37,10 @@ _DAY_END = "U"
 def refusal(day: Mapping[str, float], window: str, epsilon: float, per_day: float) -> str | None:
     """Why a report of ``epsilon`` in ``window`` may not be made, given the windows already spent
     that UTC day (``{window: ε}``); None when it may."""
-    if any(overlaps(window, spent) for spent in day):
-        return f"already reported in window {window} (one report per schema per window; a day and its hours overlap)"
-    total = sum(day.values())
+    for name in overlapping(window):
+        if name in day:
+            return f"already reported in window {window} (one report per schema per window; a day and its hours overlap)"
+    total = sum(day.values()) if day else 0.0
     if total + epsilon > per_day + EPSILON_TOLERANCE:
         return (f"the daily cap: epsilon {total:g} already spent on {day_of(window)} (UTC) and this report "
                 f"would spend {epsilon:g} more, over max_epsilon_per_day {per_day:g}")

@@ -47,12 +47,13 @@ def _window_by_index(index: int, kind: str) -> str:
     return window_of(datetime.fromtimestamp(index * LENGTH[kind].total_seconds(), timezone.utc), kind)
 
 
-def overlaps(a: str, b: str) -> bool:
-    """Whether windows ``a`` and ``b`` overlap in time: the same window, or a day and one of its
-    hours (a day's name is a prefix of its hours' names). The client's ledger counts an
-    overlapping window as spent, so moving a schema between day and hour windows buys no second
-    report for the same time."""
-    return a.startswith(b) or b.startswith(a)
+def overlapping(name: str) -> tuple[str, ...]:
+    """The window names whose time overlaps window ``name``: itself, and its day (for an hour) or
+    its 24 hours (for a day). The client's ledger counts all of them as spent, so moving a schema
+    between day and hour windows buys no second report for the same time."""
+    if len(name) > 10:  # YYYY-MM-DDTHH
+        return (name, name[:10])
+    return (name, *(f"{name}T{hour:02d}" for hour in range(24)))
 
 
 def day_of(name: str) -> str:
