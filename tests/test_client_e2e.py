@@ -15,6 +15,7 @@ from client_support import BOOL_AND_OS, Clock, FlaskTransport, hours_ago
 from conftest import ADMIN, APP_USAGE, publish
 from ldp_telemetry.client import TelemetryClient
 from ldp_telemetry.shared import mechanisms, parse_schema
+from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
 ENDPOINT = "http://aggregator.test"
 RECORD = {"dark_mode": True, "os": "linux"}
@@ -342,3 +343,14 @@ def test_an_hour_already_spent_blocks_its_day(app, client):
     with TelemetryClient(ENDPOINT, APP_USAGE, max_epsilon=4, data_dir=app.instance_path + "/a", transport=transport,
                          clock=clock) as telemetry:
         assert not telemetry.record(RECORD).queued  # an hour of this day was spent: the day is too
+
+
+def test_batches_name_at_most_the_windows_the_server_takes(app, client):
+    # 40 reports in 40 hourly windows wait in the outbox: the server refuses a batch naming more
+    # than MAX_BATCH_WINDOWS windows (400), so the client splits them.
+    publish(client, BOOL_AND_OS)
+    transport = FlaskTransport(client)
+    queue_offline(app.instance_path, transport, list(range(40)))
+    deliver(app.instance_path, transport)
+    assert transport.batch_sizes == [MAX_BATCH_WINDOWS, 40 - MAX_BATCH_WINDOWS]
+    assert len(stored_reports(app.config["LDP_DB"])) == 40
