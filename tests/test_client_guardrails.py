@@ -207,3 +207,25 @@ def test_ledger_entries_older_than_the_kept_span_are_forgotten(make_client):
     first.close(timeout=0)
     later = make_client(clock=Clock(datetime(2025, 3, 1, tzinfo=timezone.utc)))  # 425 days after the first
     assert windows_spent(later) == {"app-usage": {"2024-04-10": 2.0}}
+
+
+def test_a_memoised_schema_uses_the_devices_secret_kept_in_the_data_folder(make_client, tmp_path):
+    import os
+    import stat
+
+    memoised = {**DAY, "epsilon": 1.0, "epsilon_permanent": 3.0}
+    clock = Clock(datetime(2026, 11, 21, tzinfo=timezone.utc))
+    first = make_client(memoised, clock=clock)
+    assert first.record({"dark_mode": True, "os": "linux"}).queued
+    first.close(timeout=0)
+    secret_file = tmp_path / "data" / "device-secret"
+    secret = secret_file.read_bytes()
+    assert len(secret) == 32 and stat.S_IMODE(os.stat(secret_file).st_mode) == 0o600
+    clock.advance(days=1)
+    again = make_client(memoised, clock=clock)  # a restart: the same device, the same secret
+    assert again.record({"dark_mode": True, "os": "linux"}).queued
+    again.close(timeout=0)
+    assert secret_file.read_bytes() == secret
+    rows = sqlite3.connect(again.outbox_path).execute("SELECT body FROM outbox").fetchall()
+    assert [shared.validate_report(json.loads(b), shared.parse_schema(memoised)).window for (b,) in rows] == [
+        "2026-11-21", "2026-11-22"]
