@@ -263,22 +263,8 @@ def test_flush_and_wait_take_an_unbounded_timeout(tmp_path, timeout):
         assert client.flush(timeout)
 
 
-class Scripted(BaseHTTPRequestHandler):
+class Scripted(Hostile):
     """Answers every request with ``server.answer(handler)``; records (method, path)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def send(self, status, body=b"", headers=()):
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         self.server.requests.append(("GET", self.path))
