@@ -216,7 +216,8 @@ def _record_round(calls: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
         # Nothing listens on port 9: the sender backs off in the background; record() must not care.
-        with TelemetryClient("http://127.0.0.1:9", schema, max_epsilon=10, data_dir=folder,
+        # A new hour each call: the daily cap must allow every hour of a day.
+        with TelemetryClient("http://127.0.0.1:9", schema, max_epsilon=10, max_epsilon_per_day=24 * 10, data_dir=folder,
                              clock=lambda: current[0], max_outbox=10 * calls, close_timeout=0.1) as client:
             for label, advance in (("queued", True), ("suppressed", False)):
                 # Wall time is what the app waits, including for the GIL while the sender thread

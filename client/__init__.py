@@ -7,9 +7,11 @@ carry reports themselves. Needs nothing beyond ``requests`` and the standard lib
 
 from ldp_telemetry.shared import randomize
 
-from .client import RecordResult, TelemetryClient
+from .client import TelemetryClient
+from .options import OPTIONS
+from .recorder import RecordResult
 from .datadir import default_data_dir
 from .transport import RequestsTransport, Response, Transport
 
-__all__ = ["RecordResult", "RequestsTransport", "Response", "TelemetryClient", "Transport",
+__all__ = ["OPTIONS", "RecordResult", "RequestsTransport", "Response", "TelemetryClient", "Transport",
            "default_data_dir", "randomize"]

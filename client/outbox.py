@@ -1,10 +1,11 @@
 """The durable outbox: randomised reports waiting to be sent, the ledger, the cached schema.
 
-One SQLite file per schema (standard library ``sqlite3``, WAL). The ledger is the device's, per
-schema, whichever server the reports go to; each report is kept for the endpoint it was made
-for, and a client sends only its own endpoint's. Only randomised reports are ever written
-here; a true value never is. A report and its ledger entry are committed in one transaction, so
-a crash can lose a report that was never sent, but never forget a window that was spent.
+One SQLite file per schema (standard library ``sqlite3``, WAL). The ledger (:mod:`.ledger`, which
+owns its rules and its table) is the device's, per schema, whichever server the reports go to;
+each report is kept for the endpoint it was made for, and a client sends only its own
+endpoint's. Only randomised reports are ever written here; a true value never is. A report and
+its ledger row are committed in one transaction, so a crash can lose a report that was never
+sent, but never forget a window that was spent. Only the sender thread writes reports here.
 """
 
 from __future__ import annotations
@@ -17,19 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ldp_telemetry.shared import windows
+from . import ledger
 
 LOG = logging.getLogger("ldp_telemetry.client")
+_CHUNK = 500  # SQL variables per statement: old SQLite builds allow 999
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoint TEXT NOT NULL,
-                                   body TEXT NOT NULL);
+                                   body TEXT NOT NULL, size INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS outbox_endpoint ON outbox (endpoint, seq);
-CREATE TABLE IF NOT EXISTS ledger (schema TEXT NOT NULL, window TEXT NOT NULL, epsilon REAL NOT NULL,
-                                   PRIMARY KEY (schema, window));
 CREATE TABLE IF NOT EXISTS schemas (endpoint TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL,
                                     PRIMARY KEY (endpoint, name));
-"""
+""" + ledger.TABLE
 
 
 @dataclass(frozen=True)
@@ -37,17 +37,19 @@ class Appended:
     """What :meth:`Outbox.append` did with the reports it was given."""
 
     stored: int
-    already_spent: int  # another client on this outbox had already reported in that window
-    evicted: int  # oldest reports dropped to keep the outbox within its bound
+    refused: dict[str, int]  # the ledger on disk refused these (another process spent first): reason -> count
+    evicted: int  # oldest reports dropped to keep the outbox within its bounds
 
 
 class Outbox:
-    """A bounded FIFO of randomised reports for ``endpoint`` on disk, shared safely by threads."""
+    """A FIFO of randomised reports for ``endpoint`` on disk, bounded in count and in bytes,
+    shared safely by threads and by processes."""
 
-    def __init__(self, path: Path, endpoint: str, *, max_reports: int):
+    def __init__(self, path: Path, endpoint: str, *, max_reports: int, max_bytes: int):
         self.path = path
         self.endpoint = endpoint
         self.max_reports = max_reports
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
         try:
@@ -56,76 +58,112 @@ class Outbox:
             # last commits, and those reports were never acknowledged, so nothing is double-counted.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_TABLES)
-            self.count: int = self._db.execute(
-                "SELECT COUNT(*) FROM outbox WHERE endpoint = ?", (endpoint,)
-            ).fetchone()[0]
+            if "size" not in {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}:  # an older file
+                self._db.execute("ALTER TABLE outbox ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
+            self._db.execute("UPDATE outbox SET size = length(CAST(body AS BLOB)) WHERE size = 0")
+            self.count, self.bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE endpoint = ?", (endpoint,)
+            ).fetchone()
         except BaseException:
             self._db.close()
             raise
 
-    def ledger(self, since: str) -> dict[tuple[str, str], float]:
-        """Every (schema, window) a report was recorded in, with the ε it spent, from the window
-        ``since`` on; older entries are deleted (window names sort in time order)."""
+    def ledger_rows(self, since: str) -> list[tuple[str, str, float]]:
+        """Every (schema, window, ε) the ledger holds from the window ``since`` on; older rows
+        are deleted (window names sort in time order)."""
         with self._lock:
-            self._db.execute("DELETE FROM ledger WHERE window < ?", (since,))
-            rows = self._db.execute("SELECT schema, window, epsilon FROM ledger").fetchall()
-        return {(schema, window): epsilon for schema, window, epsilon in rows}
+            self._db.execute('DELETE FROM ledger WHERE "window" < ?', (since,))
+            return self._db.execute('SELECT schema, "window", epsilon FROM ledger').fetchall()
 
-    def append(self, reports: list[dict[str, Any]]) -> Appended:
-        """Store ``reports`` with their ledger entries, then evict the oldest beyond the bound."""
-        stored = spent = evicted = 0
+    def append(self, reports: list[dict[str, Any]], spending: ledger.Ledger) -> Appended:
+        """Store ``reports``, each only if ``spending`` commits its ledger row in the same
+        transaction, then evict the oldest beyond the bounds."""
+        stored = evicted = added = 0
+        refused: dict[str, int] = {}
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for report in reports:
-                    if self._spent(report["schema"], report["window"]):
-                        spent += 1
+                    reason = spending.commit(self._db, report)
+                    if reason is not None:
+                        refused[reason] = refused.get(reason, 0) + 1
                         continue
-                    self._db.execute("INSERT INTO ledger VALUES (?, ?, ?)",
-                                     (report["schema"], report["window"], report["epsilon"]))
-                    self._db.execute("INSERT INTO outbox (endpoint, body) VALUES (?, ?)", (self.endpoint, _dumps(report)))
+                    body = _dumps(report)
+                    size = len(body.encode("utf-8"))
+                    self._db.execute("INSERT INTO outbox (endpoint, body, size) VALUES (?, ?, ?)",
+                                     (self.endpoint, body, size))
                     stored += 1
-                evicted = max(0, self.count + stored - self.max_reports)
-                if evicted:
-                    self._db.execute(
-                        "DELETE FROM outbox WHERE seq IN "
-                        "(SELECT seq FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?)", (self.endpoint, evicted)
-                    )
+                    added += size
+                evicted, freed = self._evict(self.count + stored, self.bytes + added)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self.count += stored - evicted
-        return Appended(stored, spent, evicted)
+            self.bytes += added - freed
+        return Appended(stored, refused, evicted)
 
-    def _spent(self, schema: str, window: str) -> bool:
-        """Whether any client on this file reported in ``window`` or a window overlapping it."""
-        names = windows.overlapping(window)
-        marks = ",".join("?" * len(names))
-        return self._db.execute(f"SELECT 1 FROM ledger WHERE schema = ? AND window IN ({marks}) LIMIT 1",
-                                (schema, *names)).fetchone() is not None
+    def _evict(self, count: int, size: int) -> tuple[int, int]:
+        """Delete the oldest reports until ``count`` reports of ``size`` bytes fit the bounds."""
+        if count <= self.max_reports and size <= self.max_bytes:
+            return 0, 0
+        doomed, freed = [], 0
+        for seq, bytes_ in self._db.execute("SELECT seq, size FROM outbox WHERE endpoint = ? ORDER BY seq",
+                                            (self.endpoint,)):
+            if count - len(doomed) <= self.max_reports and size - freed <= self.max_bytes:
+                break
+            doomed.append((seq,))
+            freed += bytes_
+        self._db.executemany("DELETE FROM outbox WHERE seq = ?", doomed)
+        return len(doomed), freed
 
-    def peek(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
-        """The oldest ``limit`` reports, as ``(seq, report)``, left in place until removed."""
+    def peek(self, *, limit: int, max_bytes: int, max_windows: int) -> list[tuple[int, dict[str, Any]]]:
+        """The oldest reports, as ``(seq, report)``, left in place until removed: at most ``limit``
+        of them, naming at most ``max_windows`` windows, and (but for a first report that is
+        bigger on its own) at most ``max_bytes`` as a ``{"reports": [...]}`` body."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, body FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
+                "SELECT seq, body, size FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
             ).fetchall()
-        reports, unreadable = [], []
-        for seq, body in rows:
+        reports: list[tuple[int, dict[str, Any]]] = []
+        unreadable, windows = [], set()
+        total = len('{"reports":[]}')
+        for seq, body, size in rows:
             report = _loads(body)
-            (reports.append((seq, report)) if isinstance(report, dict) else unreadable.append(seq))
+            if not isinstance(report, dict):
+                unreadable.append(seq)
+                continue
+            window = report.get("window")
+            if reports and (total + size + 1 > max_bytes or (window not in windows and len(windows) >= max_windows)):
+                break
+            windows.add(window)
+            total += size + 1
+            reports.append((seq, report))
         if unreadable:  # a damaged row must not stop the sender for good: it would block every later report
             LOG.error("dropped %d unreadable report(s) from the outbox %s", len(unreadable), self.path)
             self.remove(unreadable)
-            return reports or self.peek(limit)
+            return reports or self.peek(limit=limit, max_bytes=max_bytes, max_windows=max_windows)
         return reports
 
     def remove(self, seqs: list[int]) -> None:
         """Delete reports the server acknowledged or rejected for good."""
+        count = size = 0
         with self._lock:
-            deleted = self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs]).rowcount
-            self.count -= deleted
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(seqs), _CHUNK):
+                    chunk = seqs[start:start + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    found, freed = self._db.execute(
+                        f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE seq IN ({marks})", chunk).fetchone()
+                    self._db.execute(f"DELETE FROM outbox WHERE seq IN ({marks})", chunk)
+                    count, size = count + found, size + freed
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self.count -= count
+            self.bytes -= size
 
     def cached_schema(self, name: str) -> dict[str, Any] | None:
         """The schema called ``name`` as last fetched from this endpoint, if any."""

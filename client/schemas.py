@@ -1,9 +1,10 @@
-"""The schema the client records under, and the budget guardrail that refuses a greedy one.
+"""The schema the client records under, and the guardrails that refuse a greedy or huge one.
 
 Given in code, a schema is checked once, at construction. Given by name, it is fetched from the
 server in the background and cached in the outbox file, so the client works when the server is
 down at start-up; the cached copy is used until a fetch succeeds. The client trusts no server: a
-schema asking for more ε per report than the app's ``max_epsilon`` is refused, whoever sent it.
+schema asking for more ε per report than the app's ``max_epsilon``, or whose report could be
+bigger than ``max_report_bytes``, is refused, whoever sent it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import threading
 from typing import Any, Mapping
 from urllib.parse import quote
 
-from ldp_telemetry.shared import Schema, parse_schema
+from ldp_telemetry.shared import Schema, parse_schema, validate_record
+from ldp_telemetry.shared.reports import max_report_bytes
 from ldp_telemetry.shared.schema import NAME_RE
 
 from . import retry
 from .outbox import Outbox
-from .transport import Transport
+from .transport import Transport, shown
 
 LOG = logging.getLogger("ldp_telemetry.client")
 
@@ -30,6 +32,15 @@ def check_budget(schema: Schema, max_epsilon: float) -> None:
             f"schema {schema.name!r} version {schema.version} spends epsilon {schema.epsilon:g} per report, "
             f"more than this app's max_epsilon {max_epsilon:g}: refused, nothing will be recorded under it"
         )
+
+
+def check_size(schema: Schema, most: int) -> None:
+    """``ValueError`` if a report of ``schema`` could take more than ``most`` bytes: a server
+    could otherwise make every record cost milliseconds and fill the outbox in a few reports."""
+    size = max_report_bytes(schema)
+    if size > most:
+        raise ValueError(f"schema {schema.name!r} version {schema.version} makes reports of up to {size} bytes, "
+                         f"more than this app's max_report_bytes {most}: refused, nothing will be recorded under it")
 
 
 def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
@@ -44,9 +55,10 @@ def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
 class SchemaSource:
     """Holds :attr:`current`, the schema in use (None until one is known and within budget)."""
 
-    def __init__(self, spec: str | Mapping[str, Any] | Schema, *, max_epsilon: float):
-        """Raises ``ValueError`` for a bad name, or a schema given in code that is invalid or greedy."""
+    def __init__(self, spec: str | Mapping[str, Any] | Schema, *, max_epsilon: float, max_report_bytes: int):
+        """Raises ``ValueError`` for a bad name, or a schema given in code that is invalid, greedy or huge."""
         self.max_epsilon = max_epsilon
+        self.max_report_bytes = max_report_bytes
         self.name = schema_name(spec)
         self.fetched = isinstance(spec, str)
         self.current: Schema | None = None
@@ -54,10 +66,42 @@ class SchemaSource:
         self.refusal: str | None = None  # why the last schema offered was refused
         self.known = threading.Event()  # set once a schema is in use or one was refused
         self._outbox: Outbox | None = None
+        self._older_versions_used: set[int] = set()  # warned about once each
         if not self.fetched:
             schema = parse_schema(spec)
-            check_budget(schema, max_epsilon)  # given in code: the app hears at once
+            self._check(schema)  # given in code: the app hears at once
             self._use(schema)
+
+    def _check(self, schema: Schema) -> None:
+        check_budget(schema, self.max_epsilon)
+        check_size(schema, self.max_report_bytes)
+
+    def fitting(self, values: Mapping[str, Any]) -> tuple[Schema, dict[str, Any]]:
+        """The schema to record ``values`` under and their true values as the encoders take them.
+
+        The current schema; or, when the record does not fit it but fits the version in use
+        before (the server published attributes this app does not send yet), that one, still
+        valid on the server, with one warning per version. ``ValueError`` (the current schema's
+        complaint, naming the attribute, never the value) when neither fits.
+        """
+        current = self.current
+        if current is None:
+            raise ValueError(self.unavailable)
+        try:
+            return current, validate_record(current, values)
+        except ValueError:
+            previous = self.previous
+            try:
+                truth = validate_record(previous, values) if previous is not None else None
+            except ValueError:
+                truth = None
+            if previous is None or truth is None:
+                raise  # the current schema's complaint
+            if previous.version not in self._older_versions_used:
+                self._older_versions_used.add(previous.version)
+                LOG.warning("records fit schema %r version %d, not the server's newer version: recorded under %d",
+                            previous.name, previous.version, previous.version)
+            return previous, truth
 
     def attach(self, outbox: Outbox) -> None:
         """Cache fetched schemas in ``outbox``, and start from the copy cached there, if any."""
@@ -85,6 +129,10 @@ class SchemaSource:
         except Exception as exc:  # any failure of the network is retried later
             LOG.info("could not fetch schema %r: %s", self.name, type(exc).__name__)
             return False
+        if 300 <= response.status < 400:
+            LOG.warning("fetching schema %r answered HTTP %d: a redirect to another origin is not followed",
+                        self.name, response.status)
+            return False
         if response.status != 200:
             LOG.warning("fetching schema %r answered HTTP %d", self.name, response.status)
             return not (retry.is_retryable(response.status) or response.status == 404)
@@ -107,9 +155,10 @@ class SchemaSource:
             schema = parse_schema(definition)
             if schema.name != self.name:
                 raise ValueError(f"it is schema {schema.name!r}, not {self.name!r}")
-            check_budget(schema, self.max_epsilon)
+            self._check(schema)
         except ValueError as exc:
-            reason = f"schema {self.name!r} ({source}) refused: {exc}"
+            # The complaint may quote the server's text: shown escaped, since the app may log it.
+            reason = f"schema {self.name!r} ({source}) refused: {shown(exc, 500)}"
             LOG.error("%s", reason)
             if self.current is None:
                 self.refusal = reason

@@ -177,6 +177,17 @@ def encode_report(schema: Schema, truth: Mapping[str, int | bool | float], windo
     }
 
 
+def max_report_bytes(schema: Schema) -> int:
+    """The most characters the JSON text of one report of ``schema`` can take (default
+    separators, the longest id): the fields, plus every attribute's widest wire value under
+    ``split: "equal"``, or the widest one attribute under ``"sample"``."""
+    skeleton = {"id": "x" * 64, "schema": schema.name, "version": schema.version, "window": "0000-00-00T00",
+                "epsilon": schema.epsilon, "values": {}}
+    # Each attribute adds its name, ": " and its wire value, and ", " between it and the next.
+    widths = [len(json.dumps(a.name)) + 4 + a.mech.wire_bytes(a) for a in schema.attributes]
+    return len(json.dumps(skeleton)) + (max(widths) if schema.split == "sample" else sum(widths))
+
+
 def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     """Validate one report exactly as DESIGN.md specifies it; raise :class:`ReportError` if not.
 

@@ -49,11 +49,16 @@ def _window_by_index(index: int, kind: str) -> str:
 
 def overlapping(name: str) -> tuple[str, ...]:
     """The window names whose time overlaps window ``name``: itself, and its day (for an hour) or
-    its 24 hours (for a day). The ledger counts all of them as spent, so moving a schema between
-    day and hour windows buys no second report for the same time."""
+    its 24 hours (for a day). The client's ledger counts all of them as spent, so moving a schema
+    between day and hour windows buys no second report for the same time."""
     if len(name) > 10:  # YYYY-MM-DDTHH
         return (name, name[:10])
     return (name, *(f"{name}T{hour:02d}" for hour in range(24)))
+
+
+def day_of(name: str) -> str:
+    """The UTC day (``YYYY-MM-DD``) window ``name`` falls in: itself for a day, its date for an hour."""
+    return name[:10]
 
 
 def window_start(name: str, kind: str) -> datetime:

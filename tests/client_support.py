@@ -106,3 +106,9 @@ class DeadNetwork:
 def hours_ago(clock: Clock, hours: int) -> None:
     """Set ``clock`` to ``hours`` hours before the real now."""
     clock.now = datetime.now(timezone.utc) - timedelta(hours=hours)
+
+
+def windows_spent(client: Any) -> dict[str, dict[str, float]]:
+    """``{schema: {window: ε}}`` from ``client.privacy_spent()`` (which groups windows by UTC day)."""
+    return {schema: {w: e for day in days.values() for w, e in day["windows"].items()}
+            for schema, days in client.privacy_spent().items()}

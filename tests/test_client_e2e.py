@@ -15,10 +15,12 @@ from client_support import BOOL_AND_OS, Clock, FlaskTransport, hours_ago
 from conftest import ADMIN, APP_USAGE, publish
 from ldp_telemetry.client import TelemetryClient
 from ldp_telemetry.shared import mechanisms, parse_schema
+from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
 ENDPOINT = "http://aggregator.test"
 RECORD = {"dark_mode": True, "os": "linux"}
 FAST = {"backoff_base": 0.01, "backoff_cap": 0.1}  # real waits, kept short
+HOURLY = {"max_epsilon_per_day": 48.0}  # every hour of a day at ε 2 (the default cap is max_epsilon: 2 hours)
 
 
 def stored_versions(db_path) -> list[int]:
@@ -51,7 +53,7 @@ def queue_offline(data_dir, transport: FlaskTransport, hours: list[int]) -> list
     stop: the reports wait in the outbox, so the next client posts them as one batch."""
     transport.down, clock = True, Clock()
     with TelemetryClient(ENDPOINT, BOOL_AND_OS, max_epsilon=4, data_dir=data_dir, transport=transport,
-                         clock=clock, **FAST) as telemetry:
+                         clock=clock, **FAST, **HOURLY) as telemetry:
         windows = []
         for hour in hours:
             hours_ago(clock, hour)
@@ -76,7 +78,7 @@ def test_reports_arrive_once_and_the_estimates_move_toward_the_truth(app, client
     for device in range(devices):
         clock = Clock()
         with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path + f"/d{device}",
-                             transport=FlaskTransport(client), clock=clock) as telemetry:
+                             transport=FlaskTransport(client), clock=clock, **HOURLY) as telemetry:
             assert telemetry.wait_for_schema(10)
             for hour in range(hours):
                 hours_ago(clock, hour)
@@ -191,7 +193,7 @@ def test_over_real_http(live_server, tmp_path):
     requests.post(live_server.url + "/api/v1/schemas", json=BOOL_AND_OS, headers=ADMIN, timeout=10).raise_for_status()
     clock = Clock()
     with TelemetryClient(live_server.url, "app-usage", max_epsilon=4, data_dir=tmp_path / "device",
-                         clock=clock) as telemetry:
+                         clock=clock, **HOURLY) as telemetry:
         assert telemetry.wait_for_schema(10)
         for hour in range(20):
             hours_ago(clock, hour)
@@ -209,7 +211,7 @@ def test_an_outage_loses_nothing_and_counts_nothing_twice(live_server, tmp_path)
     made = []
     for run in range(2):  # two runs of the app while the server is down
         with TelemetryClient(live_server.url, "app-usage", max_epsilon=4, data_dir=device, clock=clock,
-                             **FAST) as telemetry:
+                             **FAST, **HOURLY) as telemetry:
             for hour in range(run * 15, run * 15 + 15):
                 hours_ago(clock, hour)
                 made.append(telemetry.record(RECORD).window)
@@ -341,3 +343,14 @@ def test_an_hour_already_spent_blocks_its_day(app, client):
     with TelemetryClient(ENDPOINT, APP_USAGE, max_epsilon=4, data_dir=app.instance_path + "/a", transport=transport,
                          clock=clock) as telemetry:
         assert not telemetry.record(RECORD).queued  # an hour of this day was spent: the day is too
+
+
+def test_batches_name_at_most_the_windows_the_server_takes(app, client):
+    # 40 reports in 40 hourly windows wait in the outbox: the server refuses a batch naming more
+    # than MAX_BATCH_WINDOWS windows (400), so the client splits them.
+    publish(client, BOOL_AND_OS)
+    transport = FlaskTransport(client)
+    queue_offline(app.instance_path, transport, list(range(40)))
+    deliver(app.instance_path, transport)
+    assert transport.batch_sizes == [MAX_BATCH_WINDOWS, 40 - MAX_BATCH_WINDOWS]
+    assert len(stored_reports(app.config["LDP_DB"])) == 40

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from client_support import BOOL_AND_OS, Clock, closed_endpoint
+from client_support import BOOL_AND_OS, Clock, closed_endpoint, windows_spent
 from ldp_telemetry import shared
 from ldp_telemetry.client import TelemetryClient, randomize
 
@@ -66,7 +66,7 @@ def test_record_is_queued_then_suppressed_in_the_same_window_and_allowed_in_the_
     assert not second and second.window == "2026-11-21" and "already reported" in second.reason
     clock.advance(hours=1)  # 2026-11-22T00:30
     assert client.record({"dark_mode": False, "os": "macos"}).queued
-    assert client.privacy_spent() == {"app-usage": {"2026-11-21": 2.0, "2026-11-22": 2.0}}
+    assert windows_spent(client) == {"app-usage": {"2026-11-21": 2.0, "2026-11-22": 2.0}}
 
 
 def test_the_ledger_survives_a_restart(make_client):
@@ -76,7 +76,7 @@ def test_the_ledger_survives_a_restart(make_client):
     first_run.close(timeout=0)
     restarted = make_client(clock=clock)
     assert "already reported" in restarted.record({"dark_mode": True, "os": "linux"}).reason
-    assert restarted.privacy_spent() == {"app-usage": {shared.current_window("day", clock.now): 2.0}}
+    assert windows_spent(restarted) == {"app-usage": {shared.current_window("day", clock.now): 2.0}}
 
 
 def test_two_clients_on_one_outbox_never_both_report_in_a_window(make_client):
@@ -206,4 +206,26 @@ def test_ledger_entries_older_than_the_kept_span_are_forgotten(make_client):
     first.record({"dark_mode": True, "os": "linux"})
     first.close(timeout=0)
     later = make_client(clock=Clock(datetime(2025, 3, 1, tzinfo=timezone.utc)))  # 425 days after the first
-    assert later.privacy_spent() == {"app-usage": {"2024-04-10": 2.0}}
+    assert windows_spent(later) == {"app-usage": {"2024-04-10": 2.0}}
+
+
+def test_a_memoised_schema_uses_the_devices_secret_kept_in_the_data_folder(make_client, tmp_path):
+    import os
+    import stat
+
+    memoised = {**DAY, "epsilon": 1.0, "epsilon_permanent": 3.0}
+    clock = Clock(datetime(2026, 11, 21, tzinfo=timezone.utc))
+    first = make_client(memoised, clock=clock)
+    assert first.record({"dark_mode": True, "os": "linux"}).queued
+    first.close(timeout=0)
+    secret_file = tmp_path / "data" / "device-secret"
+    secret = secret_file.read_bytes()
+    assert len(secret) == 32 and stat.S_IMODE(os.stat(secret_file).st_mode) == 0o600
+    clock.advance(days=1)
+    again = make_client(memoised, clock=clock)  # a restart: the same device, the same secret
+    assert again.record({"dark_mode": True, "os": "linux"}).queued
+    again.close(timeout=0)
+    assert secret_file.read_bytes() == secret
+    rows = sqlite3.connect(again.outbox_path).execute("SELECT body FROM outbox").fetchall()
+    assert [shared.validate_report(json.loads(b), shared.parse_schema(memoised)).window for (b,) in rows] == [
+        "2026-11-21", "2026-11-22"]

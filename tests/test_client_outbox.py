@@ -36,10 +36,10 @@ def record_hours(client: TelemetryClient, clock: Clock, hours: int) -> list[str]
 
 def test_reports_survive_a_restart_and_only_randomised_reports_are_stored(tmp_path):
     endpoint, clock = closed_endpoint(), Clock()
-    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     windows = record_hours(first, clock, 4)
     first.close(timeout=0)
-    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     windows += record_hours(second, clock, 2)
     second.close(timeout=0)
     rows = outbox_rows(second.outbox_path)
@@ -52,10 +52,10 @@ def test_reports_survive_a_restart_and_only_randomised_reports_are_stored(tmp_pa
 def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="ldp_telemetry.client")
     endpoint, clock = closed_endpoint(), Clock()
-    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    first = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock, max_outbox=3)
     windows = record_hours(first, clock, 3)
     first.close(timeout=0)
-    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock, max_outbox=3)
+    second = TelemetryClient(endpoint, BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock, max_outbox=3)
     windows += record_hours(second, clock, 2)
     second.close(timeout=0)
     assert [r["window"] for r in outbox_rows(second.outbox_path)] == windows[-3:]
@@ -64,12 +64,12 @@ def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, capl
 
 def test_an_outbox_is_per_endpoint_but_the_ledger_is_per_device(tmp_path):
     clock = Clock()
-    first = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    first = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     assert first.record(RECORD).queued
     first.close(timeout=0)
     # Pointing the app at another server does not reset the budget spent in this window,
     # and the other server's client does not send the first one's reports.
-    other = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, clock=clock)
+    other = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path, clock=clock)
     assert "already reported" in other.record(RECORD).reason
     assert other.flush(timeout=0)  # nothing of its own to send
     other.close(timeout=0)
@@ -85,7 +85,7 @@ def test_no_true_value_reaches_the_outbox_files_or_the_logs(tmp_path, caplog):
          "categories": [f"{marker}-{i}" for i in range(6)]}]}
     caplog.set_level(logging.DEBUG)
     clock = Clock()
-    client = TelemetryClient(closed_endpoint(), schema, max_epsilon=1, data_dir=tmp_path, clock=clock,
+    client = TelemetryClient(closed_endpoint(), schema, max_epsilon=1, max_epsilon_per_day=24, data_dir=tmp_path, clock=clock,
                              backoff_base=0.01, backoff_cap=0.02)
     for i in range(20):
         assert client.record({"site": f"{marker}-{i % 6}"}).queued
@@ -137,3 +137,75 @@ def test_an_unusable_outbox_never_breaks_the_app_and_records_nothing(tmp_path, c
         assert not result.queued and "cannot be used" in result.reason
         assert client.privacy_spent() == {}
     assert any(r.levelname == "ERROR" and "cannot be used" in r.getMessage() for r in caplog.records)
+
+
+def test_no_true_value_of_a_pending_record_reaches_the_files_or_the_debug_log(make_app, tmp_path, caplog):
+    # Records made before the schema is known are held in memory only. A fetched schema is cached
+    # on disk with its category names, so the markers here are values that never become reports:
+    # records that turn out not to fit, that expire, or that are pending when the client closes.
+    # (Records that fit are randomised like any other: the test above scans those.)
+    from conftest import publish
+
+    from client_support import FlaskTransport
+
+    marker = "truthmarker9c1d"
+    schema = {"name": "secrets", "version": 1, "epsilon": 1.0, "window": "day", "attributes": [
+        {"name": "site", "type": "categorical", "mechanism": "oue", "categories": [f"c{i}" for i in range(6)]},
+        {"name": "flag", "type": "boolean"}]}
+    caplog.set_level(logging.DEBUG)
+    app = make_app()
+    server = app.test_client()
+    transport = FlaskTransport(server)
+    data_dir = tmp_path / "device"
+    fast = {"backoff_base": 0.01, "backoff_cap": 0.05}
+    with TelemetryClient("http://aggregator.test", "secrets", max_epsilon=1, data_dir=data_dir, transport=transport,
+                         **fast) as client:
+        assert client.record({"site": f"{marker}-a", "flag": True}).pending  # not a category
+        assert client.record({"site": "c1", "flag": f"{marker}-b"}).pending  # not a boolean
+        assert client.record({"site": "c2", "flag": False}).pending  # fits: randomised, sent
+        publish(server, schema)
+        assert client.flush(10)
+    with TelemetryClient("http://aggregator.test", "other", max_epsilon=1, data_dir=data_dir, transport=transport,
+                         pending_timeout=0.2, **fast) as client:  # never published: expires
+        assert client.record({"site": f"{marker}-c"}).pending
+        assert client.flush(10)
+    transport.down = True
+    with TelemetryClient("http://aggregator.test", "third", max_epsilon=1, data_dir=data_dir, transport=transport,
+                         close_timeout=0.2, **fast) as client:  # pending when it closes
+        assert client.record({"site": f"{marker}-d"}).pending
+    files = [p for p in data_dir.iterdir()]
+    assert len(files) >= 4  # the outbox files of three schemas and the device's secret, at least
+    for path in files:
+        assert marker.encode() not in path.read_bytes(), path
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("site" in m and "pending" in m for m in logged) and any("flag" in m for m in logged)
+    assert not any(marker in m for m in logged)
+
+
+def test_the_client_keeps_no_reference_to_a_pending_records_values(app, client):
+    import gc
+    import weakref
+
+    from conftest import publish
+
+    from client_support import FlaskTransport
+
+    class Secret(str):
+        """A category name that can be weakly referenced."""
+
+    with TelemetryClient("http://aggregator.test", "app-usage", max_epsilon=4, data_dir=tmp_dir(app),
+                         transport=FlaskTransport(client), backoff_base=0.01, backoff_cap=0.05) as telemetry:
+        value = Secret("linux")
+        ref = weakref.ref(value)
+        assert telemetry.record({"dark_mode": True, "os": value}).pending
+        del value
+        gc.collect()
+        assert ref() is not None  # held, in memory, while the schema is unknown
+        publish(client)
+        assert telemetry.flush(10)
+        gc.collect()
+        assert ref() is None
+
+
+def tmp_dir(app) -> str:
+    return app.instance_path + "/device"

@@ -37,14 +37,14 @@ def answer(status: int, body=None, **headers: str) -> Response:
 
 def make(tmp_path, transport, waits, **options) -> TelemetryClient:
     options.setdefault("clock", Clock(NOON))
-    return TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+    return TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path,
                            transport=transport, sleep=waits.append, **options)
 
 
 def queue(client: TelemetryClient, count: int) -> None:
     for _ in range(count):
         assert client.record(RECORD).queued
-        client._clock.advance(hours=1)  # noqa: SLF001 - the clock the test handed in
+        client.settings.clock.advance(hours=1)
 
 
 def queue_offline(tmp_path, count: int) -> None:

@@ -11,12 +11,13 @@ import json
 import sqlite3
 import threading
 import time
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from client_support import BOOL_AND_OS, ScriptedTransport, closed_endpoint
+from client_support import BOOL_AND_OS, Clock, ScriptedTransport, closed_endpoint
 from ldp_telemetry.client import RequestsTransport, TelemetryClient
 from ldp_telemetry.client import transport as transport_module
 
@@ -260,3 +261,206 @@ def test_flush_and_wait_take_an_unbounded_timeout(tmp_path, timeout):
         assert client.wait_for_schema(timeout)
         assert client.record(RECORD).queued
         assert client.flush(timeout)
+
+
+class Scripted(Hostile):
+    """Answers every request with ``server.answer(handler)``; records (method, path)."""
+
+    def do_GET(self):
+        self.server.requests.append(("GET", self.path))
+        self.server.answer(self)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.requests.append(("POST", self.path))
+        self.server.answer(self)
+
+
+@pytest.fixture
+def serve():
+    """``serve(answer)``: a real HTTP server on 127.0.0.1 answering with ``answer(handler)``; its URL."""
+    servers = []
+
+    def start(answer):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+        server.daemon_threads = True
+        server.answer = answer
+        server.requests = []
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        server.url = f"http://127.0.0.1:{server.server_address[1]}"
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def schema_or(elsewhere):
+    """An answer: the schema at the redirect's target, ``elsewhere(handler)`` for any other path."""
+    def answer(handler):
+        if handler.path == "/moved/app-usage":
+            return handler.send(200, json.dumps(BOOL_AND_OS).encode())
+        return elsewhere(handler)
+    return answer
+
+
+def test_a_schema_redirect_to_another_origin_is_not_followed(tmp_path, serve, caplog):
+    other = serve(schema_or(lambda h: h.send(404, b"{}")))
+    hostile = serve(lambda h: h.send(302, headers=[("Location", other.url + "/moved/app-usage")]))
+    client = TelemetryClient(hostile.url, "app-usage", max_epsilon=4, data_dir=tmp_path, backoff_base=0.05,
+                             backoff_cap=0.1)
+    try:
+        assert not client.wait_for_schema(1)
+        assert other.requests == [] and hostile.requests  # asked, never followed
+        assert any("another origin is not followed" in r.getMessage() for r in caplog.records)
+    finally:
+        client.close(1)
+
+
+def test_a_schema_redirect_within_the_origin_is_followed(tmp_path, serve):
+    server = serve(schema_or(lambda h: h.send(301, headers=[("Location", "/moved/app-usage")])))
+    with TelemetryClient(server.url, "app-usage", max_epsilon=4, data_dir=tmp_path) as client:
+        assert client.wait_for_schema(10)
+
+
+@pytest.mark.parametrize("same_origin", [True, False])
+def test_a_post_is_redirected_only_within_the_origin_and_only_keeping_its_body(tmp_path, serve, same_origin):
+    target = serve(lambda h: h.send(202, ACK))
+    moved = (target.url if not same_origin else "") + "/api/v1/moved"
+
+    def answer(handler):
+        if handler.path == "/api/v1/moved":
+            return handler.send(202, ACK)
+        return handler.send(307, headers=[("Location", moved)])
+
+    server = serve(answer)
+    with TelemetryClient(server.url, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, backoff_base=0.05,
+                         backoff_cap=0.1) as client:
+        assert client.record(RECORD).queued
+        assert client.flush(1 if not same_origin else 10) is same_origin
+    assert (("POST", "/api/v1/moved") in server.requests) is same_origin
+    assert target.requests == []
+
+
+def drip(handler, what=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 400):
+    """Sends a byte every 0.25 s: each read gets data well within any per-read timeout."""
+    try:
+        for byte in what:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            time.sleep(0.25)
+    except OSError:
+        pass
+    handler.close_connection = True
+
+
+@pytest.mark.parametrize("method", ["post_json", "get_json"])
+def test_a_byte_dripping_server_cannot_hold_a_request_past_its_deadline(serve, method):
+    server = serve(drip)
+    transport = RequestsTransport()
+    args = (server.url + "/api/v1/reports", {"reports": []}) if method == "post_json" else (server.url + "/x",)
+    started = time.monotonic()
+    with pytest.raises(transport_module.DeadlineExceeded):
+        getattr(transport, method)(*args, 2)
+    # A 2 s deadline; the generous slack (3 s) is for a loaded machine. The drip alone would
+    # hold the request for 100 s (400 bytes at 4 a second), and used to.
+    assert time.monotonic() - started < 5
+    transport.close()
+
+
+def test_a_byte_dripping_body_is_cut_at_the_deadline_too(serve):
+    def answer(handler):
+        handler.send_response(202)
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        drip(handler, b" " * 1000)
+
+    server = serve(answer)
+    transport = RequestsTransport()
+    started = time.monotonic()
+    with pytest.raises(transport_module.DeadlineExceeded):
+        transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 2)
+    assert time.monotonic() - started < 5  # as above: 2 s, and slack for a loaded machine
+    transport.close()
+
+
+def test_server_text_is_escaped_before_it_reaches_the_log(tmp_path, serve, caplog):
+    forged = "no\nCRITICAL root: all reports deleted \x1b[2J"
+    body = json.dumps({"error": forged, "details": [{"index": 0, "field": "x\ny", "message": forged}]}).encode()
+    server = serve(lambda h: h.send(422, body))
+    with TelemetryClient(server.url, BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path) as client:
+        assert client.record(RECORD).queued
+        assert client.flush(10)
+    messages = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert messages and all("\n" not in m and "\x1b" not in m for m in messages)
+    assert any("no\\nCRITICAL" in m for m in messages)
+
+
+def test_a_schema_with_huge_reports_is_refused_like_a_greedy_one(tmp_path, serve):
+    # 64 attributes of 1,024 categories under OUE: ~197 KB a report, 8-14 ms a record() before.
+    huge = {"name": "app-usage", "version": 1, "epsilon": 4.0, "window": "day", "attributes": [
+        {"name": f"a{i}", "type": "categorical", "mechanism": "oue", "categories": [f"c{j}" for j in range(1024)]}
+        for i in range(64)]}
+    server = serve(lambda h: h.send(200, json.dumps(huge).encode()))
+    with TelemetryClient(server.url, "app-usage", max_epsilon=4, data_dir=tmp_path) as client:
+        with pytest.raises(ValueError, match="max_report_bytes"):
+            client.wait_for_schema(10)
+        result = client.record({f"a{i}": "c0" for i in range(64)})
+        assert not result.queued and not result.pending and "max_report_bytes" in result.reason
+    assert [r for r in server.requests if r[0] == "POST"] == []
+    with pytest.raises(ValueError, match="max_report_bytes"):  # given in code: at once
+        TelemetryClient(server.url, huge, max_epsilon=4, data_dir=tmp_path / "code")
+
+
+def test_the_report_size_bound_holds_for_real_reports():
+    from ldp_telemetry.shared import parse_schema, randomize
+    from ldp_telemetry.shared.reports import max_report_bytes
+
+    schema = parse_schema({"name": "s", "version": 7, "epsilon": 3.0, "window": "hour", "attributes": [
+        {"name": "b", "type": "boolean"},
+        {"name": "g", "type": "categorical", "mechanism": "grr", "categories": ["é" * 60, "x"]},
+        {"name": "o", "type": "categorical", "mechanism": "oue", "categories": [f"c{j}" for j in range(50)]}]})
+    record = {"b": False, "g": "é" * 60, "o": "c1"}
+    sizes = [len(json.dumps(randomize(schema, record))) for _ in range(200)]
+    assert max(sizes) <= max_report_bytes(schema)
+
+
+def test_batches_are_bounded_in_bytes(tmp_path):
+    clock = Clock(datetime(2026, 11, 21, tzinfo=timezone.utc))
+    with TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=48,
+                         data_dir=tmp_path, clock=clock, transport=DeadNetworkOnce()) as client:
+        for _ in range(30):
+            assert client.record(RECORD).queued
+            clock.advance(hours=1)
+    transport = ScriptedTransport()
+    with TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                         transport=transport, max_batch_bytes=4096, max_report_bytes=1024) as client:
+        assert client.flush(10)
+    sizes = [len(json.dumps({"reports": b}, separators=(",", ":"))) for b in transport.batches]
+    assert sum(len(b) for b in transport.batches) == 30 and len(sizes) > 1 and max(sizes) <= 4096
+
+
+def test_the_outbox_is_bounded_in_bytes_dropping_the_oldest(tmp_path, caplog):
+    clock = Clock(datetime(2026, 11, 21, tzinfo=timezone.utc))
+    with TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, max_epsilon_per_day=48, data_dir=tmp_path,
+                         clock=clock, max_outbox_bytes=1000, backoff_base=60) as client:
+        windows = []
+        for _ in range(12):
+            windows.append(client.record(RECORD).window)
+            clock.advance(hours=1)
+        client.flush(0.3)
+        path = client.outbox_path
+    db = sqlite3.connect(path)
+    kept = [json.loads(b)["window"] for (b,) in db.execute("SELECT body FROM outbox ORDER BY seq")]
+    assert sum(s for (s,) in db.execute("SELECT size FROM outbox")) <= 1000
+    assert kept == windows[-len(kept):] and 0 < len(kept) < 12  # the newest, in order
+    assert any("outbox is full" in r.getMessage() for r in caplog.records)
+
+
+class DeadNetworkOnce(ScriptedTransport):
+    """Every post fails: the reports stay in the outbox for the next client."""
+
+    def post_json(self, url, body, timeout):
+        raise ConnectionError("down")

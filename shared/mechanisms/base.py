@@ -98,6 +98,12 @@ class Mechanism(ABC):
         return attribute.keys
 
     @abstractmethod
+    def wire_bytes(self, attribute: Attribute) -> int:
+        """The most characters the JSON text of one wire value of ``attribute`` can take (with
+        ``json.dumps``' default separators, the wider ones): a device refuses a schema whose
+        reports would be too big to carry before it randomises anything."""
+
+    @abstractmethod
     def check(self, attribute: Attribute, reported: Any) -> None:
         """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
 

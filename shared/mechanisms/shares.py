@@ -24,6 +24,7 @@ that are not zero; the estimator and its interval are in :mod:`..estimators`.
 
 from __future__ import annotations
 
+import json
 import math
 from abc import abstractmethod
 from array import array
@@ -222,6 +223,9 @@ class BinaryRR(ShareMechanism):
     def _wire(self, attribute: Attribute, value: bool) -> bool:
         return value
 
+    def wire_bytes(self, attribute: Attribute) -> int:
+        return len("false")
+
     def check(self, attribute: Attribute, reported: Any) -> None:
         if not isinstance(reported, bool):
             raise WireError("must be JSON true or false")
@@ -280,6 +284,9 @@ class GeneralisedRR(ShareMechanism):
 
     def _wire(self, attribute: Attribute, value: int) -> str:
         return attribute.categories[value]
+
+    def wire_bytes(self, attribute: Attribute) -> int:
+        return max(len(json.dumps(c)) for c in attribute.categories)
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         if not isinstance(reported, str) or reported not in attribute.index_of:
@@ -341,6 +348,9 @@ class OptimisedUnaryEncoding(ShareMechanism):
 
     def _wire(self, attribute: Attribute, value: list[int]) -> list[int]:
         return value
+
+    def wire_bytes(self, attribute: Attribute) -> int:
+        return 3 * len(attribute.categories)  # "[0, 1, ..., 0]": three characters a bit
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         d = len(attribute.categories)

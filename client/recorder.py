@@ -1,0 +1,66 @@
+"""From a true record to a randomised report: the one path both ``record()`` and a pending
+record take, so that the schema, the window, the ledger and the coins are chosen the same way."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from ldp_telemetry.shared import windows
+from ldp_telemetry.shared.reports import encode_report
+
+from .ledger import Ledger
+from .schemas import SchemaSource
+
+QUEUED = "queued"
+
+
+class RecordResult:
+    """What :meth:`TelemetryClient.record` did: ``queued`` or not, and why (``reason``).
+
+    True in a boolean context when the report was queued. ``pending`` when the record waits in
+    memory for its schema (it is randomised, or dropped, when the schema arrives). ``window`` is
+    the window the report counts in (None while pending).
+    """
+
+    __slots__ = ("queued", "reason", "window", "pending")
+
+    def __init__(self, queued: bool, reason: str, window: str | None = None, *, pending: bool = False):
+        self.queued = queued
+        self.reason = reason
+        self.window = window
+        self.pending = pending
+
+    def __bool__(self) -> bool:
+        return self.queued
+
+    def __repr__(self) -> str:
+        return (f"RecordResult(queued={self.queued!r}, reason={self.reason!r}, window={self.window!r}"
+                + (", pending=True)" if self.pending else ")"))
+
+
+class Recorder:
+    """Randomises records under the schema :class:`SchemaSource` holds, within the :class:`Ledger`."""
+
+    def __init__(self, source: SchemaSource, ledger: Ledger, device_secret: bytes | None,
+                 clock: Callable[[], datetime] | None):
+        self._source = source
+        self._ledger = ledger
+        self._secret = device_secret
+        self._clock = clock
+
+    def now(self) -> datetime | None:
+        """The injected clock's time, or None for the real UTC now (cheaper than asking for it)."""
+        return self._clock() if self._clock is not None else None
+
+    def make(self, values: Mapping[str, Any], moment: datetime | None) -> tuple[dict[str, Any] | None, RecordResult]:
+        """The report of ``values`` made at ``moment`` (None: now) with the ledger's claim on its
+        window, or None and why not. ``ValueError`` naming the attribute (never the value) when
+        the record fits no schema in use; the caller :meth:`Ledger.release`\\ s the claim if it
+        cannot queue the report."""
+        schema, truth = self._source.fitting(values)
+        window = windows.current_window(schema.window, moment)
+        reason = self._ledger.claim(schema.name, window, schema.epsilon)
+        if reason is not None:
+            return None, RecordResult(False, reason, window)
+        return encode_report(schema, truth, window, device_secret=self._secret), RecordResult(True, QUEUED, window)
