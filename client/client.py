@@ -119,6 +119,25 @@ class TelemetryClient:
         the cap, "windows": {window: ε}}}}`` for every day this device reported in."""
         return self._ledger.spent()
 
+    def privacy_statement(self) -> str:
+        """What this device's reports under the current schema have cost, in plain words: ε per
+        report and, over time, W·ε for W windows reported in, or, for a memoised schema, at most
+        ε∞ about each value the device holds however many windows it reports in."""
+        schema = self._source.current
+        if schema is None:
+            return "No schema is known yet: nothing has been randomised or sent."
+        days = self.privacy_spent().get(schema.name, {})
+        windows = sum(len(day["windows"]) for day in days.values())
+        spent = sum(day["epsilon"] for day in days.values())
+        per_report = f"Each report of {schema.name} spends epsilon {schema.epsilon:g}"
+        if schema.epsilon_permanent is None:
+            return (f"{per_report}. This device has reported in {windows} window(s): epsilon {spent:g} in all, "
+                    f"and every further window adds {schema.epsilon:g}.")
+        return (f"{per_report}. Its answers are memoised: however many windows this device reports in "
+                f"({windows} so far), the server can learn at most epsilon {schema.epsilon_permanent:g} about "
+                f"any one value it holds; each other value it comes to hold can cost up to "
+                f"{schema.epsilon_permanent:g} more.")
+
     def wait_for_schema(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a schema to record under; True once there is one.
 

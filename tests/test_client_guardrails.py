@@ -229,3 +229,19 @@ def test_a_memoised_schema_uses_the_devices_secret_kept_in_the_data_folder(make_
     rows = sqlite3.connect(again.outbox_path).execute("SELECT body FROM outbox").fetchall()
     assert [shared.validate_report(json.loads(b), shared.parse_schema(memoised)).window for (b,) in rows] == [
         "2026-11-21", "2026-11-22"]
+
+
+def test_the_privacy_statement_says_what_reports_cost_over_time(make_client):
+    clock = Clock(datetime(2026, 11, 21, tzinfo=timezone.utc))
+    plain = make_client(clock=clock)
+    for _ in range(3):
+        assert plain.record({"dark_mode": True, "os": "linux"}).queued
+        clock.advance(days=1)
+    spent = sum(day["epsilon"] for day in plain.privacy_spent()["app-usage"].values())
+    assert f"reported in 3 window(s): epsilon {spent:g} in all" in plain.privacy_statement()
+    plain.close(timeout=0)
+    memoised = make_client({**DAY, "epsilon": 1.0, "epsilon_permanent": 3.0}, clock=clock)
+    assert memoised.record({"dark_mode": True, "os": "linux"}).queued
+    statement = memoised.privacy_statement()
+    assert "spends epsilon 1" in statement and "at most epsilon 3 about any one value" in statement
+    memoised.close(timeout=0)

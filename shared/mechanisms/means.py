@@ -194,6 +194,9 @@ class MeanMechanism(Mechanism):
                permanent: RandomSource | None = None) -> Any:
         return self.randomise(unit(attribute, truth), attribute.epsilon, source)
 
+    def wire_bytes(self, attribute: Attribute) -> int:
+        return len("-2.2250738585072014e-308")  # the longest JSON text of a double
+
     def check(self, attribute: Attribute, reported: Any) -> None:
         limit = self.bound(attribute.epsilon)
         if (isinstance(reported, bool) or not isinstance(reported, (int, float))
@@ -281,6 +284,9 @@ class Duchi(MeanMechanism):
     def randomise(self, t: float, epsilon: float, source: RandomSource) -> int:
         p, q = self.parameters(epsilon=epsilon)
         return int(bernoulli(hit_probability(p, q, (t + 1) / 2), source))
+
+    def wire_bytes(self, attribute: Attribute) -> int:
+        return 1
 
     def check(self, attribute: Attribute, reported: Any) -> None:
         if type(reported) is not int or reported not in (0, 1):
