@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import sqlite3
-from datetime import datetime, timezone
 
 import pytest
 from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, sql, store_of,
@@ -23,20 +22,10 @@ from ldp_telemetry.shared.windows import ROLLUP
 
 pytestmark = pytest.mark.backends
 
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
-TODAY, YESTERDAY = "2026-11-21", "2026-11-20"
+# The ingest tests' clock and app with the schema published: the same fixtures here.
+from test_agg_ingest import NOW, TODAY, app, client  # noqa: E402,F401
 
-
-@pytest.fixture
-def app(make_app):
-    return make_app(LDP_CLOCK=lambda: NOW)
-
-
-@pytest.fixture
-def client(app):
-    client = app.test_client()
-    publish(client)
-    return client
+YESTERDAY = "2026-11-20"
 
 
 def reports(count: int, window: str = TODAY) -> list[dict]:
