@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,30 @@ def test_every_file_is_what_the_generator_makes():
     for name, build in generate.FILES.items():
         tolerance = ESTIMATES["tolerance"] if name == "estimates.json" else None
         assert _alike(same(build()), load(name), tolerance), f"{name} differs from what generate.py makes"
+
+
+def check(folder: Path) -> subprocess.CompletedProcess[str]:
+    """``generate.py --check`` as a person or CI runs it, on the files in ``folder``."""
+    return subprocess.run([sys.executable, str(FOLDER / "generate.py"), "--check", "--folder", str(folder)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_generate_check_passes():
+    done = check(FOLDER)
+    assert done.returncode == 0, done.stderr
+    assert "vectors match the code" in done.stdout
+
+
+def test_generate_check_fails_on_a_changed_file(tmp_path):
+    """A copy of the folder with one digit of windows.json changed: --check exits 1 naming the file
+    (the real files are untouched)."""
+    for name in generate.FILES:
+        (tmp_path / name).write_text((FOLDER / name).read_text(encoding="utf-8"), encoding="utf-8")
+    text = (tmp_path / "windows.json").read_text(encoding="utf-8")
+    (tmp_path / "windows.json").write_text(text.replace("2026-11-21", "2026-11-22", 1), encoding="utf-8")
+    done = check(tmp_path)
+    assert done.returncode == 1
+    assert "windows.json" in done.stderr and "randomness.json" not in done.stderr
 
 
 def _alike(made: Any, stored: Any, tolerance: dict[str, float] | None) -> bool:

@@ -25,7 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ldp_telemetry.shared import estimators, mechanisms, windows
+from ldp_telemetry.aggregator.estimation import estimate_rows
+from ldp_telemetry.aggregator.store import WindowCounters
+from ldp_telemetry.shared import windows
 from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow
 from ldp_telemetry.shared.reports import (RecordError, ReportError, permanent_message, randomize, validate_record,
                                           validate_report)
@@ -151,16 +153,16 @@ def run_overlapping(case: Mapping[str, Any]) -> JSON:
 
 
 def run_estimates(schema: Schema, case: Mapping[str, Any]) -> JSON:
-    """One row per value of the attribute, as the API shows it: ``value`` and the four numbers."""
+    """One row per value of the attribute, as the API shows it: ``value`` and the four numbers.
+
+    The aggregator's own path (:func:`.estimation.estimate_rows` over one window's counters), so the
+    ``all`` rollup of a memoised attribute gets its widened interval exactly as the refresh does."""
     attribute = schema.attribute(case["attribute"])
-    rows = []
-    for key, e in attribute.mech.estimates(attribute, case["n"], case["amounts"], case["confidence"]):
-        if "memoised_rollup" in case:
-            e = estimators.no_narrower_than_a_window(e, attribute.p, attribute.q,
-                                                     case["memoised_rollup"]["smallest_window_n"], case["confidence"])
-        rows.append({"value": attribute.value_of(key), "estimate": e.estimate, "estimate_clipped": e.estimate_clipped,
-                     "ci_low": e.ci_low, "ci_high": e.ci_high})
-    return rows
+    smallest = {attribute.name: case["smallest_window_n"]} if case.get("smallest_window_n") is not None else {}
+    counters = WindowCounters({attribute.name: case["n"]}, {attribute.name: dict(case["amounts"])}, smallest)
+    return [{"value": attribute.value_of(row.value), "estimate": row.estimate,
+             "estimate_clipped": row.estimate_clipped, "ci_low": row.ci_low, "ci_high": row.ci_high}
+            for row in estimate_rows(schema, case["window"], counters, case["confidence"], "")]
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -598,6 +600,7 @@ ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[st
     ("rr-no-hits", "features", "dark_mode", 1000, {}, 0.95, {}),
     ("rr-all-hits", "features", "dark_mode", 1000, {"true": 1000}, 0.95, {}),
     ("rr-one-report", "features", "dark_mode", 1, {"true": 1}, 0.95, {}),
+    ("rr-rollup-not-memoised", "features", "dark_mode", 1000, {"true": 600}, 0.95, {"window": windows.ROLLUP}),
     ("rr-90-percent", "features", "dark_mode", 250, {"true": 101}, 0.9, {}),
     ("rr-99-percent", "features", "dark_mode", 250, {"true": 101}, 0.99, {}),
     ("grr-sparse", "features", "os", 5000, {"linux": 2400, "windows": 1800, "other": 800}, 0.95, {}),
@@ -616,19 +619,24 @@ ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[st
     ("laplace", "means", "crashes", 800, {"sum": -200.0, "sumsq": 2400.0}, 0.95, {}),
     ("memoised-window", "memoised", "os", 400, {"linux": 150, "macos": 90, "windows": 100, "other": 60}, 0.95, {}),
     ("memoised-rollup", "memoised", "os", 4000, {"linux": 1500, "macos": 900, "windows": 1000, "other": 600}, 0.95,
-     {"memoised_rollup": {"smallest_window_n": 100}}),
+     {"window": windows.ROLLUP, "smallest_window_n": 100}),
     ("memoised-rollup-no-window-retained", "memoised", "flag", 4000, {"true": 2500}, 0.95,
-     {"memoised_rollup": {"smallest_window_n": None}}),
+     {"window": windows.ROLLUP, "smallest_window_n": None}),
 ]
+
+
+WINDOW_MOMENT = datetime(2026, 11, 21, 13, 30, tzinfo=timezone.utc)  # a window estimates.json cases are in
 
 
 def estimates_vectors() -> JSON:
     schemas = derived_schemas()
     parsed = schemas_by_name(schemas)
     cases = []
-    for name, schema, attribute, n, amounts, confidence, extra in ESTIMATES:
-        case = {"name": name, "schema": schema, "attribute": attribute, "n": n, "amounts": amounts,
-                "confidence": confidence, **extra}
+    for name, schema, attribute, n, amounts, confidence, fields in ESTIMATES:
+        extra = dict(fields)
+        window = extra.pop("window", windows.window_of(WINDOW_MOMENT, parsed[schema].window))
+        case = {"name": name, "schema": schema, "attribute": attribute, "window": window, "n": n,
+                "amounts": amounts, "confidence": confidence, **extra}
         cases.append({**case, "estimates": run_estimates(parsed[schema], case)})
     return {"tolerance": TOLERANCE, "schemas": schemas, "cases": cases}
 
@@ -683,10 +691,11 @@ def texts() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from what the code makes")
+    parser.add_argument("--folder", type=Path, default=FOLDER, help="where the files are (default: this folder)")
     args = parser.parse_args(argv)
     differ = []
     for name, text in texts().items():
-        path = FOLDER / name
+        path = args.folder / name
         if args.check:
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 differ.append(name)
@@ -696,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"differ from what the code makes: {', '.join(differ)} (regenerate with tests/vectors/generate.py "
               "if the change of behaviour is meant)", file=sys.stderr)
         return 1
-    print("vectors match the code" if args.check else f"wrote {len(FILES)} files to {FOLDER}")
+    print("vectors match the code" if args.check else f"wrote {len(FILES)} files to {args.folder}")
     return 0
 
 
