@@ -152,8 +152,8 @@ def check_device_secret(schema: Schema, device_secret: bytes | None) -> None:
     if schema.epsilon_permanent is None:
         return
     if not isinstance(device_secret, bytes) or len(device_secret) != DEVICE_SECRET_BYTES:
-        raise RecordError("device_secret", f"schema {schema.name!r} is memoised (epsilon_permanent): randomize() needs the "
-                         f"device's secret, device_secret=<{DEVICE_SECRET_BYTES} bytes>")
+        raise RecordError("device_secret", f"schema {schema.name!r} is memoised (epsilon_permanent): randomize() "
+                                           f"needs the device's secret, device_secret=<{DEVICE_SECRET_BYTES} bytes>")
 
 
 def permanent_source(device_secret: bytes, schema: Schema, attribute: Attribute, truth: Any) -> HmacStream:
