@@ -5,7 +5,7 @@ drift. Nothing here needs more than the standard library, except :mod:`.simulati
 """
 
 from .estimators import DEFAULT_CONFIDENCE, Estimate, estimate, wilson_interval
-from .reports import Report, ReportError, new_report_id, randomize, validate_record, validate_report
+from .reports import RecordError, Report, ReportError, new_report_id, randomize, validate_record, validate_report
 from .schema import Attribute, Schema, parse_schema
 from .windows import current_window, window_of, window_start
 
@@ -13,6 +13,7 @@ __all__ = [
     "Attribute",
     "DEFAULT_CONFIDENCE",
     "Estimate",
+    "RecordError",
     "Report",
     "ReportError",
     "Schema",

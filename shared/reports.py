@@ -41,6 +41,17 @@ MAX_RECORD_NUMBER = 1e300
 SchemaLookup = Callable[[str, int], Union[Schema, None]]
 
 
+class RecordError(ValueError):
+    """A record cannot be randomised as given. ``field`` names where: the attribute (the app's key),
+    ``record`` when the record is no dict, ``window`` or ``device_secret`` for those arguments of
+    :func:`randomize`; ``str()`` says what is wrong for people, never the value (it may be a true
+    answer)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class ReportError(ValueError):
     """A report is invalid; ``field`` names where (``values.os``, ``window``, ...)."""
 
@@ -71,36 +82,38 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool | float
 
     Returns each attribute's true value as the encoders take it (a bool, a category index, a
     histogram's bucket index, or a numeric attribute's number as a float).
-    Raises ``ValueError`` for an unknown or missing attribute, a wrong type, an unknown category.
+    Raises :class:`RecordError` (a ``ValueError`` whose ``field`` names the attribute) for an
+    unknown or missing attribute, a wrong type, an unknown category.
     """
     if not isinstance(record, Mapping):
-        raise ValueError(f"a record must be a dict of attribute values, got {type(record).__name__}")
+        raise RecordError("record", f"a record must be a dict of attribute values, got {type(record).__name__}")
     if len(record) != len(schema.by_name) or any(k not in schema.by_name for k in record):
         unknown = sorted(str(k) for k in record if k not in schema.by_name)
         if unknown:
-            raise ValueError(f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
+            raise RecordError(unknown[0][:80], f"unknown attribute(s) for schema {schema.name!r}: {', '.join(unknown)}")
         missing = [n for n in schema.by_name if n not in record]
-        raise ValueError(f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
+        raise RecordError(missing[0], f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
     truth: dict[str, int | bool | float] = {}
     for attribute in schema.attributes:
         value = record[attribute.name]
         if attribute.type == "boolean":
             if not isinstance(value, bool):
-                raise ValueError(f"{attribute.name} must be True or False, got a {_type_name(value)}")
+                raise RecordError(attribute.name, f"{attribute.name} must be True or False, got a {_type_name(value)}")
             truth[attribute.name] = value
         elif attribute.type in ("numeric", "histogram"):
             if not is_number(value) or abs(value) > MAX_RECORD_NUMBER:
-                raise ValueError(f"{attribute.name} must be a finite number (int or float, not a bool), "
-                                 f"got a {_type_name(value)} or a number out of bounds")
+                raise RecordError(attribute.name, f"{attribute.name} must be a finite number (int or float, not a "
+                                                  f"bool), got a {_type_name(value)} or a number out of bounds")
             # A numeric value is clipped to the range by its encoder; a histogram's picks its bucket.
             truth[attribute.name] = float(value) if attribute.type == "numeric" else attribute.bucket(value)
         else:
             if not isinstance(value, str):
-                raise ValueError(f"{attribute.name} must be a category name (str), got a {_type_name(value)}")
+                raise RecordError(attribute.name, f"{attribute.name} must be a category name (str), got a "
+                                                  f"{_type_name(value)}")
             index = attribute.index_of.get(value)
             if index is None:
-                raise ValueError(
-                    f"{attribute.name} must be one of the schema's categories "
+                raise RecordError(
+                    attribute.name, f"{attribute.name} must be one of the schema's categories "
                     f"({attribute.categories_shown}); the value given is not"
                 )
             truth[attribute.name] = index
@@ -126,18 +139,21 @@ def randomize(schema: Schema | Mapping[str, Any], record: Mapping[str, Any], *,
     if window is None or isinstance(window, datetime):
         window_name = windows.current_window(schema.window, window)
     else:
-        windows.window_start(window, schema.window)
+        try:
+            windows.window_start(window, schema.window)
+        except ValueError as exc:
+            raise RecordError("window", str(exc)) from None
         window_name = window
     return encode_report(schema, truth, window_name, source, device_secret)
 
 
 def check_device_secret(schema: Schema, device_secret: bytes | None) -> None:
-    """``ValueError`` unless ``device_secret`` fits ``schema``: 32 bytes for a memoised one."""
+    """:class:`RecordError` unless ``device_secret`` fits ``schema``: 32 bytes for a memoised one."""
     if schema.epsilon_permanent is None:
         return
     if not isinstance(device_secret, bytes) or len(device_secret) != DEVICE_SECRET_BYTES:
-        raise ValueError(f"schema {schema.name!r} is memoised (epsilon_permanent): randomize() needs the "
-                         f"device's secret, device_secret=<{DEVICE_SECRET_BYTES} bytes>")
+        raise RecordError("device_secret", f"schema {schema.name!r} is memoised (epsilon_permanent): randomize() "
+                                           f"needs the device's secret, device_secret=<{DEVICE_SECRET_BYTES} bytes>")
 
 
 def permanent_source(device_secret: bytes, schema: Schema, attribute: Attribute, truth: Any) -> HmacStream:
@@ -147,9 +163,15 @@ def permanent_source(device_secret: bytes, schema: Schema, attribute: Attribute,
     definition and the true value (JSON, with a domain tag): the same value always gets the same
     response, a changed attribute or another value a new one, and nothing is stored.
     """
+    return HmacStream(device_secret, permanent_message(schema, attribute, truth))
+
+
+def permanent_message(schema: Schema, attribute: Attribute, truth: Any) -> bytes:
+    """The HMAC message of :func:`permanent_source`: compact JSON (sorted keys, UTF-8) of the domain
+    tag, the schema's name, the attribute's derived definition and the true value."""
     message = json.dumps([PERMANENT_TAG, schema.name, attribute.to_dict(), truth], separators=(",", ":"),
                          sort_keys=True)
-    return HmacStream(device_secret, message.encode("utf-8"))
+    return message.encode("utf-8")
 
 
 def encode_report(schema: Schema, truth: Mapping[str, int | bool | float], window: str,

@@ -1,0 +1,713 @@
+"""Regenerate the test vectors in this folder from the code; ``--check`` compares instead.
+
+    .venv/bin/python tests/vectors/generate.py          # rewrite the JSON files
+    .venv/bin/python tests/vectors/generate.py --check  # exit 1 if a file differs from the code
+
+The vectors pin behaviour that another language's client or aggregator must reproduce (README.md
+here says what each file holds). A change of behaviour is a deliberate regeneration, reviewed in
+the diff of these files; ``tests/test_vectors.py`` checks the code against every case.
+
+This module has two halves. The *runners* (``run_*``) take a case's inputs as the JSON file holds
+them and return what the code makes of them, as JSON; the generator writes their answers into
+the files and the tests compare their answers with the files. The *cases* below them are the
+inputs, chosen to reach every mechanism, branch and boundary worth pinning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ldp_telemetry.aggregator.estimation import estimate_rows
+from ldp_telemetry.aggregator.store import WindowCounters
+from ldp_telemetry.shared import windows
+from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow
+from ldp_telemetry.shared.reports import (RecordError, ReportError, permanent_message, randomize, validate_record,
+                                          validate_report)
+from ldp_telemetry.shared.schema import Schema, SchemaError, parse_schema
+
+FOLDER = Path(__file__).resolve().parent
+# Estimates are compared with math.isclose(actual, expected, rel_tol=RELATIVE, abs_tol=ABSOLUTE):
+# another language's normal quantile, exp and sqrt may differ from Python's in the last bits.
+TOLERANCE = {"relative": 1e-9, "absolute": 1e-12}
+JSON = Any
+
+
+# --- runners: a case's inputs -> what the code makes of them --------------------------------
+
+
+def schemas_by_name(schemas: list[dict[str, Any]]) -> dict[str, Schema]:
+    """The ``schemas`` list of a file, parsed, by name (names are unique within a file)."""
+    return {s["name"]: parse_schema(s) for s in schemas}
+
+
+def run_bernoulli(case: Mapping[str, Any]) -> tuple[JSON, int]:
+    source = FixedBytes(bytes.fromhex(case["bytes"]))
+    return bernoulli(case["p"], source), source.used
+
+
+def run_randbelow(case: Mapping[str, Any]) -> tuple[JSON, int]:
+    source = FixedBytes(bytes.fromhex(case["bytes"]))
+    return randbelow(case["n"], source), source.used
+
+
+def run_hmac_stream(case: Mapping[str, Any]) -> JSON:
+    stream = HmacStream(bytes.fromhex(case["key"]), case["message"].encode("utf-8"))
+    return stream.take(case["length"]).hex()
+
+
+def run_report(schema: Schema, case: Mapping[str, Any]) -> tuple[JSON, int]:
+    """The report ``randomize`` makes of the case's record, and how many of its bytes it used."""
+    source = FixedBytes(bytes.fromhex(case["random_bytes"]))
+    secret = None if case["device_secret"] is None else bytes.fromhex(case["device_secret"])
+    report = randomize(schema, case["record"], window=case["window"], device_secret=secret, source=source)
+    return report, source.used
+
+
+def run_permanent(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """Each memoised attribute's HMAC message and permanent response to the case's record."""
+    secret = bytes.fromhex(case["device_secret"])
+    truth = validate_record(schema, case["record"])
+    out = {}
+    for attribute in schema.attributes:
+        message = permanent_message(schema, attribute, truth[attribute.name])
+        response = attribute.mech.permanent_response(attribute, truth[attribute.name], HmacStream(secret, message))
+        out[attribute.name] = {"message": message.decode("utf-8"), "response": response}
+    return out
+
+
+def run_invalid_record(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """The field the :class:`RecordError` names (``None`` if randomising succeeds)."""
+    secret = None if case["device_secret"] is None else bytes.fromhex(case["device_secret"])
+    try:
+        randomize(schema, case["record"], window=case["window"], device_secret=secret, source=FixedBytes(b""))
+    except RecordError as exc:
+        return exc.field
+    return None
+
+
+def run_schema(case: Mapping[str, Any]) -> JSON:
+    return parse_schema(case["schema"]).to_dict()
+
+
+def run_invalid_schema(case: Mapping[str, Any]) -> JSON:
+    """The field the :class:`SchemaError` names (``None`` if the schema is valid)."""
+    try:
+        parse_schema(case["schema"])
+    except SchemaError as exc:
+        return exc.field
+    return None
+
+
+def run_report_counters(schemas: Mapping[str, Schema], case: Mapping[str, Any]) -> JSON:
+    """What a valid report adds to the counters: per attribute ``n`` (always 1) and the amounts."""
+    report = validate_report(case["report"], _lookup(schemas))
+    return {name: {"n": 1, "amounts": dict(report.schema.attribute(name).mech.statistics(
+        report.schema.attribute(name), value))} for name, value in report.values.items()}
+
+
+def run_invalid_report(schemas: Mapping[str, Schema], case: Mapping[str, Any]) -> JSON:
+    """The field the :class:`ReportError` names (``None`` if the report is valid)."""
+    try:
+        validate_report(case["report"], _lookup(schemas))
+    except ReportError as exc:
+        return exc.field
+    return None
+
+
+def _lookup(schemas: Mapping[str, Schema]) -> Callable[[str, int], Schema | None]:
+    published = {(s.name, s.version): s for s in schemas.values()}
+    return lambda name, version: published.get((name, version))
+
+
+def run_window_of(case: Mapping[str, Any]) -> JSON:
+    return windows.window_of(datetime.fromisoformat(case["instant"]), case["kind"])
+
+
+def run_window_bounds(case: Mapping[str, Any]) -> JSON:
+    def iso(moment: datetime) -> str:
+        return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return {"start": iso(windows.window_start(case["window"], case["kind"])),
+            "end": iso(windows.window_end(case["window"], case["kind"]))}
+
+
+def run_invalid_window(case: Mapping[str, Any]) -> JSON:
+    """Whether ``window_start`` refuses the name (a ``ValueError``)."""
+    try:
+        windows.window_start(case["window"], case["kind"])
+    except ValueError:
+        return True
+    return False
+
+
+def run_overlapping(case: Mapping[str, Any]) -> JSON:
+    return list(windows.overlapping(case["window"]))
+
+
+def run_estimates(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """One row per value of the attribute, as the API shows it: ``value`` and the four numbers.
+
+    The aggregator's own path (:func:`.estimation.estimate_rows` over one window's counters), so the
+    ``all`` rollup of a memoised attribute gets its widened interval exactly as the refresh does."""
+    attribute = schema.attribute(case["attribute"])
+    smallest = {attribute.name: case["smallest_window_n"]} if case.get("smallest_window_n") is not None else {}
+    counters = WindowCounters({attribute.name: case["n"]}, {attribute.name: dict(case["amounts"])}, smallest)
+    return [{"value": attribute.value_of(row.value), "estimate": row.estimate,
+             "estimate_clipped": row.estimate_clipped, "ci_low": row.ci_low, "ci_high": row.ci_high}
+            for row in estimate_rows(schema, case["window"], counters, case["confidence"], "")]
+
+
+# --- the cases ---------------------------------------------------------------------------------
+
+
+def stream(label: str, n: int) -> bytes:
+    """``n`` arbitrary but fixed bytes for a case (SHAKE-256 of its label): the vectors' coins."""
+    return hashlib.shake_256(label.encode("utf-8")).digest(n)
+
+
+def coin(value: int) -> bytes:
+    """The 8 bytes a Bernoulli draw reads as the 53-bit number ``value``."""
+    return (value << 11).to_bytes(8, "little")
+
+
+TOP = (1 << 53) - 1  # the largest 53-bit draw: a coin that fails for every p < 1
+SECRET = stream("device secret", 32)
+OS = ["linux", "macos", "windows", "other"]
+LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl"]
+
+SCHEMAS: list[dict[str, Any]] = [
+    {"name": "features", "version": 1, "epsilon": 2.0, "description": "DESIGN.md's example",
+     "attributes": [{"name": "dark_mode", "type": "boolean"},
+                    {"name": "os", "type": "categorical", "categories": OS, "mechanism": "auto"}]},
+    {"name": "three", "version": 2, "epsilon": 3.0, "window": "hour",
+     "attributes": [{"name": "flag", "type": "boolean"},
+                    {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
+                    {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"}]},
+    {"name": "one-of-three", "version": 1, "epsilon": 1.5, "split": "sample",
+     "attributes": [{"name": "flag", "type": "boolean"},
+                    {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
+                    {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"}]},
+    {"name": "pick", "version": 1, "epsilon": 1.0,
+     "attributes": [{"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"}]},
+    {"name": "means", "version": 1, "epsilon": 8.0,
+     "attributes": [{"name": "minutes", "type": "numeric", "range": [0, 120], "mechanism": "duchi"},
+                    {"name": "pages", "type": "numeric", "range": [1, 50], "mechanism": "pm"},
+                    {"name": "latency", "type": "numeric", "range": [-5, 5.5], "mechanism": "hm"},
+                    {"name": "crashes", "type": "numeric", "range": [0, 10], "mechanism": "laplace"}]},
+    {"name": "buckets", "version": 1, "epsilon": 2.0,
+     "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000], "mechanism": "grr"},
+                    {"name": "ratio", "type": "histogram", "edges": [0, 0.5, 1.5, 2.5], "mechanism": "oue"}]},
+    {"name": "memoised", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
+     "attributes": [{"name": "flag", "type": "boolean"},
+                    {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
+                    {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"},
+                    {"name": "load_ms", "type": "histogram", "edges": [0, 100, 1000], "mechanism": "auto"}]},
+    {"name": "memoised-sample", "version": 1, "epsilon": 1.0, "epsilon_permanent": 6.0, "split": "sample",
+     "window": "hour",
+     "attributes": [{"name": "flag", "type": "boolean"},
+                    {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
+                    {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"}]},
+]
+
+
+def derived_schemas() -> list[dict[str, Any]]:
+    """:data:`SCHEMAS` as the server serves them (a client randomises with exactly these)."""
+    return [parse_schema(s).to_dict() for s in SCHEMAS]
+
+
+# (name, schema, record, window, device secret or None, bytes): the bytes are cut to those used.
+REPORTS: list[tuple[str, str, dict[str, Any], str, bytes | None, bytes]] = [
+    ("features", "features", {"dark_mode": True, "os": "macos"}, "2026-11-21", None, stream("features", 256)),
+    *((f"three-{i}", "three", {"flag": i % 2 == 0, "os": OS[i], "lang": LANGUAGES[2 * i]}, "2026-11-21T13", None,
+       stream(f"three-{i}", 256)) for i in range(4)),
+    *((f"one-of-three-{i}", "one-of-three", {"flag": False, "os": "windows", "lang": "pl"}, "2026-11-21", None,
+       stream(f"one-of-three-{i}", 256)) for i in range(4)),
+    # Crafted coins: keep (the smallest draw), and refuse with the uniform's rejection step: the
+    # byte 0x03 is 3, not below d - 1 = 3, so a second byte (0x01) is read; other 1 skips the true 0.
+    ("grr-keeps", "pick", {"os": "linux"}, "2026-11-21", None, stream("id", 24) + coin(0)),
+    ("grr-flips-after-a-rejection", "pick", {"os": "linux"}, "2026-11-21", None,
+     stream("id", 24) + coin(TOP) + bytes([0x03, 0x01])),
+    ("grr-flips-to-the-last", "pick", {"os": "linux"}, "2026-11-21", None, stream("id", 24) + coin(TOP) + bytes([0x02])),
+    ("grr-flips-below-the-true-one", "pick", {"os": "other"}, "2026-11-21", None,
+     stream("id", 24) + coin(TOP) + bytes([0x02])),
+    *((f"means-{i}", "means", record, "2026-11-21", None, stream(f"means-{i}", 512)) for i, record in enumerate([
+        {"minutes": 30, "pages": 1, "latency": 0.25, "crashes": 0},
+        {"minutes": 500.5, "pages": 50, "latency": -7, "crashes": 3},  # clipped to the ranges
+        {"minutes": -1, "pages": 17.5, "latency": 5.5, "crashes": 10},
+    ])),
+    *((f"buckets-{i}", "buckets", record, "2026-11-21", None, stream(f"buckets-{i}", 256)) for i, record in enumerate([
+        {"load_ms": 0, "ratio": 0.5},  # an edge opens its bucket
+        {"load_ms": 1000, "ratio": 2.5},  # the last edge is in the last bucket
+        {"load_ms": -3, "ratio": 1e6},  # clipped to the edges
+    ])),
+    *((f"memoised-{i}", "memoised", {"flag": True, "os": "windows", "lang": "de", "load_ms": 250}, "2026-11-21", SECRET,
+       stream(f"memoised-{i}", 256)) for i in range(3)),
+    ("memoised-other-values", "memoised", {"flag": False, "os": "linux", "lang": "pl", "load_ms": 5}, "2026-11-22",
+     SECRET, stream("memoised-other-values", 256)),
+    ("memoised-another-device", "memoised", {"flag": True, "os": "windows", "lang": "de", "load_ms": 250}, "2026-11-21",
+     stream("another device secret", 32), stream("memoised-another-device", 256)),
+    *((f"memoised-sample-{i}", "memoised-sample", {"flag": True, "os": "macos", "lang": "it"}, "2026-11-21T00",
+       SECRET, stream(f"memoised-sample-{i}", 256)) for i in range(3)),
+]
+
+# (name, schema, record, window, device secret or None, field named)
+INVALID_RECORDS: list[tuple[str, str, Any, str, bytes | None]] = [
+    ("not-a-dict", "three", [["flag", True]], "2026-11-21T13", None),
+    ("unknown-attribute", "three", {"flag": True, "os": "linux", "lang": "en", "extra": 1}, "2026-11-21T13", None),
+    ("missing-attribute", "three", {"flag": True, "os": "linux"}, "2026-11-21T13", None),
+    ("boolean-as-int", "three", {"flag": 1, "os": "linux", "lang": "en"}, "2026-11-21T13", None),
+    ("boolean-as-null", "three", {"flag": None, "os": "linux", "lang": "en"}, "2026-11-21T13", None),
+    ("category-as-number", "three", {"flag": True, "os": 3, "lang": "en"}, "2026-11-21T13", None),
+    ("unknown-category", "three", {"flag": True, "os": "Linux", "lang": "en"}, "2026-11-21T13", None),
+    ("unknown-oue-category", "three", {"flag": True, "os": "linux", "lang": "sv"}, "2026-11-21T13", None),
+    ("number-as-boolean", "means", {"minutes": True, "pages": 1, "latency": 0, "crashes": 0}, "2026-11-21", None),
+    ("number-as-string", "means", {"minutes": 1, "pages": "1", "latency": 0, "crashes": 0}, "2026-11-21", None),
+    ("number-out-of-bounds", "means", {"minutes": 1, "pages": 1, "latency": -1e301, "crashes": 0}, "2026-11-21", None),
+    ("bucket-as-string", "buckets", {"load_ms": "fast", "ratio": 1}, "2026-11-21", None),
+    ("window-of-the-other-kind", "three", {"flag": True, "os": "linux", "lang": "en"}, "2026-11-21", None),
+    ("window-no-real-day", "features", {"dark_mode": True, "os": "linux"}, "2026-02-29", None),
+    ("memoised-without-secret", "memoised", {"flag": True, "os": "linux", "lang": "en", "load_ms": 1}, "2026-11-21",
+     None),
+    ("memoised-short-secret", "memoised", {"flag": True, "os": "linux", "lang": "en", "load_ms": 1}, "2026-11-21",
+     SECRET[:16]),
+]
+
+PRIMITIVE_BERNOULLI: list[tuple[str, float, bytes]] = [
+    ("half-just-below", 0.5, coin((1 << 52) - 1)),
+    ("half-at-the-threshold", 0.5, coin(1 << 52)),
+    ("zero-never", 0.0, coin(0)),
+    ("one-always", 1.0, coin(TOP)),
+    ("only-the-top-53-bits-count", 0.5, (((1 << 52) - 1) << 11 | 0x7FF).to_bytes(8, "little")),
+    *((f"rr-at-epsilon-1-{i}", math.e / (1 + math.e), stream(f"bernoulli-{i}", 8)) for i in range(4)),
+]
+
+PRIMITIVE_RANDBELOW: list[tuple[str, int, bytes]] = [
+    ("one-reads-nothing", 1, b""),
+    ("three-accepts", 3, bytes([0x02])),
+    ("three-masks-to-two-bits", 3, bytes([0xFE])),
+    ("three-rejects-then-accepts", 3, bytes([0x03, 0xFF, 0x01])),
+    ("eight-reads-one-byte", 8, bytes([0x0F])),
+    ("256-reads-one-byte", 256, bytes([0xAB])),
+    ("257-reads-two-bytes-little-endian", 257, bytes([0x00, 0x01])),
+    ("257-rejects", 257, bytes([0x01, 0x01, 0x05, 0x00])),
+    *((f"1023-{i}", 1023, stream(f"randbelow-1023-{i}", 16)) for i in range(3)),
+]
+
+PRIMITIVE_HMAC: list[tuple[str, bytes, str, int]] = [
+    ("one-block", SECRET, "a message", 32),
+    ("blocks-concatenate", SECRET, "a message", 80),
+    ("unicode-message", stream("key", 32), "naïve café 名前", 7),
+]
+
+
+def randomness() -> JSON:
+    schemas = derived_schemas()
+    parsed = schemas_by_name(schemas)
+    reports = []
+    for name, schema, record, window, secret, data in REPORTS:
+        case: dict[str, Any] = {"name": name, "schema": schema, "record": record, "window": window,
+                                "device_secret": None if secret is None else secret.hex(), "random_bytes": data.hex()}
+        report, used = run_report(parsed[schema], case)
+        case["random_bytes"] = data[:used].hex()
+        case["report"] = report
+        if secret is not None:
+            case["permanent"] = run_permanent(parsed[schema], case)
+        reports.append(case)
+    invalid = []
+    for name, schema, record, window, secret in INVALID_RECORDS:
+        case = {"name": name, "schema": schema, "record": record, "window": window,
+                "device_secret": None if secret is None else secret.hex()}
+        invalid.append({**case, "field": _refused(run_invalid_record(parsed[schema], case), name)})
+    return {
+        "schemas": schemas,
+        "bernoulli": [_primitive(run_bernoulli, {"name": n, "p": p, "bytes": b.hex()}) for n, p, b in PRIMITIVE_BERNOULLI],
+        "randbelow": [_primitive(run_randbelow, {"name": n, "n": k, "bytes": b.hex()}) for n, k, b in PRIMITIVE_RANDBELOW],
+        "hmac_stream": [_answer({"name": n, "key": k.hex(), "message": m, "length": length}, "bytes", run_hmac_stream)
+                        for n, k, m, length in PRIMITIVE_HMAC],
+        "reports": reports,
+        "invalid_records": invalid,
+    }
+
+
+def _answer(case: dict[str, Any], key: str, run: Callable[[Mapping[str, Any]], JSON]) -> dict[str, Any]:
+    """``case`` with what ``run`` makes of it under ``key``."""
+    return {**case, key: run(case)}
+
+
+def _primitive(run: Callable[[Mapping[str, Any]], tuple[JSON, int]], case: dict[str, Any]) -> JSON:
+    """``case`` with its result, its bytes cut to those the draw read."""
+    result, used = run(case)
+    return {**case, "bytes": case["bytes"][: 2 * used], "result": result}
+
+
+def _refused(field: str | None, name: str) -> str:
+    if field is None:
+        raise AssertionError(f"case {name} is meant to be refused, but the code accepts it")
+    return field
+
+
+def _features(**changes: Any) -> dict[str, Any]:
+    return {**SCHEMAS[0], **changes}
+
+
+def _attribute(**fields: Any) -> dict[str, Any]:
+    return _features(attributes=[fields])
+
+
+def _numeric(**fields: Any) -> dict[str, Any]:
+    return _attribute(**{"name": "x", "type": "numeric", "range": [0, 1], **fields})
+
+
+VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
+    *((s["name"], s) for s in SCHEMAS),
+    ("defaults-filled-in", {"name": "bare", "version": 1, "epsilon": 1,
+                            "attributes": [{"name": "b", "type": "boolean"}]}),
+    ("auto-picks-oue-when-d-is-large", _features(epsilon=0.5, attributes=[
+        {"name": "c", "type": "categorical", "categories": [f"c{i}" for i in range(16)]}])),
+    ("auto-picks-grr-when-d-is-small", _attribute(name="c", type="categorical", categories=["a", "b", "c"])),
+    ("auto-picks-duchi-at-small-epsilon", _features(epsilon=0.5, attributes=[{"name": "x", "type": "numeric",
+                                                                              "range": [0, 1]}])),
+    ("auto-picks-hm-at-large-epsilon", _numeric()),
+    ("per-attribute-epsilon", _features(epsilon=3.0, attributes=[
+        {"name": "a", "type": "boolean", "epsilon": 0.5},
+        {"name": "b", "type": "categorical", "categories": OS, "epsilon": 2.5}])),
+    ("per-attribute-epsilon-under-sample", _features(split="sample", attributes=[
+        {"name": "a", "type": "boolean", "epsilon": 2.0}, {"name": "b", "type": "boolean", "epsilon": 2}])),
+    ("unicode-text", _features(description="Réglages · 設定", attributes=[
+        {"name": "lang", "type": "categorical", "categories": ["français", "日本語", "e\u0301t\u00e9"]}])),
+    ("float-bucket-names", _attribute(name="h", type="histogram", edges=[-1.5, 0, 1e-07, 2.0, 1e15])),
+    ("memoised-per-attribute-epsilon", _features(epsilon=2.0, epsilon_permanent=5.0, attributes=[
+        {"name": "a", "type": "boolean", "epsilon": 0.5}, {"name": "b", "type": "boolean", "epsilon": 1.5}])),
+    ("a-derived-schema-parses-to-itself", parse_schema(SCHEMAS[6]).to_dict()),
+    ("histogram-categories-given-back", _attribute(name="h", type="histogram", edges=[0, 1, 2],
+                                                   categories=["[0, 1)", "[1, 2]"])),
+]
+
+_BAD_P = parse_schema(SCHEMAS[0]).to_dict()
+_BAD_P["attributes"][1]["p"] = 0.5
+_BAD_PERMANENT = parse_schema(SCHEMAS[6]).to_dict()
+_BAD_PERMANENT["attributes"][0]["permanent"] = {"epsilon": 1.0, "p": 0.7, "q": 0.3}
+
+INVALID_SCHEMAS: list[tuple[str, Any]] = [
+    ("not-an-object", ["features"]),
+    ("unknown-field", _features(owner="me")),
+    ("name-upper-case", _features(name="Features")),
+    ("name-too-long", _features(name="a" * 65)),
+    ("version-zero", _features(version=0)),
+    ("version-a-boolean", _features(version=True)),
+    ("version-too-large", _features(version=2**31)),
+    ("epsilon-zero", _features(epsilon=0)),
+    ("epsilon-above-20", _features(epsilon=20.5)),
+    ("epsilon-a-string", _features(epsilon="2")),
+    ("window-week", _features(window="week")),
+    ("split-unknown", _features(split="random")),
+    ("description-not-text", _features(description=7)),
+    ("description-right-to-left-override", _features(description="safe\u202etxt.exe")),
+    ("attributes-empty", _features(attributes=[])),
+    ("attributes-too-many", _features(attributes=[{"name": f"a{i}", "type": "boolean"} for i in range(65)])),
+    ("attribute-not-an-object", _features(attributes=[{"name": "a", "type": "boolean"}, "b"])),
+    ("attribute-unknown-field", _attribute(name="a", type="boolean", colour="red")),
+    ("attribute-name-bad", _attribute(name="A b", type="boolean")),
+    ("attribute-names-repeat", _features(attributes=[{"name": "a", "type": "boolean"}, {"name": "a", "type": "boolean"}])),
+    ("attribute-type-unknown", _attribute(name="a", type="text")),
+    ("categories-on-a-boolean", _attribute(name="a", type="boolean", categories=["x", "y"])),
+    ("categories-one", _attribute(name="c", type="categorical", categories=["only"])),
+    ("categories-too-many", _attribute(name="c", type="categorical", categories=[f"c{i}" for i in range(1025)])),
+    ("category-empty", _attribute(name="c", type="categorical", categories=["a", ""])),
+    ("category-too-long", _attribute(name="c", type="categorical", categories=["a", "b" * 65])),
+    ("category-not-a-string", _attribute(name="c", type="categorical", categories=["a", 2])),
+    ("category-control-character", _attribute(name="c", type="categorical", categories=["a", "b\u0007"])),
+    ("categories-repeat", _attribute(name="c", type="categorical", categories=["a", "b", "a"])),
+    ("categories-repeat-after-nfc", _attribute(name="c", type="categorical", categories=["\u00e9t\u00e9", "e\u0301t\u00e9"])),
+    ("mechanism-unknown", _attribute(name="c", type="categorical", categories=OS, mechanism="rappor")),
+    ("mechanism-for-another-type", _attribute(name="b", type="boolean", mechanism="oue")),
+    ("mechanism-mean-on-a-categorical", _attribute(name="c", type="categorical", categories=OS, mechanism="pm")),
+    ("epsilon-given-for-some", _features(attributes=[{"name": "a", "type": "boolean", "epsilon": 1.0},
+                                                     {"name": "b", "type": "boolean"}])),
+    ("epsilon-sum-off", _features(attributes=[{"name": "a", "type": "boolean", "epsilon": 1.0},
+                                              {"name": "b", "type": "boolean", "epsilon": 1.5}])),
+    ("epsilon-under-sample-not-total", _features(split="sample", attributes=[
+        {"name": "a", "type": "boolean", "epsilon": 2.0}, {"name": "b", "type": "boolean", "epsilon": 1.0}])),
+    ("epsilon-too-small-for-floating-point", _features(epsilon=1e-17, attributes=[{"name": "a", "type": "boolean"}])),
+    ("p-given-back-wrong", _BAD_P),
+    ("range-one-number", _numeric(range=[0])),
+    ("range-decreasing", _numeric(range=[1, 0])),
+    ("range-not-finite", _attribute(name="x", type="numeric", range=[0, 1e16])),
+    ("range-on-a-categorical", _attribute(name="c", type="categorical", categories=OS, range=[0, 1])),
+    ("edges-two", _attribute(name="h", type="histogram", edges=[0, 1])),
+    ("edges-not-increasing", _attribute(name="h", type="histogram", edges=[0, 1, 1])),
+    ("edges-a-boolean", _attribute(name="h", type="histogram", edges=[0, True, 2])),
+    ("histogram-categories-wrong", _attribute(name="h", type="histogram", edges=[0, 1, 2], categories=["a", "b"])),
+    ("epsilon-permanent-not-above-epsilon", _features(epsilon_permanent=2.0)),
+    ("epsilon-permanent-above-50", _features(epsilon_permanent=51)),
+    ("epsilon-permanent-under-sample-too-small", _features(split="sample", epsilon_permanent=3.0)),
+    ("numeric-cannot-be-memoised", _features(epsilon_permanent=4.0, attributes=[
+        {"name": "b", "type": "boolean"}, {"name": "x", "type": "numeric", "range": [0, 1]}])),
+    ("permanent-given-back-wrong", _BAD_PERMANENT),
+]
+
+
+def schemas() -> JSON:
+    return [{"name": name, "schema": schema, "derived": run_schema({"schema": schema})} for name, schema in VALID_SCHEMAS]
+
+
+def invalid_schemas() -> JSON:
+    return [{"name": name, "schema": schema, "field": _refused(run_invalid_schema({"schema": schema}), name)}
+            for name, schema in INVALID_SCHEMAS]
+
+
+ID = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"  # 32 url-safe characters
+
+
+def _report(schema: str, version: int, window: str, epsilon: Any, values: Any, **changes: Any) -> dict[str, Any]:
+    return {"id": ID, "schema": schema, "version": version, "window": window, "epsilon": epsilon, "values": values,
+            **changes}
+
+
+FEATURES = _report("features", 1, "2026-11-21", 2.0, {"dark_mode": True, "os": "macos"})
+THREE = _report("three", 2, "2026-11-21T13", 3.0, {"flag": False, "os": "other", "lang": [0, 1, 1, 0, 0, 0, 0, 1]})
+MEANS = _report("means", 1, "2026-11-21", 8.0, {"minutes": 1, "pages": -1.25, "latency": 0.5, "crashes": 0.0009765625})
+
+VALID_REPORTS: list[tuple[str, dict[str, Any]]] = [
+    ("boolean-and-grr", FEATURES),
+    ("boolean-false-adds-nothing", {**FEATURES, "values": {"dark_mode": False, "os": "linux"}}),
+    ("oue-bits", THREE),
+    ("oue-no-bits", {**THREE, "values": {**THREE["values"], "lang": [0] * 8}}),
+    ("oue-all-bits", {**THREE, "values": {**THREE["values"], "lang": [1] * 8}}),
+    ("sample-carries-one", _report("one-of-three", 1, "2026-11-21", 1.5, {"lang": [1, 0, 0, 0, 0, 0, 0, 1]})),
+    ("means", MEANS),
+    ("means-zero-adds-nothing", {**MEANS, "values": {"minutes": 0, "pages": 0, "latency": 0.0, "crashes": -3}}),
+    ("histogram-buckets", _report("buckets", 1, "2026-11-21", 2.0, {"load_ms": "[250, 1000]", "ratio": [0, 1, 1]})),
+    ("memoised", _report("memoised", 1, "2026-11-21", 2.0,
+                         {"flag": True, "os": "windows", "lang": [0] * 7 + [1], "load_ms": "[0, 100)"})),
+    ("epsilon-an-integer", {**FEATURES, "epsilon": 2}),
+    ("epsilon-within-1e-9", {**FEATURES, "epsilon": 2.0000000005}),
+    ("id-16-characters", {**FEATURES, "id": "abcdefghij_-0123"}),
+    ("id-64-characters", {**FEATURES, "id": "Z" * 64}),
+    ("fields-in-any-order", dict(reversed(list(FEATURES.items())))),
+]
+
+INVALID_REPORTS: list[tuple[str, Any]] = [
+    ("not-an-object", [FEATURES]),
+    ("unknown-field", {**FEATURES, "ip": "10.0.0.1"}),
+    ("empty-field-name", {**FEATURES, "": 1}),
+    ("missing-id", {k: v for k, v in FEATURES.items() if k != "id"}),
+    ("missing-values", {k: v for k, v in FEATURES.items() if k != "values"}),
+    ("id-too-short", {**FEATURES, "id": "abc"}),
+    ("id-too-long", {**FEATURES, "id": "a" * 65}),
+    ("id-not-url-safe", {**FEATURES, "id": "abcdefghijklmnop+/"}),
+    ("id-a-number", {**FEATURES, "id": 12345678901234567890}),
+    ("schema-a-number", {**FEATURES, "schema": 1}),
+    ("schema-unknown", {**FEATURES, "schema": "nope"}),
+    ("version-unknown", {**FEATURES, "version": 2}),
+    ("version-a-string", {**FEATURES, "version": "1"}),
+    ("version-a-boolean", {**FEATURES, "version": True}),
+    ("version-too-large", {**FEATURES, "version": 2**31}),
+    ("window-hour-for-a-day-schema", {**FEATURES, "window": "2026-11-21T13"}),
+    ("window-day-for-an-hour-schema", {**THREE, "window": "2026-11-21"}),
+    ("window-no-real-day", {**FEATURES, "window": "2026-02-30"}),
+    ("window-non-ascii-digit", {**FEATURES, "window": "2026-11-2\u0661"}),
+    ("window-a-number", {**FEATURES, "window": 20261121}),
+    ("epsilon-other", {**FEATURES, "epsilon": 2.5}),
+    ("epsilon-off-by-more-than-1e-9", {**FEATURES, "epsilon": 2.000000002}),
+    ("epsilon-a-string", {**FEATURES, "epsilon": "2.0"}),
+    ("epsilon-a-boolean", {**FEATURES, "epsilon": True}),
+    ("values-a-list", {**FEATURES, "values": [True, "macos"]}),
+    ("values-unknown-attribute", {**FEATURES, "values": {"dark_mode": True, "os": "macos", "font": "big"}}),
+    ("values-missing-attribute", {**FEATURES, "values": {"dark_mode": True}}),
+    ("sample-carries-two", _report("one-of-three", 1, "2026-11-21", 1.5, {"flag": True, "os": "linux"})),
+    ("sample-carries-none", _report("one-of-three", 1, "2026-11-21", 1.5, {})),
+    ("boolean-as-1", {**FEATURES, "values": {"dark_mode": 1, "os": "macos"}}),
+    ("boolean-as-string", {**FEATURES, "values": {"dark_mode": "true", "os": "macos"}}),
+    ("grr-unknown-category", {**FEATURES, "values": {"dark_mode": True, "os": "MacOS"}}),
+    ("grr-an-index", {**FEATURES, "values": {"dark_mode": True, "os": 1}}),
+    ("oue-short", {**THREE, "values": {**THREE["values"], "lang": [0, 1]}}),
+    ("oue-booleans", {**THREE, "values": {**THREE["values"], "lang": [False, True] * 4}}),
+    ("oue-a-two", {**THREE, "values": {**THREE["values"], "lang": [0, 2, 0, 0, 0, 0, 0, 0]}}),
+    ("oue-floats", {**THREE, "values": {**THREE["values"], "lang": [0.0, 1.0] * 4}}),
+    ("duchi-two", {**MEANS, "values": {**MEANS["values"], "minutes": 2}}),
+    ("duchi-a-boolean", {**MEANS, "values": {**MEANS["values"], "minutes": True}}),
+    ("pm-out-of-bounds", {**MEANS, "values": {**MEANS["values"], "pages": 1e6}}),
+    ("hm-a-string", {**MEANS, "values": {**MEANS["values"], "latency": "0.5"}}),
+    ("histogram-a-number", _report("buckets", 1, "2026-11-21", 2.0, {"load_ms": 60, "ratio": [0, 1, 1]})),
+]
+
+
+def reports() -> JSON:
+    schemas = derived_schemas()
+    parsed = schemas_by_name(schemas)
+    return {"schemas": schemas, "cases": [{"name": name, "report": report,
+                                           "counters": run_report_counters(parsed, {"report": report})}
+                                          for name, report in VALID_REPORTS]}
+
+
+def report_validation() -> JSON:
+    schemas = derived_schemas()
+    parsed = schemas_by_name(schemas)
+    return {"schemas": schemas, "cases": [{"name": name, "report": report,
+                                           "field": _refused(run_invalid_report(parsed, {"report": report}), name)}
+                                          for name, report in INVALID_REPORTS]}
+
+
+WINDOW_OF: list[tuple[str, str]] = [
+    ("2026-11-21T00:00:00+00:00", "day"), ("2026-11-21T23:59:59.999999+00:00", "day"),
+    ("2026-11-22T01:30:00+02:00", "day"), ("2026-11-22T01:30:00+02:00", "hour"),
+    ("2026-11-21T20:15:00-05:00", "day"), ("2026-11-21T20:15:00-05:00", "hour"),
+    ("2026-11-21T13:00:00+00:00", "hour"), ("2026-11-21T13:59:59+00:00", "hour"),
+    ("2028-02-29T12:00:00+00:00", "day"), ("2026-12-31T23:30:00-01:00", "hour"),
+    ("1970-01-01T00:00:00+00:00", "hour"), ("2026-03-29T01:30:00+05:45", "hour"),
+]
+WINDOW_BOUNDS: list[tuple[str, str]] = [
+    ("2026-11-21", "day"), ("2026-12-31", "day"), ("2028-02-29", "day"),
+    ("2026-11-21T00", "hour"), ("2026-11-21T13", "hour"), ("2026-12-31T23", "hour"), ("2028-02-28T23", "hour"),
+]
+INVALID_WINDOWS: list[tuple[Any, str]] = [
+    ("2026-02-29", "day"), ("2026-11-31", "day"), ("2026-13-01", "day"), ("2026-1-01", "day"), ("26-11-21", "day"),
+    ("2026-11-21T13", "day"), (" 2026-11-21", "day"), ("2026-11-21", "hour"), ("2026-11-21T24", "hour"),
+    ("2026-11-21T1", "hour"), ("2026-11-21 13", "hour"), ("2026-11-2\u0661", "day"), ("", "day"), (20261121, "day"),
+    ("all", "day"),
+]
+OVERLAPPING = ["2026-11-21", "2026-11-21T00", "2026-11-21T23", "2028-02-29"]
+
+
+def windows_vectors() -> JSON:
+    return {
+        "rollup": windows.ROLLUP,
+        "window_of": [_answer({"instant": instant, "kind": kind}, "window", run_window_of) for instant, kind in WINDOW_OF],
+        "bounds": [{**case, **run_window_bounds(case)} for case in ({"window": w, "kind": k} for w, k in WINDOW_BOUNDS)],
+        "invalid": [_invalid_window({"window": window, "kind": kind}) for window, kind in INVALID_WINDOWS],
+        "overlapping": [_answer({"window": window}, "windows", run_overlapping) for window in OVERLAPPING],
+    }
+
+
+def _invalid_window(case: dict[str, Any]) -> dict[str, Any]:
+    if not run_invalid_window(case):
+        raise AssertionError(f"window {case['window']!r} is meant to be refused, but the code accepts it")
+    return case
+
+
+# (name, schema, attribute, n, amounts, confidence, extra fields)
+ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[str, Any]]] = [
+    ("rr", "features", "dark_mode", 1000, {"true": 600}, 0.95, {}),
+    ("rr-no-hits", "features", "dark_mode", 1000, {}, 0.95, {}),
+    ("rr-all-hits", "features", "dark_mode", 1000, {"true": 1000}, 0.95, {}),
+    ("rr-one-report", "features", "dark_mode", 1, {"true": 1}, 0.95, {}),
+    ("rr-rollup-not-memoised", "features", "dark_mode", 1000, {"true": 600}, 0.95, {"window": windows.ROLLUP}),
+    ("rr-90-percent", "features", "dark_mode", 250, {"true": 101}, 0.9, {}),
+    ("rr-99-percent", "features", "dark_mode", 250, {"true": 101}, 0.99, {}),
+    ("grr-sparse", "features", "os", 5000, {"linux": 2400, "windows": 1800, "other": 800}, 0.95, {}),
+    ("oue", "three", "lang", 2000, {"en": 700, "de": 400, "fr": 380, "es": 350, "it": 340, "pt": 330, "nl": 600,
+                                    "pl": 420}, 0.95, {}),
+    ("grr-large-n", "three", "os", 10_000_000, {"linux": 4_000_000, "macos": 2_000_000, "windows": 3_000_000,
+                                                "other": 1_000_000}, 0.95, {}),
+    ("histogram", "buckets", "load_ms", 300, {"[0, 50)": 90, "[50, 100)": 80, "[250, 1000]": 70}, 0.95, {}),
+    ("duchi", "means", "minutes", 1000, {"sum": 530}, 0.95, {}),
+    ("duchi-no-ones", "means", "minutes", 40, {}, 0.95, {}),
+    ("pm-theory-wider", "means", "pages", 1000, {"sum": 120.5, "sumsq": 500.25}, 0.95, {}),
+    ("pm-sample-wider", "means", "pages", 1000, {"sum": -80.0, "sumsq": 3000.0}, 0.95, {}),
+    ("pm-one-report", "means", "pages", 1, {"sum": 2.5, "sumsq": 6.25}, 0.95, {}),
+    ("hm", "means", "latency", 500, {"sum": 100.0, "sumsq": 1200.0}, 0.95, {}),
+    ("hm-mean-outside-the-range", "means", "latency", 10, {"sum": 20.0, "sumsq": 45.0}, 0.95, {}),
+    ("laplace", "means", "crashes", 800, {"sum": -200.0, "sumsq": 2400.0}, 0.95, {}),
+    ("memoised-window", "memoised", "os", 400, {"linux": 150, "macos": 90, "windows": 100, "other": 60}, 0.95, {}),
+    ("memoised-rollup", "memoised", "os", 4000, {"linux": 1500, "macos": 900, "windows": 1000, "other": 600}, 0.95,
+     {"window": windows.ROLLUP, "smallest_window_n": 100}),
+    ("memoised-rollup-no-window-retained", "memoised", "flag", 4000, {"true": 2500}, 0.95,
+     {"window": windows.ROLLUP, "smallest_window_n": None}),
+]
+
+
+WINDOW_MOMENT = datetime(2026, 11, 21, 13, 30, tzinfo=timezone.utc)  # a window estimates.json cases are in
+
+
+def estimates_vectors() -> JSON:
+    schemas = derived_schemas()
+    parsed = schemas_by_name(schemas)
+    cases = []
+    for name, schema, attribute, n, amounts, confidence, fields in ESTIMATES:
+        extra = dict(fields)
+        window = extra.pop("window", windows.window_of(WINDOW_MOMENT, parsed[schema].window))
+        case = {"name": name, "schema": schema, "attribute": attribute, "window": window, "n": n,
+                "amounts": amounts, "confidence": confidence, **extra}
+        cases.append({**case, "estimates": run_estimates(parsed[schema], case)})
+    return {"tolerance": TOLERANCE, "schemas": schemas, "cases": cases}
+
+
+FILES: dict[str, Callable[[], JSON]] = {
+    "randomness.json": randomness,
+    "schemas.json": schemas,
+    "invalid_schemas.json": invalid_schemas,
+    "reports.json": reports,
+    "report_validation.json": report_validation,
+    "windows.json": windows_vectors,
+    "estimates.json": estimates_vectors,
+}
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+WIDTH = 118
+
+
+def render(value: JSON, indent: int = 0, key: str = "") -> str:
+    """JSON, one item a line, except that an object or array that fits on the rest of a line
+    stays on one (ASCII only, no NaN or infinity: any JSON parser reads it)."""
+    flat = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
+    if len(flat) + len(key) + indent <= WIDTH or not isinstance(value, (dict, list)) or not value:
+        return flat
+    inner = " " * (indent + 1)
+    if isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + _fill([render(v) for v in value], inner) + "\n" + " " * indent + "]"
+    if isinstance(value, dict):
+        keys = {k: f"{json.dumps(k, ensure_ascii=True)}: " for k in value}
+        items = [f"{inner}{keys[k]}{render(v, indent + 1, keys[k])}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    return "[\n" + ",\n".join(inner + render(v, indent + 1) for v in value) + "\n" + " " * indent + "]"
+
+
+def _fill(items: list[str], inner: str) -> str:
+    """Scalars, as many a line as fit."""
+    lines: list[list[str]] = [[]]
+    for item in items:
+        if lines[-1] and len(inner) + len(", ".join([*lines[-1], item])) + 1 > WIDTH:
+            lines.append([])
+        lines[-1].append(item)
+    return ",\n".join(inner + ", ".join(line) for line in lines)
+
+
+def texts() -> dict[str, str]:
+    """Each vector file's text, as the code makes it now."""
+    return {name: render(build()) + "\n" for name, build in FILES.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from what the code makes")
+    parser.add_argument("--folder", type=Path, default=FOLDER, help="where the files are (default: this folder)")
+    args = parser.parse_args(argv)
+    differ = []
+    for name, text in texts().items():
+        path = args.folder / name
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                differ.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+    if differ:
+        print(f"differ from what the code makes: {', '.join(differ)} (regenerate with tests/vectors/generate.py "
+              "if the change of behaviour is meant)", file=sys.stderr)
+        return 1
+    print("vectors match the code" if args.check else f"wrote {len(FILES)} files to {args.folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
