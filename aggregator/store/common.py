@@ -18,7 +18,8 @@ from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
 
 from ...shared.schema import MAX_VERSION, NAME_RE
 from ...shared.windows import ROLLUP
-from .base import AmountRow, EstimatesQuery, Expired, Increments, ReportRow, TotalRow
+from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, TotalRow,
+                   WindowCounters)
 from .errors import StoreError
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
@@ -126,10 +127,11 @@ def smallest_windows_sql(mark: str) -> str:
             'GROUP BY attribute')
 
 
-def estimates_sql(query: EstimatesQuery, mark: str) -> tuple[str, list[Any]]:
-    """The page of estimates ``query`` asks for. The rollup's name sorts after every window name
-    (a letter after digits, compared bytewise), so the primary key's order is the order to show,
-    and a page is a range of it."""
+def read_estimates(conn: Any, mark: str, query: EstimatesQuery) -> list[EstimateRow]:
+    """The page of estimates ``query`` asks for, read on ``conn`` (a DB-API connection whose
+    parameter mark is ``mark``). The rollup's name sorts after every window name (a letter after
+    digits, compared bytewise), so the primary key's order is the order to show, and a page is a
+    range of it."""
     sql = f"SELECT * FROM estimates WHERE schema = {mark} AND version = {mark}"
     params: list[Any] = [query.schema, query.version]
     if query.attribute is not None:
@@ -146,17 +148,50 @@ def estimates_sql(query: EstimatesQuery, mark: str) -> tuple[str, list[Any]]:
         params += list(query.after)
     sql += f' ORDER BY "window", rank LIMIT {mark}'
     params.append(query.limit)
-    return sql, params
+    cursor = conn.execute(sql, params)
+    names = [column[0] for column in cursor.description or ()]
+    return [EstimateRow(**dict(zip(names, row))) for row in cursor]
 
 
-def activity_sql(mark: str) -> tuple[str, str, str, str]:
-    """The four reads of :meth:`Store.activity`; parameters ``(schema, version, ROLLUP)`` for the
-    first three, ``(schema, version)`` for the last."""
+def read_window_counters(conn: Any, mark: str, schema: str, version: int,
+                         windows: Sequence[str]) -> dict[str, WindowCounters]:
+    """:meth:`Store.window_counters` read on ``conn`` (inside the store's snapshot)."""
+    key_sql = f'schema = {mark} AND version = {mark} AND "window" = {mark}'
+    out = {}
+    for window in windows:
+        key = (schema, version, window)
+        totals = dict(conn.execute(f"SELECT attribute, n FROM totals WHERE {key_sql}", key).fetchall())
+        amounts: dict[str, dict[str, int | float]] = {}
+        for attribute, value, amount in conn.execute(f"SELECT attribute, value, amount FROM counters WHERE {key_sql}",
+                                                     key):
+            # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
+            whole = isinstance(amount, float) and amount.is_integer()
+            amounts.setdefault(attribute, {})[value] = int(amount) if whole else amount
+        smallest = {} if window != ROLLUP else dict(conn.execute(smallest_windows_sql(mark), key).fetchall())
+        out[window] = WindowCounters(totals, amounts, smallest)
+    return out
+
+
+def rows_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str], list[EstimateRow]]:
+    """Estimate rows grouped by their (schema, version, window), for :meth:`Store.save_estimates`."""
+    out: dict[tuple[str, int, str], list[EstimateRow]] = {}
+    for row in rows:
+        out.setdefault((row.schema, row.version, row.window), []).append(row)
+    return out
+
+
+def read_activity(conn: Any, mark: str, schema: str, version: int) -> Activity:
+    """:meth:`Store.activity` read on ``conn`` (a DB-API connection whose parameter mark is ``mark``)."""
     key = f"schema = {mark} AND version = {mark}"
-    return (f'SELECT attribute, n FROM totals WHERE {key} AND "window" = {mark}',
-            f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {mark}',
-            f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {mark}',
-            f"SELECT 1 FROM dirty WHERE {key} LIMIT 1")
+    rollup = (schema, version, ROLLUP)
+    carried = dict(conn.execute(f'SELECT attribute, n FROM totals WHERE {key} AND "window" = {mark}',
+                                rollup).fetchall())
+    windows = conn.execute(f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {mark}',
+                           rollup).fetchone()[0]
+    computed_at = conn.execute(f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {mark}',
+                               rollup).fetchone()[0]
+    pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
+    return Activity(carried, windows, computed_at, pending is not None)
 
 
 def expire(transaction: Callable[[], ContextManager[Any]], mark: str, cutoff: int) -> Expired:

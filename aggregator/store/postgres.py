@@ -48,12 +48,11 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...shared.windows import ROLLUP
 from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, smallest_windows_sql, stale_windows_sql, translating)
+from .common import (NEXT_GENERATION, TABLES, Batch, batch, dirty_windows, fold, read_activity, read_estimates,
+                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -307,27 +306,12 @@ class PostgresStore(Store):
 
     @_translated
     def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
-        out = {}
         with self._transaction(snapshot=True) as conn:
-            for window in windows:
-                key = (schema, version, window)
-                totals = dict(conn.execute('SELECT attribute, n FROM totals WHERE schema = %s AND version = %s '
-                                           'AND "window" = %s', key).fetchall())
-                amounts: dict[str, dict[str, int | float]] = {}
-                for attribute, value, amount in conn.execute(
-                        'SELECT attribute, value, amount FROM counters WHERE schema = %s AND version = %s '
-                        'AND "window" = %s', key):
-                    # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
-                    amounts.setdefault(attribute, {})[value] = int(amount) if amount.is_integer() else amount
-                smallest = {} if window != ROLLUP else dict(conn.execute(smallest_windows_sql("%s"), key).fetchall())
-                out[window] = WindowCounters(totals, amounts, smallest)
-        return out
+            return read_window_counters(conn, "%s", schema, version, windows)
 
     @_translated
     def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
-        by_window: dict[tuple[str, int, str], list[EstimateRow]] = {}
-        for row in rows:
-            by_window.setdefault((row.schema, row.version, row.window), []).append(row)
+        by_window = rows_by_window(rows)
         with self._transaction() as conn:
             for stale in done:
                 key = (stale.schema, stale.version, stale.window)
@@ -355,11 +339,8 @@ class PostgresStore(Store):
 
     @_translated
     def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
-        sql, params = estimates_sql(query, "%s")
         with self._transaction() as conn:
-            cursor = conn.execute(sql, params)
-            names = [d.name for d in cursor.description or ()]
-            return [EstimateRow(**dict(zip(names, row))) for row in cursor]
+            return read_estimates(conn, "%s", query)
 
     @_translated
     def estimates_generation(self) -> int:
@@ -367,14 +348,8 @@ class PostgresStore(Store):
 
     @_translated
     def activity(self, schema: str, version: int) -> Activity:
-        key = (schema, version)
-        carried_sql, windows_sql, computed_sql, pending_sql = activity_sql("%s")
         with self._transaction(snapshot=True) as conn:
-            carried = dict(conn.execute(carried_sql, (*key, ROLLUP)).fetchall())
-            windows = conn.execute(windows_sql, (*key, ROLLUP)).fetchone()[0]
-            computed_at = conn.execute(computed_sql, (*key, ROLLUP)).fetchone()[0]
-            pending = conn.execute(pending_sql, key).fetchone()
-        return Activity(carried, windows, computed_at, pending is not None)
+            return read_activity(conn, "%s", schema, version)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

@@ -29,8 +29,8 @@ from ...shared.windows import ROLLUP, window_end
 from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (NEXT_GENERATION, TABLES, Batch, activity_sql, batch, dirty_windows, estimates_sql,
-                     fold, schema_key_ok, smallest_windows_sql, stale_windows_sql, translating)
+from .common import (NEXT_GENERATION, TABLES, Batch, batch, dirty_windows, fold, read_activity, read_estimates,
+                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -328,26 +328,12 @@ class SQLiteStore(Store):
 
     @_translated
     def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
-        out = {}
         with self._snapshot() as conn:
-            for window in windows:
-                key = (schema, version, window)
-                totals = dict(conn.execute('SELECT attribute, n FROM totals WHERE schema = ? AND version = ? '
-                                           'AND "window" = ?', key))
-                amounts: dict[str, dict[str, int | float]] = {}
-                for attribute, value, amount in conn.execute(
-                        'SELECT attribute, value, amount FROM counters WHERE schema = ? AND version = ? '
-                        'AND "window" = ?', key):
-                    amounts.setdefault(attribute, {})[value] = amount
-                smallest = {} if window != ROLLUP else dict(conn.execute(smallest_windows_sql("?"), key))
-                out[window] = WindowCounters(totals, amounts, smallest)
-        return out
+            return read_window_counters(conn, "?", schema, version, windows)
 
     @_translated
     def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
-        by_window: dict[tuple[str, int, str], list[EstimateRow]] = {}
-        for row in rows:
-            by_window.setdefault((row.schema, row.version, row.window), []).append(row)
+        by_window = rows_by_window(rows)
         names = ", ".join(f'"{c}"' for c in _ESTIMATE_COLUMNS)
         with self._write() as conn:
             for stale in done:
@@ -377,10 +363,7 @@ class SQLiteStore(Store):
 
     @_translated
     def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
-        sql, params = estimates_sql(query, "?")
-        cursor = self._conn.execute(sql, params)
-        names = [d[0] for d in cursor.description]
-        return [EstimateRow(**dict(zip(names, row))) for row in cursor]
+        return read_estimates(self._conn, "?", query)
 
     @_translated
     def estimates_generation(self) -> int:
@@ -388,13 +371,7 @@ class SQLiteStore(Store):
 
     @_translated
     def activity(self, schema: str, version: int) -> Activity:
-        conn, key = self._conn, (schema, version)
-        carried_sql, windows_sql, computed_sql, pending_sql = activity_sql("?")
-        carried = dict(conn.execute(carried_sql, (*key, ROLLUP)))
-        windows = conn.execute(windows_sql, (*key, ROLLUP)).fetchone()[0]
-        computed_at = conn.execute(computed_sql, (*key, ROLLUP)).fetchone()[0]
-        pending = conn.execute(pending_sql, key).fetchone()
-        return Activity(carried, windows, computed_at, pending is not None)
+        return read_activity(self._conn, "?", schema, version)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 
