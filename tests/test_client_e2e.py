@@ -256,10 +256,12 @@ def test_a_schema_published_after_the_app_started_is_picked_up(app, client):
     with TelemetryClient(ENDPOINT, "app-usage", max_epsilon=4, data_dir=app.instance_path,
                          transport=FlaskTransport(client), **FAST) as telemetry:
         assert not telemetry.wait_for_schema(0.2)  # 404 so far: asked again after a backoff
-        assert "not known yet" in telemetry.record(RECORD).reason
+        result = telemetry.record(RECORD)
+        # Held in memory until the schema comes (issue 10), and then the window's one report: a
+        # second record() in the window would race it for the ledger, so none is made here.
+        assert result.pending and "not known yet" in result.reason
         publish(client, APP_USAGE)
         assert telemetry.wait_for_schema(10)
-        assert telemetry.record(RECORD).queued
         assert telemetry.flush(10)
     assert len(stored_reports(app.config["LDP_DB"])) == 1
 
