@@ -100,3 +100,21 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
     clock[0] += timedelta(days=2)
     assert retention.expire(app) == Expired(reports=2, windows=1)
     assert windows_estimated() == {ROLLUP}
+
+
+def test_retention_walks_the_ids_in_chunks_and_erases_only_expired_reports(make_app, monkeypatch):
+    # Chunks of 4 against 11 expired reports (random ids, so spread among the 9 kept ones):
+    # the walk must resume after each chunk's last id and stop after the short last chunk.
+    from ldp_telemetry.aggregator.store import common
+    monkeypatch.setattr(common, "DELETE_CHUNK", 4)
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    client = app.test_client()
+    publish(client)
+    old = [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window="2026-11-19") for _ in range(11)]
+    new = [randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21") for _ in range(9)]
+    assert client.post("/api/v1/reports", json={"reports": old + new}).status_code == 202
+    clock[0] = datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)
+    assert retention.expire(app) == Expired(reports=11, windows=1)
+    assert sorted(row[0] for row in db_state(app)["reports"]) == sorted(r["id"] for r in new)
+    assert retention.expire(app) == Expired(reports=0, windows=0)

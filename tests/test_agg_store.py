@@ -247,7 +247,7 @@ def test_the_reports_of_one_request_are_not_stored_together(app, client):
     with sqlite3.connect(app.config["LDP_DB"]) as conn:
         with pytest.raises(sqlite3.OperationalError, match="rowid"):
             conn.execute("SELECT rowid FROM reports")
-        # The table itself in page order (a bare "SELECT id" would scan the window_end index instead).
+        # The table itself in page order (its only b-tree: reports have no secondary index).
         scan = 'SELECT id, "values" FROM reports'
         assert [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + scan)] == ["SCAN reports"]
         physical = [origin[i] for i, _ in conn.execute(scan)]
