@@ -31,6 +31,7 @@ def migrated_store(values: Mapping[str, Any]) -> Store:
     try:
         store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
         store.migrate()
+        store.settle()  # what a process that died had acknowledged and not counted
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
     return store
@@ -53,7 +54,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.json.sort_keys = False  # fields in the documented order
 
     store = migrated_store(values)
-    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": Metrics(), "pages": PageCache()}
+    metrics = Metrics()
+    store.on_late_duplicates = metrics.late_duplicates.inc
+    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": metrics, "pages": PageCache()}
 
     from . import api, dashboard, ops
 

@@ -194,10 +194,15 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     config = {name.upper(): value for name, value in flags.items() if value is not None}
     try:
         # A bad setting or an unusable database stops here, before any worker starts.
-        migrated_store(load(config, config_source="command line")).close()
+        values = load(config, config_source="command line")
+        migrated_store(values).close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
-    run_server(config, host=host, port=port, workers=workers, access_log=access_log)
+    try:
+        run_server(config, host=host, port=port, workers=workers, access_log=access_log)
+    finally:
+        # Count what the stopped workers acknowledged and had not counted yet (migrated_store settles).
+        migrated_store(values).close()
 
 
 def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):

@@ -15,6 +15,8 @@ from flask import Flask, Response, g
 # default-src 'none': anything not listed below is refused, including plugins and connections.
 _POLICY = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'nonce-{nonce}'; "
            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+# What is not a page (JSON, CSV, text) runs no script at all: no nonce to make.
+_NOT_A_PAGE = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 _ALWAYS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -37,5 +39,6 @@ def init_app(app: Flask) -> None:
     @app.after_request
     def secure(response: Response) -> Response:
         response.headers.update(_ALWAYS)
-        response.headers["Content-Security-Policy"] = _POLICY.format(nonce=script_nonce())
+        response.headers["Content-Security-Policy"] = (_POLICY.format(nonce=script_nonce())
+                                                       if response.mimetype == "text/html" else _NOT_A_PAGE)
         return response

@@ -2,29 +2,30 @@
 
 The batch is all-or-nothing: every report is validated (the shared validator, then the server's
 window policy) before anything is written, and one invalid report rejects the request with a
-detail per bad index. Then the reports and their counter increments are written in one
-transaction (:meth:`Store.ingest`); an id repeated in the batch, or already stored, is a
-duplicate and changes no counter. A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
+detail per bad index. Then the store takes the new ones (:meth:`Store.ingest`): durably before
+the answer, each counted exactly once, all of the batch or none; an id repeated in the batch, or
+already stored, is a duplicate and changes no counter. PostgreSQL stores and counts them in one
+transaction; SQLite appends them to its inbox and counts them a moment later (:mod:`.store.inbox`).
+A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Hashable, Sequence
+from typing import Any, Sequence
 
 from flask import Flask
 
 from ..shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_report
-from ..shared.schema import Schema
 from ..shared.windows import LENGTH, window_start
 from . import context
 from .catalog import Catalog
 from .errors import ApiError, detail
 from .retention import retention_cutoff
-from .store import AmountRow, Increments, ReportRow, Store, TotalRow
+from .store import ReportRow, Store
+from .store.common import increments
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
@@ -124,33 +125,3 @@ def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[i
             for r, end in zip(kept, ends)]
     accepted = store.ingest(rows, lambda new: increments([kept[i] for i in new], [ends[i] for i in new]))
     return Outcome(accepted, len(reports) - accepted)
-
-
-def increments(reports: Sequence[Report], window_ends: Sequence[int]) -> Increments:
-    """The counter increments of ``reports`` (whose windows end at ``window_ends``), pre-aggregated.
-
-    Every attribute a report carries adds one to that attribute's ``n`` in the report's window;
-    each value key its mechanism's statistics name (:meth:`Mechanism.statistics`) gets its
-    amount. Only non-zero amounts become rows: a report adds a few rows per attribute however
-    many categories it has. Reports are first counted by wire value, so each distinct wire value
-    is decoded once, not once a report.
-    """
-    wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
-    schemas: dict[tuple[str, int], Schema] = {}
-    ends: dict[str, int] = {}
-    for report, end in zip(reports, window_ends):
-        s = report.schema
-        schemas[(s.name, s.version)] = s
-        ends[report.window] = end
-        for name, reported in report.values.items():
-            wire[(s.name, s.version, report.window, name,
-                  tuple(reported) if type(reported) is list else reported)] += 1  # OUE vectors as tuples
-    n: Counter[tuple[str, int, str, str]] = Counter()
-    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
-    for (schema, version, window, name, reported), count in wire.items():
-        attribute = schemas[(schema, version)].by_name[name]
-        n[(schema, version, window, name)] += count
-        for key, amount in attribute.mech.statistics(attribute, reported):
-            amounts[(schema, version, window, name, key)] += amount * count
-    return Increments([TotalRow(*key, count, ends[key[2]]) for key, count in n.items()],
-                      [AmountRow(*key, amount) for key, amount in amounts.items() if amount])

@@ -44,9 +44,9 @@ REFRESH_SCHEMA = parse_schema({
 
 STEPS = ("record", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
-# Ours against the no-database ceiling on the same HTTP server: half of what the HTTP layer
-# allows leaves the validation, deduplication, counters and a durable commit half the time.
-INGEST_RATIO_TARGET = 0.5
+# Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
+# the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
+INGEST_RATIO_TARGETS = {1: 0.7, 100: 0.6}
 
 
 def median_of(runs: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -80,6 +80,12 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                 with servers.aggregator(db, synchronous=synchronous, http_server=http_server) as url:
                     servers.publish(url, encoders.BENCH_SCHEMA.to_dict())
                     ours = figures["ours"][synchronous] = _both_batch_sizes(url, runs, seconds)
+                    # The SQLite store counts a moment after it answers: how far behind the load it was.
+                    store = open_store(str(db))
+                    started = time.perf_counter()
+                    store.settle()
+                    ours["count_lag_seconds"] = time.perf_counter() - started
+                    store.close()
                 acknowledged = sum(r["reports"] for b in ours.values() for r in b["runs"])
                 store = open_store(str(db))
                 stored = store.footprint()["reports"]
@@ -247,23 +253,30 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
     ing = results.get("ingest")
     if ing:
+        units = {100: "reports_per_second", 1: "requests_per_second"}
+        fastest = {batch: max(ing[name]["ceiling"][f"batch{batch}"][unit] for name in servers.HTTP_SERVERS)
+                   for batch, unit in units.items()}
         for http_server in servers.HTTP_SERVERS:
             figures = ing[http_server]
-            for batch, unit in ((100, "reports_per_second"), (1, "requests_per_second")):
+            for batch, unit in units.items():
                 ceiling = figures["ceiling"][f"batch{batch}"]
                 label = unit.replace("_", " ")
+                target = INGEST_RATIO_TARGETS[batch]
                 row(f"ingest on {http_server}, {batch}-report batches, no-database ceiling, {label}", ceiling[unit],
                     ",.0f", "-", None)
                 for mode, runs in figures["ours"].items():
                     ours = runs[f"batch{batch}"]
-                    ratio = ours[unit] / ceiling[unit]
                     row(f"  ours, LDP_SYNCHRONOUS={mode}, {label}", ours[unit], ",.0f", "-", None)
-                    row("    ours / ceiling", ratio, ".2f", f">= {INGEST_RATIO_TARGET}", ratio >= INGEST_RATIO_TARGET)
+                    row("    ours / this server's ceiling", ours[unit] / ceiling[unit], ".2f", "-", None)
+                    ratio = ours[unit] / fastest[batch]
+                    row("    ours / the fastest server's ceiling", ratio, ".2f", f">= {target}", ratio >= target)
                     row("    p99 latency ms", ours["p99_ms"], ".1f", "< 50", ours["p99_ms"] < 50)
                     row("    failed requests (5xx, errors)", ours["failed"], "d", "0", ours["failed"] == 0)
             for mode, runs in figures["ours"].items():
                 row(f"  {mode}: stored - acknowledged (in flight at cut-off)", runs["stored"] - runs["acknowledged"],
                     "d", ">= 0", runs["no_acknowledged_report_lost"])
+                row(f"  {mode}: seconds until every acknowledged report was counted, after the load",
+                    runs["count_lag_seconds"], ".2f", "-", None)
         granian, gunicorn = (ing[name]["ours"] for name in servers.HTTP_SERVERS)
         for mode in granian:
             for batch, unit in ((100, "reports_per_second"), (1, "requests_per_second")):

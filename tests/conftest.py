@@ -214,8 +214,9 @@ def stored_counters(store: Any, schema: dict[str, Any], windows: list[str]) -> d
 
 
 def db_state(app: Any) -> dict[str, list[tuple]]:
-    """Every row of every table of the app's database, sorted: :func:`file_state` of a SQLite
-    file, :func:`postgres_state` of a PostgreSQL one."""
+    """Every row of every table of the app's database, sorted, once every acknowledged report is
+    counted: :func:`file_state` of a SQLite file, :func:`postgres_state` of a PostgreSQL one."""
+    store_of(app).settle()  # what was acknowledged is counted (the SQLite store counts a moment later)
     location = app.config["LDP_DB"]
     return postgres_state(location) if location.startswith("postgresql://") else file_state(location)
 
@@ -223,9 +224,23 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
 STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 
 
+def settle(location: str) -> None:
+    """Count every report a server on ``location`` acknowledged (what a restarted server does
+    first): the SQLite store counts a moment after it answers (its inbox)."""
+    from ldp_telemetry.aggregator.store import open_store
+
+    store = open_store(location)
+    try:
+        store.settle()
+    finally:
+        store.close()
+
+
 def sql(location: str, statement: str) -> list[tuple]:
     """Run one statement on the database itself (a SQLite file or a PostgreSQL URL), not through
-    the store: what is physically there, or a change behind the store's back."""
+    the store, once what was acknowledged is counted (:func:`settle`): what is physically there,
+    or a change behind the store's back."""
+    settle(location)
     if location.startswith("postgresql://"):
         import psycopg
 
@@ -251,6 +266,8 @@ def file_state(path: Any) -> dict[str, list[tuple]]:
     """Every row of every table of the SQLite file, sorted: compare before and after to prove
     nothing was physically written (so it opens the file, not the store)."""
     import sqlite3
+
+    settle(str(path))
 
     conn = sqlite3.connect(path)
     try:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from datetime import datetime, timezone
 
 import pytest
 from conftest import APP_USAGE, db_state, expected_counters, publish, store_of, stored_counters
 
+from ldp_telemetry.aggregator.store import is_postgres
 from ldp_telemetry.shared import randomize
 
 pytestmark = pytest.mark.backends
@@ -56,8 +58,15 @@ def test_a_retried_batch_changes_no_counter(app, client):
     client.post("/api/v1/reports", json={"reports": batch})
     before = db_state(app)
     response = client.post("/api/v1/reports", json={"reports": batch})
-    assert (response.status_code, response.get_json()) == (202, {"accepted": 0, "duplicates": 10})
+    assert response.status_code == 202
+    answer = response.get_json()
     assert db_state(app) == before
+    # PostgreSQL finds them stored before it answers; SQLite's inbox when it counts them (a
+    # moment later: DESIGN.md allows it), and /metrics says so.
+    late = re.search(r"^ldp_reports_duplicate_late_total (\S+)$", client.get("/metrics").get_data(as_text=True), re.M)
+    assert answer["accepted"] + answer["duplicates"] == 10 and answer["accepted"] == float(late.group(1))
+    assert answer == ({"accepted": 0, "duplicates": 10} if is_postgres(app.config["LDP_DB"]) else
+                      {"accepted": 10, "duplicates": 0})
 
 
 def test_an_id_stored_before_is_a_duplicate_even_with_other_content(app, client):
@@ -75,6 +84,7 @@ def test_raw_reports_keep_only_the_window(app, client):
     batch = reports(3)
     client.post("/api/v1/reports", json={"reports": batch}, headers={"User-Agent": "secret-agent/1.0"},
                 environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    store_of(app).settle()
     with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the file itself: what is physically stored
         columns = [row[1] for row in conn.execute("PRAGMA table_info(reports)")]
         dump = "\n".join(conn.iterdump())
@@ -185,5 +195,6 @@ def test_oue_with_1024_categories_counts_every_bit(make_app):
     # Sparse: a counter row only for a bit some report set, in the window and in the rollup (the
     # file itself is opened to count what is physically stored).
     set_bits = sum(any(r["values"]["page"][j] for r in batch) for j in range(1024))
+    store_of(app).settle()
     with sqlite3.connect(app.config["LDP_DB"]) as conn:
         assert conn.execute("SELECT count(*) FROM counters").fetchone()[0] == 2 * set_bits

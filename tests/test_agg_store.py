@@ -14,7 +14,7 @@ from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, 
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator import estimation
-from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, open_store
+from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, is_postgres, open_store
 from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
@@ -71,12 +71,19 @@ def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client):
     try:
         with pytest.raises(StoreBusy):
             store.publish_schema({"name": "x", "version": 1}, "2026-11-21T00:00:00Z")
-        response = client.post("/api/v1/reports", json={"reports": reports(1)})
-        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
-        assert "busy" in response.get_json()["error"]
+        sent = reports(1)
+        response = client.post("/api/v1/reports", json={"reports": sent})
+        if is_postgres(store.location):
+            assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+            assert "busy" in response.get_json()["error"]
+        else:  # acknowledged from the inbox; counted once the lock is free (below)
+            assert response.status_code == 202
     finally:
         holder.rollback()
         holder.close()
+    if not is_postgres(store.location):
+        store.settle()
+        assert stored_counters(store, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
 
 
 # -- refresh from a snapshot ---------------------------------------------------------------------
@@ -91,6 +98,7 @@ def test_a_refresh_computed_before_a_change_does_not_overwrite_or_clear_it(app, 
     counters = store.window_counters("app-usage", 1, [s.window for s in stale])
     rows = [r for s in stale for r in estimation.estimate_rows(schema, s.window, counters[s.window], 0.95, "t0")]
     client.post("/api/v1/reports", json={"reports": reports(3)})  # the counters change while it computes
+    store.settle()
     store.save_estimates(rows, stale)
     assert store.estimates(EstimatesQuery("app-usage", 1)) == []  # nothing older than the counters written
     assert {s.window for s in store.stale_windows(0.95)} == {TODAY, ROLLUP}  # and still due
@@ -244,6 +252,7 @@ def test_the_reports_of_one_request_are_not_stored_together(app, client):
     for batch in (first, second):
         assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
     origin = {r["id"]: "A" for r in first} | {r["id"]: "B" for r in second}
+    store_of(app).settle()
     with sqlite3.connect(app.config["LDP_DB"]) as conn:
         with pytest.raises(sqlite3.OperationalError, match="rowid"):
             conn.execute("SELECT rowid FROM reports")

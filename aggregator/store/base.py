@@ -178,11 +178,21 @@ class Store(ABC):
 
     # -- ingest ------------------------------------------------------------------------------
 
+    # Called with how many reports :meth:`ingest` answered as new that were found stored when
+    # they were counted (a store that deduplicates after answering: they were sent twice at once).
+    on_late_duplicates: Callable[[int], None] = staticmethod(lambda n: None)
+
     @abstractmethod
     def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
         """Store the reports whose id is new and add ``count(indices of the new ones)`` to the
-        counters (and to the rollup), exactly once and all at once. ``rows`` have distinct ids.
-        Returns how many were new."""
+        counters (and to the rollup), exactly once and all at once, durably before it returns.
+        ``rows`` have distinct ids. Returns how many were new, as far as is known now: a store may
+        count them a moment later (:meth:`settle`), and pass the ones it then finds stored to
+        :attr:`on_late_duplicates`."""
+
+    def settle(self) -> None:
+        """Count every report ingested before this call (in this process or another), so that
+        reads of the counters see them. Nothing to do for a store that counts as it ingests."""
 
     @abstractmethod
     def footprint(self) -> dict[str, int]:

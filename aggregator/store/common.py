@@ -1,5 +1,6 @@
 """What both stores do the same way, whatever their SQL dialect: one copy of each.
 
+- :func:`increments`: what reports add to the counters;
 - :func:`fold`: which reports of a group of batches were new, and the counter increments that
   follow (with :func:`with_rollup`, the same added to the rollup window);
 - :func:`translating`: a driver's errors leave a store's methods as the store's own;
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Hashable, NamedTuple, Sequence, TypeVar
 
-from ...shared.schema import MAX_VERSION, NAME_RE
+from ...shared.reports import Report
+from ...shared.schema import MAX_VERSION, NAME_RE, Schema
 from ...shared.windows import ROLLUP
 from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, TotalRow,
                    WindowCounters)
@@ -99,6 +101,38 @@ def translating(classify: Callable[[Any, Exception], StoreError | None]) -> Call
         return wrapper
 
     return decorate
+
+
+def increments(reports: Sequence[Report], window_ends: Sequence[int], weights: Sequence[int] | None = None,
+               ) -> Increments:
+    """The counter increments of ``reports`` (whose windows end at ``window_ends``), pre-aggregated;
+    with ``weights``, report ``i`` stands for ``weights[i]`` reports alike.
+
+    Every attribute a report carries adds one to that attribute's ``n`` in the report's window;
+    each value key its mechanism's statistics name (:meth:`Mechanism.statistics`) gets its
+    amount. Only non-zero amounts become rows: a report adds a few rows per attribute however
+    many categories it has. Reports are first counted by wire value, so each distinct wire value
+    is decoded once, not once a report.
+    """
+    wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
+    schemas: dict[tuple[str, int], Schema] = {}
+    ends: dict[str, int] = {}
+    for report, end, weight in zip(reports, window_ends, weights or [1] * len(reports)):
+        s = report.schema
+        schemas[(s.name, s.version)] = s
+        ends[report.window] = end
+        for name, reported in report.values.items():
+            wire[(s.name, s.version, report.window, name,
+                  tuple(reported) if type(reported) is list else reported)] += weight  # OUE vectors as tuples
+    n: Counter[tuple[str, int, str, str]] = Counter()
+    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
+    for (schema, version, window, name, reported), count in wire.items():
+        attribute = schemas[(schema, version)].by_name[name]
+        n[(schema, version, window, name)] += count
+        for key, amount in attribute.mech.statistics(attribute, reported):
+            amounts[(schema, version, window, name, key)] += amount * count
+    return Increments([TotalRow(*key, count, ends[key[2]]) for key, count in n.items()],
+                      [AmountRow(*key, amount) for key, amount in amounts.items() if amount])
 
 
 def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:

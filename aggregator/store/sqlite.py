@@ -11,7 +11,6 @@ Each thread gets its own connection. Every ``sqlite3`` error leaves as the store
 from __future__ import annotations
 
 import fcntl
-import functools
 import json
 import os
 import sqlite3
@@ -20,24 +19,28 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from sqlite_utils import Database, Migrations
 
-from ...shared.schema import parse_schema
+from ...shared.reports import Report
+from ...shared.schema import Schema, parse_schema
 from ...shared.windows import ROLLUP, window_end
 from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (NEXT_GENERATION, TABLES, Batch, batch, dirty_windows, fold, read_activity, read_estimates,
-                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating)
+from .common import (NEXT_GENERATION, TABLES, dirty_windows, increments, read_activity, read_estimates,
+                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating, with_rollup)
 from .errors import StoreBusy, StoreError, StoreUnavailable
-from .groupcommit import GroupCommit
+from .inbox import Inbox
 
 # Seconds a writer waits for another process's write lock before the store is busy.
 BUSY_TIMEOUT = 10.0
 # SQLite's limit on bound variables is 32766; a multi-row INSERT binds 6 per report.
 _CHUNK = 500
+# Reports folded in from the inbox per transaction: the write lock is held some 50 ms at most.
+FOLD_CHUNK = 5_000
 CACHE_KIB = 64 * 1024  # page cache per connection
 WAL_CHECKPOINT_PAGES = 10_000
 _REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
@@ -174,8 +177,10 @@ class SQLiteStore(Store):
         self.synchronous = {"full": "FULL", "normal": "NORMAL"}[synchronous]
         self._local = threading.local()
         self._lock_fd: int | None = None
-        self._group: GroupCommit[Batch] = GroupCommit(self._commit_batches)
         self._lock_mutex = threading.Lock()
+        self._inbox = Inbox(Path(self.path + "-inbox"), self._fold, durable=self.synchronous == "FULL",
+                            on_duplicates=lambda n: self.on_late_duplicates(n))
+        self._schemas: dict[tuple[str, int], Schema] = {}  # published schemas never change
 
     # -- connections and transactions -------------------------------------------------------
 
@@ -307,22 +312,53 @@ class SQLiteStore(Store):
 
     @_translated
     def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
-        return self._group.run(batch(rows, count))
+        """Append the reports to this process's inbox segment (:mod:`.inbox`); they are stored and
+        counted a moment later, when it is folded in (``count`` is not needed: the fold counts
+        from the rows). An id appended here and not yet folded is a duplicate now; one stored
+        already, or in another process's segment, is found when it is folded (a read of the
+        stored ids here cost as much as storing them)."""
+        return self._inbox.append(rows)
 
-    def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
-        """Store a group of batches in one transaction: how many reports of each were new.
+    @_translated
+    def settle(self) -> None:
+        self._inbox.settle()
 
-        Under the write lock no other process can store an id between our check and our insert,
-        so an id is stored and counted exactly once; batches are inserted one after another, so
-        an id in two batches of the group is new in the first only.
-        """
-        with self._write() as conn:
-            news, increments = fold(batches, functools.partial(_insert_new, conn))
-            _add(conn, increments)
-        return news
+    def _fold(self, rows: list[ReportRow]) -> int:
+        """Store the rows whose id is not stored and add their counts, :data:`FOLD_CHUNK` at a
+        time in id order; how many were stored already. Under the write lock no other process
+        can store an id between our check and our insert, so each is counted once."""
+        unique: dict[str, ReportRow] = {}
+        for row in rows:
+            unique.setdefault(row.id, row)  # the first appended wins, as in a batch
+        ordered = sorted(unique.values())
+        new_count = 0
+        for start in range(0, len(ordered), FOLD_CHUNK):
+            chunk = ordered[start:start + FOLD_CHUNK]
+            with self._write() as conn:
+                inserted = _insert_new(conn, chunk)
+                new = [r for r in chunk if r.id in inserted]
+                _add(conn, with_rollup(self._count(conn, new)))
+            new_count += len(new)
+        return len(rows) - new_count
+
+    def _count(self, conn: sqlite3.Connection, rows: Sequence[ReportRow]) -> Increments:
+        """The counter increments of ``rows``: reports alike (same window, same wire values, which
+        is most of them) are decoded once."""
+        alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
+        reports = [Report("", self._schema(conn, schema, version), window, json.loads(values))
+                   for schema, version, window, _, values in alike]
+        return increments(reports, [key[3] for key in alike], list(alike.values()))
+
+    def _schema(self, conn: sqlite3.Connection, name: str, version: int) -> Schema:
+        key = (name, version)
+        if key not in self._schemas:
+            definition = conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?", key).fetchone()
+            self._schemas[key] = parse_schema(json.loads(definition[0]))
+        return self._schemas[key]
 
     @_translated
     def footprint(self) -> dict[str, int]:
+        self._inbox.settle()
         with self._snapshot() as conn:
             return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
 
@@ -330,11 +366,13 @@ class SQLiteStore(Store):
 
     @_translated
     def stale_windows(self, confidence: float) -> list[Stale]:
+        self._inbox.settle()
         rows = self._conn.execute(stale_windows_sql("?"), (confidence,))
         return [Stale(*row) for row in rows]
 
     @_translated
     def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
+        self._inbox.settle()
         with self._snapshot() as conn:
             return read_window_counters(conn, "?", schema, version, windows)
 
@@ -364,6 +402,7 @@ class SQLiteStore(Store):
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
+        self._inbox.settle()
         return common.expire(self._write, self._snapshot, "?", cutoff)
 
     # -- reading -----------------------------------------------------------------------------

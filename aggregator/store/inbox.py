@@ -1,0 +1,275 @@
+"""The inbox: a report is acknowledged once appended to a file, and counted when folded in.
+
+Storing a report in ``reports`` writes a random leaf of the id key, and a SQLite commit holds the
+one write lock of the database while it syncs: every request of every worker process waited its
+turn for a transaction and an fsync. Instead each process appends the new reports of its requests
+to a segment file of its own (sequential writes; under ``full`` durability one ``fdatasync`` for
+all the requests that arrived meanwhile, :class:`.groupcommit.GroupCommit`; processes sync side by
+side) and answers. A thread of the process then folds the segment into the database: thousands of
+reports per transaction, in id order, each stored only if its id is not (``INSERT OR IGNORE``)
+and counted only then, in the same transaction. Folding is idempotent, so a segment folded twice
+(a crash between the commit and the unlink) counts nothing twice; the reports found already
+stored are passed to ``on_duplicates`` (``/metrics``), since the answer could not know them.
+
+Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fields of
+:class:`.base.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
+process appending to it. A segment whose lock can be taken was left by a process that died: it is
+folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
+or a folding thread). Segments are deleted once folded, a fraction of a second after they were
+written under load: arrival order survives only that long.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .base import ReportRow
+from .errors import StoreBusy, StoreUnavailable
+from .groupcommit import GroupCommit
+
+log = logging.getLogger(__name__)
+
+FOLD_INTERVAL = 0.1  # seconds between folds while reports wait
+FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before its interval is up
+# Acknowledged reports one process may hold unfolded before ingest answers 503 (the fold is behind).
+MAX_UNFOLDED = 200_000
+SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
+SUFFIX = ".log"
+
+
+@dataclass
+class _Segment:
+    path: Path
+    fd: int
+    ids: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Inbox:
+    """Segments of acknowledged reports beside the database, and their folding.
+
+    ``fold(rows)`` stores and counts the new ones of ``rows`` in the database (exactly once,
+    however often it sees a row) and returns how many were already stored. ``durable``: sync each
+    append to the disk (``full``), not only to the operating system (``normal``: survives a
+    killed process, not a power cut).
+    """
+
+    folder: Path
+    fold: Callable[[list[ReportRow]], int]
+    durable: bool
+    on_duplicates: Callable[[int], None] = lambda n: None
+    _pid: int = -1
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the current segment and the pending ids
+    _fold_lock: threading.Lock = field(default_factory=threading.Lock)  # one fold at a time in a process
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _current: _Segment | None = None
+    _rotated: list[_Segment] = field(default_factory=list)  # written, not yet folded
+    _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
+    _thread: threading.Thread | None = None
+    _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._group = GroupCommit(self._append_group)
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, rows: Sequence[ReportRow]) -> int:
+        """Append ``rows`` (ids distinct) durably: how many were new here (an id this process
+        acknowledged and has not folded yet is a duplicate)."""
+        return self._group.run(rows) if rows else 0
+
+    def _append_group(self, works: Sequence[Sequence[ReportRow]]) -> list[int]:
+        with self._lock:
+            self._own_process()
+            pending, group = self._pending, set()  # ids appended before, and in this group
+            news: list[list[ReportRow]] = []
+            for rows in works:
+                fresh = [r for r in rows if r.id not in pending and r.id not in group]
+                group.update(r.id for r in fresh)
+                news.append(fresh)
+            count = sum(map(len, news))
+            if len(self._pending) + count > MAX_UNFOLDED:
+                raise StoreBusy(f"{len(self._pending)} acknowledged reports are waiting to be counted; "
+                                "try again in a moment")
+            if count:
+                segment = self._current or self._new_segment()
+                data = "".join(_line(r) for fresh in news for r in fresh).encode()
+                try:
+                    os.write(segment.fd, data)  # O_APPEND: one write, whole lines
+                    if self.durable:
+                        os.fdatasync(segment.fd)
+                except OSError as exc:
+                    raise StoreUnavailable(f"cannot append to the inbox {segment.path}: {exc}") from exc
+                for fresh in news:
+                    segment.ids.update(r.id for r in fresh)
+                if len(segment.ids) >= FOLD_SOONER:
+                    self._wake.set()
+                self._pending.update(r.id for fresh in news for r in fresh)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._fold_while_pending, name="ldp-inbox-fold",
+                                                    daemon=True)
+                    self._thread.start()
+            return [len(fresh) for fresh in news]
+
+    def _own_process(self) -> None:
+        """After a fork, the child starts with no segment, no pending ids and no thread of its own
+        (what the parent appended is the parent's to fold)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._current, self._rotated, self._pending, self._thread = None, [], set(), None
+
+    def _new_segment(self) -> _Segment:
+        """A new segment, locked before it gets its ``.log`` name: no one can take it for a dead
+        process's. Under ``full`` the folder is synced too, so the name survives a power cut."""
+        try:
+            self.folder.mkdir(mode=0o700, exist_ok=True)
+            name = secrets.token_hex(12)
+            draft = self.folder / f"{name}.draft"
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            path = self.folder / f"{name}{SUFFIX}"
+            os.rename(draft, path)
+            if self.durable:
+                _sync_folder(self.folder)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot make a segment in the inbox {self.folder}: {exc}") from exc
+        self._current = _Segment(path, fd)
+        return self._current
+
+    # -- folding -----------------------------------------------------------------------------
+
+    def _fold_while_pending(self) -> None:
+        while True:
+            self._wake.wait(FOLD_INTERVAL)
+            self._wake.clear()
+            try:
+                self._fold_own()
+                self._fold_orphans()
+            except Exception:  # the database busy or gone: the segments stay and are tried again
+                log.exception("folding the inbox failed; trying again in %s s", FOLD_INTERVAL)
+            with self._lock:
+                if not self._pending and not self._rotated:
+                    self._thread = None
+                    return
+
+    def _fold_own(self) -> None:
+        """Fold what this process appended so far (its current segment is closed for appends)."""
+        with self._fold_lock:
+            with self._lock:
+                if self._pid != os.getpid():
+                    return
+                if self._current is not None:
+                    self._rotated.append(self._current)
+                    self._current = None
+            while self._rotated:
+                segment = self._rotated[0]
+                self._fold_file(segment.path, segment.fd)
+                with self._lock:
+                    self._rotated.pop(0)
+                    self._pending -= segment.ids
+
+    def _fold_orphans(self) -> list[Path]:
+        """Fold the segments of processes that died; the others' segments, still locked."""
+        live = []
+        for path in self._segments():
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # folded meanwhile
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                live.append(path)
+                continue
+            # The owner unlinks a segment before it lets go of the lock: a segment that lost its
+            # name between our open and our lock was folded already.
+            if os.fstat(fd).st_nlink == 0:
+                os.close(fd)
+                continue
+            try:
+                with self._fold_lock:
+                    self._fold_file(path, fd)
+            except BaseException:
+                os.close(fd)  # lets go of the lock: the segment is tried again later
+                raise
+        return live
+
+    def _fold_file(self, path: Path, fd: int) -> None:
+        """Fold the whole segment at ``path`` (locked by us through ``fd``), then delete it."""
+        with open(path, "rb") as f:
+            data = f.read()
+        rows = _parse(data, path)
+        if rows:
+            duplicates = self.fold(rows)
+            if duplicates:
+                self.on_duplicates(duplicates)
+        os.unlink(path)  # then let go of the lock: no one folds it again
+        if self.durable:
+            _sync_folder(self.folder)
+        os.close(fd)
+
+    def _segments(self) -> list[Path]:
+        """Every segment in the folder but this process's own."""
+        with self._lock:
+            own = {s.path for s in self._rotated} | ({self._current.path} if self._current else set())
+        try:
+            return [p for p in self.folder.glob(f"*{SUFFIX}") if p not in own]
+        except OSError:
+            return []
+
+    def settle(self, seconds: float = SETTLE_SECONDS) -> None:
+        """Fold every report acknowledged before this call: this process's at once, a dead
+        process's here, a live process's by that process (waiting up to ``seconds`` for it)."""
+        self._fold_own()
+        waiting = {p for p in self._fold_orphans() if _size(p) > 0}
+        deadline = time.monotonic() + seconds
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.005)
+            waiting = {p for p in waiting if p.exists()}
+            if waiting:
+                waiting &= set(self._fold_orphans())  # its process may have died meanwhile
+        if waiting:
+            log.warning("%d inbox segments of other processes were not folded within %g s", len(waiting), seconds)
+
+
+def _line(row: ReportRow) -> str:
+    return f"{row.id}\t{row.schema}\t{row.version}\t{row.window}\t{row.window_end}\t{row.values}\n"
+
+
+def _parse(data: bytes, path: Path) -> list[ReportRow]:
+    """The rows of a segment. A last line without its newline was cut by a crash mid-append: it
+    was never acknowledged (its client sends it again), so it is left out."""
+    rows = []
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    for line in lines[:-1]:
+        fields = line.split("\t")
+        try:
+            report_id, schema, version, window, window_end, values = fields
+            rows.append(ReportRow(report_id, schema, int(version), window, int(window_end), values))
+        except ValueError:
+            log.warning("skipping a damaged line in the inbox segment %s", path)
+    return rows
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

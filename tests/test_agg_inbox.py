@@ -1,0 +1,139 @@
+"""The SQLite store's inbox: acknowledged on a durable append, counted exactly once when folded in,
+also when the process that acknowledged died first, and nothing of it left once folded."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import ADMIN_TOKEN, APP_USAGE, expected_counters, publish, store_of, stored_counters
+
+from ldp_telemetry.aggregator import create_app
+from ldp_telemetry.aggregator.store import ReportRow, inbox
+from ldp_telemetry.shared import parse_schema, randomize
+
+SCHEMA = parse_schema(APP_USAGE)
+RECORDS = [{"dark_mode": i % 3 == 0, "os": SCHEMA.attribute("os").categories[i % 4]} for i in range(4)]
+
+
+def make_reports(count: int) -> list[dict]:
+    return [randomize(SCHEMA, RECORDS[i % 4]) for i in range(count)]
+
+
+def counters(app, reports: list[dict]) -> dict:
+    return stored_counters(store_of(app), APP_USAGE, [r["window"] for r in reports])
+
+
+def segments(db: str) -> list[Path]:
+    return sorted(Path(db + "-inbox").glob("*" + inbox.SUFFIX))
+
+
+def write_segment(db: str, name: str, reports: list[dict], tail: str = "") -> Path:
+    """A segment as a process that died would have left it (no lock held on it)."""
+    from ldp_telemetry.aggregator.ingest import _compact_json
+    from ldp_telemetry.shared.windows import window_end
+
+    folder = Path(db + "-inbox")
+    folder.mkdir(exist_ok=True)
+    rows = [ReportRow(r["id"], r["schema"], r["version"], r["window"],
+                      int(window_end(r["window"], SCHEMA.window).timestamp()), _compact_json(r["values"]))
+            for r in reports]
+    path = folder / (name + inbox.SUFFIX)
+    path.write_text("".join(inbox._line(row) for row in rows) + tail)
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "aggregator.db")
+
+
+def sqlite_app(db: str, **config):
+    return create_app({"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": False, "TESTING": True, "LDP_DB": db,
+                       **config})
+
+
+def _post_then_die(db: str, reports: list[dict], answered) -> None:
+    app = sqlite_app(db)
+    response = app.test_client().post("/api/v1/reports", json={"reports": reports})
+    answered.send(response.status_code)  # a pipe: sent before this returns
+    os.kill(os.getpid(), signal.SIGKILL)  # before the folding thread's first turn (0.1 s)
+
+
+def test_reports_acknowledged_by_a_killed_process_are_counted_when_the_next_app_starts(db):
+    publish(sqlite_app(db).test_client())
+    reports = make_reports(50)
+    context = multiprocessing.get_context("fork")
+    answer, answered = context.Pipe(duplex=False)
+    child = context.Process(target=_post_then_die, args=(db, reports, answered))
+    child.start()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL and answer.poll(5) and answer.recv() == 202
+    assert len(segments(db)) == 1  # acknowledged, not yet counted: it is on disk
+    app = sqlite_app(db)  # starting settles what dead processes left
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    assert segments(db) == []
+
+
+def test_a_segment_folded_twice_counts_once_and_says_so_in_metrics(db):
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    reports = make_reports(30)
+    assert client.post("/api/v1/reports", json={"reports": reports}).json == {"accepted": 30, "duplicates": 0}
+    store_of(app).settle()
+    before = counters(app, reports)
+    assert before == expected_counters(APP_USAGE, reports)
+    write_segment(db, "crashed-after-its-commit", reports)  # the same reports again, as after a crash
+    store_of(app).settle()
+    assert counters(app, reports) == before
+    assert "ldp_reports_duplicate_late_total 30.0" in client.get("/metrics").get_data(as_text=True)
+
+
+def test_a_retry_answered_before_the_fold_is_a_duplicate_in_the_answer(db):
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    reports = make_reports(5)
+    first = client.post("/api/v1/reports", json={"reports": reports}).json
+    again = client.post("/api/v1/reports", json={"reports": reports}).json
+    # The second comes within the fold interval: this process still holds the ids.
+    assert (first, again) == ({"accepted": 5, "duplicates": 0}, {"accepted": 0, "duplicates": 5})
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+
+
+def test_a_line_cut_by_a_crash_is_left_out_and_a_damaged_one_skipped(db):
+    app = sqlite_app(db)
+    publish(app.test_client())
+    reports = make_reports(4)
+    write_segment(db, "cut", reports[:3], tail="\t".join(["x" * 20, "app-usage", "1"]))  # no newline: cut
+    write_segment(db, "damaged", reports[3:], tail="not\ta\treport\n")
+    store_of(app).settle()
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    assert segments(db) == []
+
+
+def test_too_many_unfolded_reports_answer_503_and_store_nothing(db, monkeypatch):
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    monkeypatch.setattr(inbox, "MAX_UNFOLDED", 10)
+    response = client.post("/api/v1/reports", json={"reports": make_reports(11)})
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    assert store_of(app).footprint()["reports"] == 0 and segments(db) == []
+    assert client.post("/api/v1/reports", json={"reports": make_reports(10)}).status_code == 202
+
+
+def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db):
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    assert client.post("/api/v1/reports", json={"reports": make_reports(3)}).status_code == 202
+    written = segments(db)
+    assert len(written) == 1 and written[0].stat().st_mode & 0o777 == 0o600
+    assert Path(db + "-inbox").stat().st_mode & 0o777 == 0o700
+    store_of(app).settle()
+    assert segments(db) == [] and not written[0].exists()
