@@ -49,7 +49,7 @@ SUFFIX = ".log"
 class _Segment:
     path: Path
     fd: int
-    ids: set[str] = field(default_factory=set)
+    rows: list[ReportRow] = field(default_factory=list)  # what this process appended: folded from here
 
 
 @dataclass
@@ -103,14 +103,19 @@ class Inbox:
                 segment = self._current or self._new_segment()
                 data = "".join(_line(r) for fresh in news for r in fresh).encode()
                 try:
-                    os.write(segment.fd, data)  # O_APPEND: one write, whole lines
+                    if os.write(segment.fd, data) != len(data):  # O_APPEND: one write, whole lines
+                        raise OSError("the disk took only part of it (full?)")
                     if self.durable:
                         os.fdatasync(segment.fd)
                 except OSError as exc:
+                    # Part of it may be in the file: later appends go to a new segment, so no
+                    # acknowledged line ever follows a cut one.
+                    self._rotated.append(segment)
+                    self._current = None
                     raise StoreUnavailable(f"cannot append to the inbox {segment.path}: {exc}") from exc
                 for fresh in news:
-                    segment.ids.update(r.id for r in fresh)
-                if len(segment.ids) >= FOLD_SOONER:
+                    segment.rows.extend(fresh)
+                if len(segment.rows) >= FOLD_SOONER:
                     self._wake.set()
                 self._pending.update(r.id for fresh in news for r in fresh)
                 if self._thread is None:
@@ -171,10 +176,10 @@ class Inbox:
                     self._current = None
             while self._rotated:
                 segment = self._rotated[0]
-                self._fold_file(segment.path, segment.fd)
+                self._fold_file(segment.path, segment.fd, segment.rows)  # no need to read back our own
                 with self._lock:
                     self._rotated.pop(0)
-                    self._pending -= segment.ids
+                    self._pending.difference_update(r.id for r in segment.rows)
 
     def _fold_orphans(self) -> list[Path]:
         """Fold the segments of processes that died; the others' segments, still locked."""
@@ -203,11 +208,12 @@ class Inbox:
                 raise
         return live
 
-    def _fold_file(self, path: Path, fd: int) -> None:
-        """Fold the whole segment at ``path`` (locked by us through ``fd``), then delete it."""
-        with open(path, "rb") as f:
-            data = f.read()
-        rows = _parse(data, path)
+    def _fold_file(self, path: Path, fd: int, rows: list[ReportRow] | None = None) -> None:
+        """Fold the whole segment at ``path`` (locked by us through ``fd``; its ``rows`` when we
+        wrote them, else read from the file), then delete it."""
+        if rows is None:
+            with open(path, "rb") as f:
+                rows = _parse(f.read(), path)
         if rows:
             duplicates = self.fold(rows)
             if duplicates:
