@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from ldp_telemetry.aggregator.store import ReportRow, inbox
 from ldp_telemetry.shared import parse_schema, randomize
 
 SCHEMA = parse_schema(APP_USAGE)
+TODAY = randomize(SCHEMA, {"dark_mode": True, "os": "linux"})["window"]
 RECORDS = [{"dark_mode": i % 3 == 0, "os": SCHEMA.attribute("os").categories[i % 4]} for i in range(4)]
 
 
@@ -51,6 +53,13 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "aggregator.db")
 
 
+@pytest.fixture
+def slow_fold(monkeypatch) -> None:
+    """The folding thread waits a minute between folds, so that a test sees what is not folded
+    yet however loaded the machine is (settle() still folds at once)."""
+    monkeypatch.setattr(inbox, "FOLD_INTERVAL", 60.0)
+
+
 def sqlite_app(db: str, **config):
     return create_app({"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": False, "TESTING": True, "LDP_DB": db,
                        **config})
@@ -60,10 +69,10 @@ def _post_then_die(db: str, reports: list[dict], answered) -> None:
     app = sqlite_app(db)
     response = app.test_client().post("/api/v1/reports", json={"reports": reports})
     answered.send(response.status_code)  # a pipe: sent before this returns
-    os.kill(os.getpid(), signal.SIGKILL)  # before the folding thread's first turn (0.1 s)
+    os.kill(os.getpid(), signal.SIGKILL)  # before the folding thread's first turn
 
 
-def test_reports_acknowledged_by_a_killed_process_are_counted_when_the_next_app_starts(db):
+def test_reports_acknowledged_by_a_killed_process_are_counted_when_the_next_app_starts(db, slow_fold):
     publish(sqlite_app(db).test_client())
     reports = make_reports(50)
     context = multiprocessing.get_context("fork")
@@ -93,14 +102,14 @@ def test_a_segment_folded_twice_counts_once_and_says_so_in_metrics(db):
     assert "ldp_reports_duplicate_late_total 30.0" in client.get("/metrics").get_data(as_text=True)
 
 
-def test_a_retry_answered_before_the_fold_is_a_duplicate_in_the_answer(db):
+def test_a_retry_answered_before_the_fold_is_a_duplicate_in_the_answer(db, slow_fold):
     app = sqlite_app(db)
     client = app.test_client()
     publish(client)
     reports = make_reports(5)
     first = client.post("/api/v1/reports", json={"reports": reports}).json
     again = client.post("/api/v1/reports", json={"reports": reports}).json
-    # The second comes within the fold interval: this process still holds the ids.
+    # Before the fold: this process still holds the ids.
     assert (first, again) == ({"accepted": 5, "duplicates": 0}, {"accepted": 0, "duplicates": 5})
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
 
@@ -110,7 +119,11 @@ def test_a_line_cut_by_a_crash_is_left_out_and_a_damaged_one_skipped(db):
     publish(app.test_client())
     reports = make_reports(4)
     write_segment(db, "cut", reports[:3], tail="\t".join(["x" * 20, "app-usage", "1"]))  # no newline: cut
-    write_segment(db, "damaged", reports[3:], tail="not\ta\treport\n")
+    # Lines that pass the field check but cannot be counted: values that are no JSON object, a
+    # schema that was never published. Each is left out; the segment's good lines are counted.
+    damaged = ["not\ta\treport\n", f"{'d' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{not json\n",
+               f"{'e' * 20}\tapp-usage\t1\t{TODAY}\t0\t[1]\n", f"{'f' * 20}\tnever-published\t1\t{TODAY}\t0\t{{}}\n"]
+    write_segment(db, "damaged", reports[3:], tail="".join(damaged))
     store_of(app).settle()
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == []
@@ -127,7 +140,7 @@ def test_too_many_unfolded_reports_answer_503_and_store_nothing(db, monkeypatch)
     assert client.post("/api/v1/reports", json={"reports": make_reports(10)}).status_code == 202
 
 
-def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db):
+def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db, slow_fold):
     app = sqlite_app(db)
     client = app.test_client()
     publish(client)
@@ -137,3 +150,56 @@ def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db):
     assert Path(db + "-inbox").stat().st_mode & 0o777 == 0o700
     store_of(app).settle()
     assert segments(db) == [] and not written[0].exists()
+
+
+def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db, caplog):
+    import sqlite3
+
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    store = store_of(app)
+    store.busy_timeout = 0.2
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock past the fold's wait
+    try:
+        reports = make_reports(20)
+        assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
+        deadline = time.monotonic() + 30
+        while "folding the inbox failed" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the folding thread has tried, and failed, at least once
+        assert "folding the inbox failed" in caplog.text and len(segments(db)) == 1
+    finally:
+        holder.rollback()
+        holder.close()
+    store.settle()
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    assert segments(db) == []
+
+
+def _post_with_a_full_disk(db: str, big: list[dict], small: list[dict], answers) -> None:
+    import resource
+
+    app = sqlite_app(db)
+    client = app.test_client()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) or is cut short
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # files of this process: at most 4 KiB
+    first = client.post("/api/v1/reports", json={"reports": big})
+    second = client.post("/api/v1/reports", json={"reports": small})
+    answers.send((first.status_code, second.status_code, [p.name for p in segments(db)]))
+
+
+def test_an_append_the_disk_cuts_short_is_a_503_and_leaves_nothing_behind(db, slow_fold):
+    publish(sqlite_app(db).test_client())
+    big, small = make_reports(80), make_reports(3)  # ~8 KiB of lines, then ~0.3 KiB
+    context = multiprocessing.get_context("fork")
+    answer, answers = context.Pipe(duplex=False)
+    child = context.Process(target=_post_with_a_full_disk, args=(db, big, small, answers))
+    child.start()
+    child.join(60)
+    assert answer.poll(5)
+    first, second, left = answer.recv()
+    # The cut segment is deleted (it held nothing acknowledged); the next append gets a new one.
+    assert (first, second, len(left)) == (503, 202, 1)
+    app = sqlite_app(db)
+    assert counters(app, big + small) == expected_counters(APP_USAGE, small)

@@ -21,6 +21,7 @@ written under load: arrival order survives only that long.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -32,15 +33,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .base import ReportRow
-from .errors import StoreBusy, StoreUnavailable
+from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
 log = logging.getLogger(__name__)
 
 FOLD_INTERVAL = 0.1  # seconds between folds while reports wait
 FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before its interval is up
-# Acknowledged reports one process may hold unfolded before ingest answers 503 (the fold is behind).
+# Acknowledged reports (and their bytes, which the process keeps to fold them) one process may
+# hold unfolded before ingest answers 503: the fold is behind.
 MAX_UNFOLDED = 200_000
+MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
 SUFFIX = ".log"
 
@@ -50,6 +53,7 @@ class _Segment:
     path: Path
     fd: int
     rows: list[ReportRow] = field(default_factory=list)  # what this process appended: folded from here
+    size: int = 0  # bytes appended
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Inbox:
     _current: _Segment | None = None
     _rotated: list[_Segment] = field(default_factory=list)  # written, not yet folded
     _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
+    _pending_bytes: int = 0
     _thread: threading.Thread | None = None
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
@@ -96,12 +101,12 @@ class Inbox:
                 group.update(r.id for r in fresh)
                 news.append(fresh)
             count = sum(map(len, news))
-            if len(self._pending) + count > MAX_UNFOLDED:
+            data = "".join(_line(r) for fresh in news for r in fresh).encode()
+            if len(self._pending) + count > MAX_UNFOLDED or self._pending_bytes + len(data) > MAX_UNFOLDED_BYTES:
                 raise StoreBusy(f"{len(self._pending)} acknowledged reports are waiting to be counted; "
                                 "try again in a moment")
             if count:
                 segment = self._current or self._new_segment()
-                data = "".join(_line(r) for fresh in news for r in fresh).encode()
                 try:
                     if os.write(segment.fd, data) != len(data):  # O_APPEND: one write, whole lines
                         raise OSError("the disk took only part of it (full?)")
@@ -109,20 +114,29 @@ class Inbox:
                         os.fdatasync(segment.fd)
                 except OSError as exc:
                     # Part of it may be in the file: later appends go to a new segment, so no
-                    # acknowledged line ever follows a cut one.
-                    self._rotated.append(segment)
+                    # acknowledged line ever follows a cut one. What it held before is folded.
                     self._current = None
+                    if segment.rows:
+                        self._rotated.append(segment)
+                        self._start_folding()
+                    else:
+                        _discard(segment.path, segment.fd)
                     raise StoreUnavailable(f"cannot append to the inbox {segment.path}: {exc}") from exc
                 for fresh in news:
                     segment.rows.extend(fresh)
+                segment.size += len(data)
+                self._pending_bytes += len(data)
                 if len(segment.rows) >= FOLD_SOONER:
                     self._wake.set()
                 self._pending.update(r.id for fresh in news for r in fresh)
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._fold_while_pending, name="ldp-inbox-fold",
-                                                    daemon=True)
-                    self._thread.start()
+                self._start_folding()
             return [len(fresh) for fresh in news]
+
+    def _start_folding(self) -> None:
+        """Start the folding thread unless it runs (``_lock`` held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._fold_while_pending, name="ldp-inbox-fold", daemon=True)
+            self._thread.start()
 
     def _own_process(self) -> None:
         """After a fork, the child starts with no segment, no pending ids and no thread of its own
@@ -130,21 +144,24 @@ class Inbox:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._current, self._rotated, self._pending, self._thread = None, [], set(), None
+            self._pending_bytes = 0
 
     def _new_segment(self) -> _Segment:
         """A new segment, locked before it gets its ``.log`` name: no one can take it for a dead
         process's. Under ``full`` the folder is synced too, so the name survives a power cut."""
+        name = secrets.token_hex(12)
+        draft, path = self.folder / f"{name}.draft", self.folder / f"{name}{SUFFIX}"
+        fd = None
         try:
             self.folder.mkdir(mode=0o700, exist_ok=True)
-            name = secrets.token_hex(12)
-            draft = self.folder / f"{name}.draft"
             fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
-            path = self.folder / f"{name}{SUFFIX}"
             os.rename(draft, path)
             if self.durable:
                 _sync_folder(self.folder)
         except OSError as exc:
+            if fd is not None:
+                _discard(path if path.exists() else draft, fd)
             raise StoreUnavailable(f"cannot make a segment in the inbox {self.folder}: {exc}") from exc
         self._current = _Segment(path, fd)
         return self._current
@@ -180,6 +197,7 @@ class Inbox:
                 with self._lock:
                     self._rotated.pop(0)
                     self._pending.difference_update(r.id for r in segment.rows)
+                    self._pending_bytes -= segment.size
 
     def _fold_orphans(self) -> list[Path]:
         """Fold the segments of processes that died; the others' segments, still locked."""
@@ -203,9 +221,16 @@ class Inbox:
             try:
                 with self._fold_lock:
                     self._fold_file(path, fd)
-            except BaseException:
+            except StoreError:
                 os.close(fd)  # lets go of the lock: the segment is tried again later
                 raise
+            except Exception:
+                # Not the database: the segment itself (damage no line check caught). Set aside
+                # for the operator, so that it stops no start, no refresh and no other segment.
+                log.exception("cannot fold the inbox segment %s; renamed to %s.bad", path, path.name)
+                with contextlib.suppress(OSError):
+                    os.rename(path, path.with_name(path.name + ".bad"))
+                os.close(fd)
         return live
 
     def _fold_file(self, path: Path, fd: int, rows: list[ReportRow] | None = None) -> None:
@@ -218,10 +243,8 @@ class Inbox:
             duplicates = self.fold(rows)
             if duplicates:
                 self.on_duplicates(duplicates)
-        os.unlink(path)  # then let go of the lock: no one folds it again
-        if self.durable:
-            _sync_folder(self.folder)
-        os.close(fd)
+        # Counted: from here nothing may fail the fold (a retry would count nothing, but find no file).
+        _discard(path, fd, sync=self.durable)
 
     def _segments(self) -> list[Path]:
         """Every segment in the folder but this process's own."""
@@ -264,6 +287,18 @@ def _parse(data: bytes, path: Path) -> list[ReportRow]:
         except ValueError:
             log.warning("skipping a damaged line in the inbox segment %s", path)
     return rows
+
+
+def _discard(path: Path, fd: int, *, sync: bool = False) -> None:
+    """Delete a segment, then let go of its lock (so no one takes it for a dead process's)."""
+    try:
+        path.unlink(missing_ok=True)
+        if sync:
+            _sync_folder(path.parent)
+    except OSError:
+        log.exception("cannot delete the folded inbox segment %s (folding it again counts nothing)", path)
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int:

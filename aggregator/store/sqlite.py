@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -57,6 +58,7 @@ def _insert_new_reports_sql(rows: int) -> str:
             + ",".join(["(?, ?, ?, ?, ?, ?)"] * rows) + " RETURNING id")
 
 
+log = logging.getLogger(__name__)
 MIGRATIONS = Migrations("ldp-telemetry-aggregator")
 
 
@@ -326,34 +328,50 @@ class SQLiteStore(Store):
     def _fold(self, rows: list[ReportRow]) -> int:
         """Store the rows whose id is not stored and add their counts, :data:`FOLD_CHUNK` at a
         time in id order; how many were stored already. Under the write lock no other process
-        can store an id between our check and our insert, so each is counted once."""
+        can store an id between our check and our insert, so each is counted once. A row that
+        cannot be counted (a damaged line of a dead process's segment) is left out, with a warning."""
         unique: dict[str, ReportRow] = {}
         for row in rows:
             unique.setdefault(row.id, row)  # the first appended wins, as in a batch
-        ordered = sorted(unique.values())
+        values: dict[str, Any] = {}  # wire values -> decoded: most reports share a few
+        countable = [r for r in sorted(unique.values()) if self._decodes(r, values)]
         new_count = 0
-        for start in range(0, len(ordered), FOLD_CHUNK):
-            chunk = ordered[start:start + FOLD_CHUNK]
+        for start in range(0, len(countable), FOLD_CHUNK):
+            chunk = countable[start:start + FOLD_CHUNK]
             with self._write() as conn:
                 inserted = _insert_new(conn, chunk)
                 new = [r for r in chunk if r.id in inserted]
-                _add(conn, with_rollup(self._count(conn, new)))
+                _add(conn, with_rollup(self._count(new, values)))
             new_count += len(new)
-        return len(rows) - new_count
+        return len(countable) - new_count
 
-    def _count(self, conn: sqlite3.Connection, rows: Sequence[ReportRow]) -> Increments:
-        """The counter increments of ``rows``: reports alike (same window, same wire values, which
-        is most of them) are decoded once."""
+    def _decodes(self, row: ReportRow, values: dict[str, Any]) -> bool:
+        if row.values not in values:
+            try:
+                values[row.values] = json.loads(row.values)
+            except ValueError:
+                values[row.values] = None
+        if type(values[row.values]) is dict and self._schema(row.schema, row.version) is not None:
+            return True
+        log.warning("left out a report of the inbox that cannot be counted (schema %r version %s)",
+                    row.schema[:64], row.version)
+        return False
+
+    def _count(self, rows: Sequence[ReportRow], values: dict[str, Any]) -> Increments:
+        """The counter increments of ``rows``, whose wire values ``values`` decodes: reports alike
+        (same window, same wire values, which is most of them) are counted once, with a weight."""
         alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
-        reports = [Report("", self._schema(conn, schema, version), window, json.loads(values))
-                   for schema, version, window, _, values in alike]
+        reports = [Report("", self._schema(schema, version), window, values[wire])  # type: ignore[arg-type]
+                   for schema, version, window, _, wire in alike]
         return increments(reports, [key[3] for key in alike], list(alike.values()))
 
-    def _schema(self, conn: sqlite3.Connection, name: str, version: int) -> Schema:
+    def _schema(self, name: str, version: int) -> Schema | None:
         key = (name, version)
         if key not in self._schemas:
-            definition = conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?", key).fetchone()
-            self._schemas[key] = parse_schema(json.loads(definition[0]))
+            row = self._conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?", key).fetchone()
+            if row is None:
+                return None
+            self._schemas[key] = parse_schema(json.loads(row[0]))
         return self._schemas[key]
 
     @_translated
