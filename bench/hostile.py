@@ -5,8 +5,9 @@ attribute with 1,024 categories under generalised randomised response (a 104 KB 
 Dense counters made that 737,280 counter rows, a 9.6 s refresh holding the write lock and an
 8.4 s wait for a one-report ingest beside it. Measured here: what the one request gets now (a
 batch may name at most ``MAX_BATCH_WINDOWS`` windows), what the same reports cost when sent in
-batches the server accepts, and how long a refresh of all of it and a one-report ingest during
-that refresh take.
+batches the server accepts, and how long a refresh of all of it, a one-report ingest during
+that refresh, and the anonymous reads (dashboard pages, estimates as JSON and CSV) during and after
+it take, and how many bytes such a read can be made to return.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def run() -> dict[str, Any]:
                 requests.post(url + "/api/v1/reports", json={"reports": chunk}, timeout=120).raise_for_status()
             rows = _footprint(db)
             bytes_on_disk = sum(p.stat().st_size for p in Path(folder).glob("hostile.db*"))
-            refresh_ms, side_ms = _refresh_beside_ingest(url, hours[0])
-    return {"one_request_status": one_request.status_code, "reports": len(batch),
+            refresh_ms, side_ms, reads = _refresh_beside_ingest(url, hours[0])
+    return {"anonymous_reads": len(reads), "anonymous_read_max_ms": round(max(ms for ms, _ in reads), 1),
+            "anonymous_read_max_bytes": max(size for _, size in reads),"one_request_status": one_request.status_code, "reports": len(batch),
             "counter_rows": rows["counters"], "total_rows": rows["totals"], "bytes": bytes_on_disk,
             "refresh_ms": round(refresh_ms, 1), "side_ingest_max_ms": round(max(side_ms), 1),
             "side_ingest_p50_ms": round(sorted(side_ms)[len(side_ms) // 2], 1),
@@ -63,10 +65,28 @@ def _footprint(db: Path) -> dict[str, int]:
         store.close()
 
 
-def _refresh_beside_ingest(url: str, window: str) -> tuple[float, list[float]]:
-    """The refresh's duration, and the latencies of one-report ingests sent while it ran."""
+# What an anonymous visitor can ask for: the dashboard and the estimates (default page size).
+READS = ("/", f"/schemas/{SCHEMA.name}", f"/api/v1/estimates?schema={SCHEMA.name}",
+         f"/api/v1/estimates?schema={SCHEMA.name}&format=csv")
+
+
+def _refresh_beside_ingest(url: str, window: str) -> tuple[float, list[float], list[tuple[float, int]]]:
+    """The refresh's duration, the latencies of one-report ingests sent while it ran, and the
+    (latency ms, bytes) of anonymous reads sent while it ran and a few rounds after."""
     done = threading.Event()
     took: list[float] = []
+    reads: list[tuple[float, int]] = []
+
+    def read_anonymously() -> None:
+        with requests.Session() as session:
+            rounds_after = 0
+            while rounds_after < 3:
+                rounds_after += done.is_set()
+                for path in READS:
+                    started = time.perf_counter()
+                    response = session.get(url + path, timeout=120)
+                    response.raise_for_status()
+                    reads.append(((time.perf_counter() - started) * 1000, len(response.content)))
 
     def refresh() -> None:
         started = time.perf_counter()
@@ -76,7 +96,9 @@ def _refresh_beside_ingest(url: str, window: str) -> tuple[float, list[float]]:
         done.set()
 
     thread = threading.Thread(target=refresh)
+    reader = threading.Thread(target=read_anonymously)
     thread.start()
+    reader.start()
     side: list[float] = []
     with requests.Session() as session:
         while not done.is_set() or not side:
@@ -85,4 +107,5 @@ def _refresh_beside_ingest(url: str, window: str) -> tuple[float, list[float]]:
             session.post(url + "/api/v1/reports", json={"reports": [report]}, timeout=120).raise_for_status()
             side.append((time.perf_counter() - started) * 1000)
     thread.join()
-    return took[0], side
+    reader.join()
+    return took[0], side, reads
