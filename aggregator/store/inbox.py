@@ -46,6 +46,8 @@ MAX_UNFOLDED = 200_000
 MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
 SUFFIX = ".log"
+# Data only, not the file's times (macOS has no fdatasync: fsync there).
+_sync_data = getattr(os, "fdatasync", os.fsync)
 
 
 @dataclass
@@ -111,7 +113,7 @@ class Inbox:
                     if os.write(segment.fd, data) != len(data):  # O_APPEND: one write, whole lines
                         raise OSError("the disk took only part of it (full?)")
                     if self.durable:
-                        os.fdatasync(segment.fd)
+                        _sync_data(segment.fd)
                 except OSError as exc:
                     # Part of it may be in the file: later appends go to a new segment, so no
                     # acknowledged line ever follows a cut one. What it held before is folded.
