@@ -20,13 +20,15 @@ BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.accepted = Counter("ldp_reports_accepted", "Reports acknowledged as new (stored, and counted once).",
+        self.accepted = Counter("ldp_reports_accepted", "Reports answered as new (stored and counted once, less "
+                                "those ldp_reports_duplicate_late finds stored when it counts them).",
                                 registry=self.registry)
         self.duplicates = Counter("ldp_reports_duplicate", "Reports whose id was already stored or repeated in the batch.",
                                   registry=self.registry)
         self.late_duplicates = Counter(
-            "ldp_reports_duplicate_late", "Reports acknowledged as new and found already stored when counted "
-            "(the same report sent to two workers at once): stored reports = accepted - these.", registry=self.registry)
+            "ldp_reports_duplicate_late", "Reports answered as new and found already stored when counted (SQLite: "
+            "a retry of a report counted before, or one sent to two workers at once): stored = accepted - these.",
+            registry=self.registry)
         self.rejected = Counter("ldp_reports_rejected", "Invalid reports (each rejects its whole batch).",
                                 registry=self.registry)
         self.rejected_batches = Counter("ldp_batches_rejected", "POST /api/v1/reports requests rejected with a 4xx.",

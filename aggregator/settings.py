@@ -134,7 +134,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_CONFIDENCE", 0.95, "Confidence level of the estimate intervals, in (0, 1).",
             _number(0, 1, open_low=True, open_high=True)),
     Setting("LDP_RETENTION_DAYS", 30.0,
-            "Days raw reports are kept (counters stay); older windows are rejected at ingest.",
+            "Days a window's raw reports, counters and estimates are kept (each schema version's 'all' rollup keeps their sums); older windows are rejected at ingest.",
             _number(0, 36500, open_low=True)),
     Setting("LDP_CLOCK_SKEW", 300.0, "Seconds a report's window may start in the future (device clock skew).",
             _number(0, 86400)),

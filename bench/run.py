@@ -359,13 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="Seconds per ingest run.")
     parser.add_argument("--sizes", default="100000,1000000,10000000", help="Stored reports for the estimates test.")
     parser.add_argument("--synchronous", default="full,normal", help="LDP_SYNCHRONOUS modes to measure ingest at.")
-    parser.add_argument("--only", default=",".join(STEPS))
+    parser.add_argument("--only", default=",".join(STEPS), help=f"Comma-separated steps of {', '.join(STEPS)}.")
     parser.add_argument("--out", default="bench-results/bench.json")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.seconds, args.sizes = 1, 2.0, "10000,100000"
     only = set(args.only.split(","))
+    if only - set(STEPS):
+        parser.error(f"unknown step(s) {', '.join(sorted(only - set(STEPS)))}; the steps are {', '.join(STEPS)}")
     results: dict[str, Any] = {"machine": {"python": platform.python_version(), "cpus": _cpus(),
                                            "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}}
     steps: dict[str, Callable[[], Any]] = {
