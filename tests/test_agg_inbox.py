@@ -203,3 +203,35 @@ def test_an_append_the_disk_cuts_short_is_a_503_and_leaves_nothing_behind(db, sl
     assert (first, second, len(left)) == (503, 202, 1)
     app = sqlite_app(db)
     assert counters(app, big + small) == expected_counters(APP_USAGE, small)
+
+
+def _settle_at_once(db: str, start, late) -> None:
+    from ldp_telemetry.aggregator.store import open_store
+
+    store = open_store(db)
+    found: list[int] = []
+    store.on_late_duplicates = found.append
+    start.wait(30)
+    store.settle()
+    late.send(sum(found))
+
+
+def test_processes_settling_at_once_fold_a_dead_process_segment_exactly_once(db):
+    publish(sqlite_app(db).test_client())
+    reports = make_reports(3000)
+    write_segment(db, "left-by-a-dead-worker", reports)
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+    pipes = [context.Pipe(duplex=False) for _ in range(4)]
+    children = [context.Process(target=_settle_at_once, args=(db, start, sender)) for _, sender in pipes]
+    for child in children:
+        child.start()
+    start.set()
+    late = [receiver.recv() if receiver.poll(60) else None for receiver, _ in pipes]
+    for child in children:
+        child.join(30)
+    # One of them took the segment's lock and folded it; the others found it locked, then gone.
+    # Had two folded it, the second would have found every report stored (3000 late duplicates).
+    assert late == [0, 0, 0, 0] and all(child.exitcode == 0 for child in children)
+    assert segments(db) == []
+    assert counters(sqlite_app(db), reports) == expected_counters(APP_USAGE, reports)
