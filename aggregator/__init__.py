@@ -31,7 +31,8 @@ def migrated_store(values: Mapping[str, Any]) -> Store:
     try:
         store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
         store.migrate()
-        store.settle()  # what a process that died had acknowledged and not counted
+        # What a process that died had acknowledged and not counted (live ones count their own).
+        store.settle(wait=False)
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
     return store

@@ -1,7 +1,7 @@
 """Build big aggregator databases fast, for the read-latency benchmarks.
 
 Rows go in through the store's own :meth:`Store.ingest` (same tables, same transaction, same
-counter upserts) in chunks of 100,000, but their content is synthetic: ids are sequential, every
+counter upserts) in chunks of 50,000, but their content is synthetic: ids are sequential, every
 report carries the same values, and on PostgreSQL each chunk's counters come from binomial draws
 instead of decoding every report (the SQLite store counts from the rows as it folds them in, which
 costs little here: one distinct value). 10 million reports then take minutes instead of the hours
@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from ldp_telemetry.aggregator.store import AmountRow, Increments, ReportRow, TotalRow, open_store
+from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
 from ldp_telemetry.shared import randomize
 from ldp_telemetry.shared.mechanisms import hit_probability
 from ldp_telemetry.shared.schema import Schema
 
-CHUNK = 100_000
+CHUNK = MAX_UNFOLDED  # what SQLite's inbox takes at once
 
 
 def window_days(count: int, today: datetime | None = None) -> list[tuple[str, int]]:
@@ -67,5 +68,5 @@ def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windo
             return out
 
         store.ingest(rows, counters)
-        store.settle()  # counted before the next chunk (SQLite's inbox holds at most 200,000)
+        store.settle()  # counted before the next chunk
     store.close()

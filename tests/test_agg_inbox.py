@@ -235,3 +235,19 @@ def test_processes_settling_at_once_fold_a_dead_process_segment_exactly_once(db)
     assert late == [0, 0, 0, 0] and all(child.exitcode == 0 for child in children)
     assert segments(db) == []
     assert counters(sqlite_app(db), reports) == expected_counters(APP_USAGE, reports)
+
+
+def test_a_starting_app_folds_what_dead_processes_left_without_waiting_for_live_ones(db, slow_fold, caplog):
+    # A worker restarted beside a busy one must serve at once, not wait for the busy one's fold.
+    live = sqlite_app(db)
+    client = live.test_client()
+    publish(client)
+    reports = make_reports(5)
+    assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202  # held by `live`
+    dead = make_reports(4)
+    write_segment(db, "left-by-a-dead-worker", dead)
+    sqlite_app(db)
+    assert "were not folded within" not in caplog.text  # it did not wait for `live`'s segment
+    assert len(segments(db)) == 1  # the dead one's was folded, the live one's is still its own
+    store_of(live).settle()
+    assert counters(live, reports + dead) == expected_counters(APP_USAGE, reports + dead)

@@ -190,9 +190,11 @@ class Store(ABC):
         count them a moment later (:meth:`settle`), and pass the ones it then finds stored to
         :attr:`on_late_duplicates`."""
 
-    def settle(self) -> None:
+    def settle(self, *, wait: bool = True) -> None:
         """Count every report ingested before this call (in this process or another), so that
-        reads of the counters see them. Nothing to do for a store that counts as it ingests."""
+        reads of the counters see them. ``wait=False``: only this process's and those of
+        processes that died (what a process starting up recovers), without waiting for live
+        ones. Nothing to do for a store that counts as it ingests."""
 
     @abstractmethod
     def footprint(self) -> dict[str, int]:

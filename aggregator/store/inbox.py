@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 FOLD_INTERVAL = 0.1  # seconds between folds while reports wait
 FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before its interval is up
 # Acknowledged reports (and their bytes, which the process keeps to fold them) one process may
-# hold unfolded before ingest answers 503: the fold is behind.
-MAX_UNFOLDED = 200_000
+# hold unfolded before ingest answers 503: the fold is behind. 50,000 is about half a second of
+# folding here, so that is as late as a report acknowledged under overload is counted.
+MAX_UNFOLDED = 50_000
 MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
 SUFFIX = ".log"
@@ -259,9 +260,11 @@ class Inbox:
 
     def settle(self, seconds: float = SETTLE_SECONDS) -> None:
         """Fold every report acknowledged before this call: this process's at once, a dead
-        process's here, a live process's by that process (waiting up to ``seconds`` for it)."""
+        process's here, a live process's by that process (waiting up to ``seconds`` for it; not
+        at all for 0)."""
         self._fold_own()
-        waiting = {p for p in self._fold_orphans() if _size(p) > 0}
+        live = self._fold_orphans()
+        waiting = {p for p in live if _size(p) > 0} if seconds > 0 else set()
         deadline = time.monotonic() + seconds
         while waiting and time.monotonic() < deadline:
             time.sleep(0.005)

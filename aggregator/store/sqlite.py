@@ -34,7 +34,7 @@ from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, R
 from .common import (NEXT_GENERATION, TABLES, dirty_windows, increments, read_activity, read_estimates,
                      read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating, with_rollup)
 from .errors import StoreBusy, StoreError, StoreUnavailable
-from .inbox import Inbox
+from .inbox import SETTLE_SECONDS, Inbox
 
 # Seconds a writer waits for another process's write lock before the store is busy.
 BUSY_TIMEOUT = 10.0
@@ -322,8 +322,8 @@ class SQLiteStore(Store):
         return self._inbox.append(rows)
 
     @_translated
-    def settle(self) -> None:
-        self._inbox.settle()
+    def settle(self, *, wait: bool = True) -> None:
+        self._inbox.settle(SETTLE_SECONDS if wait else 0.0)
 
     def _fold(self, rows: list[ReportRow]) -> int:
         """Store the rows whose id is not stored and add their counts, :data:`FOLD_CHUNK` at a
