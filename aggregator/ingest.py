@@ -24,8 +24,7 @@ from . import context
 from .catalog import Catalog
 from .errors import ApiError, detail
 from .retention import retention_cutoff
-from .store import ReportRow, Store
-from .store.common import increments
+from .store import ReportRow, Store, increments
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call

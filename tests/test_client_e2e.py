@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from client_support import BOOL_AND_OS, Clock, FlaskTransport, hours_ago
-from conftest import ADMIN, APP_USAGE, publish, settle
+from conftest import ADMIN, APP_USAGE, publish, sql
 from ldp_telemetry.client import TelemetryClient
 from ldp_telemetry.shared import mechanisms, parse_schema
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
@@ -24,22 +24,12 @@ HOURLY = {"max_epsilon_per_day": 48.0}  # every hour of a day at ε 2 (the defau
 
 
 def stored_versions(db_path) -> list[int]:
-    settle(str(db_path))
-    connection = sqlite3.connect(db_path)
-    try:
-        return [v for (v,) in connection.execute("SELECT version FROM reports ORDER BY version")]
-    finally:
-        connection.close()
+    return [v for (v,) in sql(str(db_path), "SELECT version FROM reports ORDER BY version")]
 
 
 def stored_reports(db_path) -> list[tuple[str, str]]:
-    """(id, window) of every report the aggregator stored (and counted: :func:`settle`)."""
-    settle(str(db_path))
-    connection = sqlite3.connect(db_path)
-    try:
-        return connection.execute('SELECT id, "window" FROM reports ORDER BY "window"').fetchall()
-    finally:
-        connection.close()
+    """(id, window) of every report the aggregator stored (and counted: :func:`conftest.sql` settles)."""
+    return sql(str(db_path), 'SELECT id, "window" FROM reports ORDER BY "window"')
 
 
 def outbox_count(client: TelemetryClient) -> int:

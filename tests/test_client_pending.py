@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import requests
 
 from client_support import BOOL_AND_OS, Clock, FlaskTransport
-from conftest import ADMIN, APP_USAGE, publish, settle
+from conftest import ADMIN, APP_USAGE, publish, sql
 from ldp_telemetry.client import TelemetryClient
 from ldp_telemetry.shared import current_window
 
@@ -40,13 +40,8 @@ def three_lines(url: str, data_dir, extra: str = "", options: str = "") -> str:
 
 
 def stored(db_path) -> list[tuple[str, int]]:
-    """(window, version) of every report the aggregator stored (and counted: :func:`settle`)."""
-    settle(str(db_path))
-    connection = sqlite3.connect(db_path)
-    try:
-        return connection.execute('SELECT "window", version FROM reports').fetchall()
-    finally:
-        connection.close()
+    """(window, version) of every report the aggregator stored (and counted: :func:`conftest.sql` settles)."""
+    return sql(str(db_path), 'SELECT "window", version FROM reports')
 
 
 def days_around(started: datetime) -> set[str]:

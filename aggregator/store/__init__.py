@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    TotalRow, WindowCounters)
+from .common import increments
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .sqlite import SQLiteStore
 
@@ -36,4 +37,4 @@ def open_store(location: str, synchronous: str = "full") -> Store:
 
 __all__ = ["Activity", "AmountRow", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
            "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow",
-           "WindowCounters", "is_postgres", "open_store"]
+           "WindowCounters", "increments", "is_postgres", "open_store"]

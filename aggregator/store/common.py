@@ -1,8 +1,7 @@
 """What both stores do the same way, whatever their SQL dialect: one copy of each.
 
-- :func:`increments`: what reports add to the counters;
-- :func:`fold`: which reports of a group of batches were new, and the counter increments that
-  follow (with :func:`with_rollup`, the same added to the rollup window);
+- :func:`increments`: what reports add to the counters, and :func:`with_rollup`: the same added
+  to the rollup window;
 - :func:`translating`: a driver's errors leave a store's methods as the store's own;
 - :func:`schema_key_ok`: the names and versions a schema lookup can match at all;
 - the SQL both dialects share, written with a placeholder mark (``?`` for SQLite, ``%s`` for
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import Any, Callable, ContextManager, Hashable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Hashable, Sequence, TypeVar
 
 from ...shared.reports import Report
 from ...shared.schema import MAX_VERSION, NAME_RE, Schema
@@ -30,35 +29,6 @@ DELETE_CHUNK = 5_000
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
 WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
 NEXT_GENERATION = "UPDATE generation SET n = n + 1"
-
-
-class Batch(NamedTuple):
-    """One ingest call's reports, handed to a group commit."""
-
-    rows: Sequence[ReportRow]
-    count: Callable[[list[int]], Increments]
-    counted: Increments  # count() of every row: what to add if all are new
-
-
-def batch(rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> Batch:
-    """A batch counted before any lock is taken: most batches hold no id already stored, and the
-    rare one that does is counted again inside the transaction."""
-    return Batch(rows, count, count(list(range(len(rows)))))
-
-
-def fold(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]]) -> tuple[list[int], Increments]:
-    """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
-    returns their ids), batch after batch so an id in two batches is new in the first only; how
-    many of each batch were new, and the increments of the new ones, rollup included."""
-    news, increments = [], Increments()
-    for b in batches:
-        inserted = insert_new(b.rows)
-        new = [i for i, r in enumerate(b.rows) if r.id in inserted]
-        counted = b.counted if len(new) == len(b.rows) else b.count(new)
-        increments.totals += counted.totals
-        increments.amounts += counted.amounts
-        news.append(len(new))
-    return news, with_rollup(increments)
 
 
 def with_rollup(increments: Increments) -> Increments:

@@ -80,7 +80,6 @@ class Inbox:
     _current: _Segment | None = None
     _rotated: list[_Segment] = field(default_factory=list)  # written, not yet folded
     _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
-    _pending_bytes: int = 0
     _thread: threading.Thread | None = None
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
@@ -105,7 +104,8 @@ class Inbox:
                 news.append(fresh)
             count = sum(map(len, news))
             data = "".join(_line(r) for fresh in news for r in fresh).encode()
-            if len(self._pending) + count > MAX_UNFOLDED or self._pending_bytes + len(data) > MAX_UNFOLDED_BYTES:
+            unfolded_bytes = sum(s.size for s in self._rotated) + (self._current.size if self._current else 0)
+            if len(self._pending) + count > MAX_UNFOLDED or unfolded_bytes + len(data) > MAX_UNFOLDED_BYTES:
                 raise StoreBusy(f"{len(self._pending)} acknowledged reports are waiting to be counted; "
                                 "try again in a moment")
             if count:
@@ -128,7 +128,6 @@ class Inbox:
                 for fresh in news:
                     segment.rows.extend(fresh)
                 segment.size += len(data)
-                self._pending_bytes += len(data)
                 if len(segment.rows) >= FOLD_SOONER:
                     self._wake.set()
                 self._pending.update(r.id for fresh in news for r in fresh)
@@ -147,7 +146,6 @@ class Inbox:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._current, self._rotated, self._pending, self._thread = None, [], set(), None
-            self._pending_bytes = 0
 
     def _new_segment(self) -> _Segment:
         """A new segment, locked before it gets its ``.log`` name: no one can take it for a dead
@@ -200,7 +198,6 @@ class Inbox:
                 with self._lock:
                     self._rotated.pop(0)
                     self._pending.difference_update(r.id for r in segment.rows)
-                    self._pending_bytes -= segment.size
 
     def _fold_orphans(self) -> list[Path]:
         """Fold the segments of processes that died; the others' segments, still locked."""
@@ -268,9 +265,8 @@ class Inbox:
         deadline = time.monotonic() + seconds
         while waiting and time.monotonic() < deadline:
             time.sleep(0.005)
-            waiting = {p for p in waiting if p.exists()}
-            if waiting:
-                waiting &= set(self._fold_orphans())  # its process may have died meanwhile
+            # Gone once its process folded it; folded here if that process died meanwhile.
+            waiting &= set(self._fold_orphans())
         if waiting:
             log.warning("%d inbox segments of other processes were not folded within %g s", len(waiting), seconds)
 

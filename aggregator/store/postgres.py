@@ -42,7 +42,7 @@ import json
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -52,8 +52,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from . import common
 from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
                    WindowCounters)
-from .common import (NEXT_GENERATION, TABLES, Batch, batch, dirty_windows, fold, read_activity, read_estimates,
-                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating)
+from .common import (NEXT_GENERATION, TABLES, dirty_windows, read_activity, read_estimates,
+                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating, with_rollup)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
@@ -125,6 +125,35 @@ _SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' f
                   f"VALUES ({', '.join(['%s'] * len(_ESTIMATE_COLUMNS))}) "
                   'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
                   + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
+
+class Batch(NamedTuple):
+    """One ingest call's reports, handed to a group commit."""
+
+    rows: Sequence[ReportRow]
+    count: Callable[[list[int]], Increments]
+    counted: Increments  # count() of every row: what to add if all are new
+
+
+def batch(rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> Batch:
+    """A batch counted before any lock is taken: most batches hold no id already stored, and the
+    rare one that does is counted again inside the transaction."""
+    return Batch(rows, count, count(list(range(len(rows)))))
+
+
+def fold(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]]) -> tuple[list[int], Increments]:
+    """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
+    returns their ids), batch after batch so an id in two batches is new in the first only; how
+    many of each batch were new, and the increments of the new ones, rollup included."""
+    news, increments = [], Increments()
+    for b in batches:
+        inserted = insert_new(b.rows)
+        new = [i for i, r in enumerate(b.rows) if r.id in inserted]
+        counted = b.counted if len(new) == len(b.rows) else b.count(new)
+        increments.totals += counted.totals
+        increments.amounts += counted.amounts
+        news.append(len(new))
+    return news, with_rollup(increments)
+
 
 def _classify(store: PostgresStore, exc: Exception) -> StoreError | None:
     """The store's own error for a psycopg one (busy is a class of error, never words in a message)."""

@@ -5,7 +5,8 @@ write runs in ``BEGIN IMMEDIATE``: it takes SQLite's write lock before reading, 
 never has to upgrade a read lock (which SQLite refuses without waiting when another process
 writes), and a read inside it (which ids are already stored?) cannot go stale before the commit.
 Each thread gets its own connection. Every ``sqlite3`` error leaves as the store's own
-(:mod:`.errors`).
+(:mod:`.errors`). Ingest appends to the process's inbox and answers; the reports are stored and
+counted when the inbox is folded in (:mod:`.inbox`), a moment later.
 """
 
 from __future__ import annotations
@@ -368,10 +369,10 @@ class SQLiteStore(Store):
     def _schema(self, name: str, version: int) -> Schema | None:
         key = (name, version)
         if key not in self._schemas:
-            row = self._conn.execute("SELECT definition FROM schemas WHERE name = ? AND version = ?", key).fetchone()
-            if row is None:
+            definition = self.get_schema(name, version)
+            if definition is None:
                 return None
-            self._schemas[key] = parse_schema(json.loads(row[0]))
+            self._schemas[key] = parse_schema(definition)
         return self._schemas[key]
 
     @_translated
