@@ -18,11 +18,14 @@ except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemet
         name=exc.name,
     ) from exc
 
-from . import errors, headers, jobs, settings
+from . import errors
+from .http import headers
+from .estimation import jobs
+from . import settings
 from .catalog import Catalog
 from .context import system_clock
 from .metrics import Metrics
-from .pagecache import PageCache
+from .dashboard.pagecache import PageCache
 from .store import Store, StoreError, is_postgres, open_store
 
 
@@ -44,7 +47,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     values = settings.load(config)
     # An explicit instance path: Flask cannot find one for our namespace-style package layout.
     instance = Path.cwd() if is_postgres(values["LDP_DB"]) else Path(values["LDP_DB"]).resolve().parent
-    app = Flask(__name__, instance_path=str(instance))
+    # The dashboard's templates and stylesheet, served by the app itself (outside the dashboard
+    # blueprint and so outside its read-token check: the stylesheet is not secret).
+    app = Flask(__name__, instance_path=str(instance), template_folder="dashboard/templates",
+                static_folder="dashboard/static")
     app.config.update(values)
     app.config.update({k: v for k, v in config.items() if not k.startswith("LDP_")})  # Flask's own, e.g. TESTING
     app.config["LDP_CLOCK"] = config.get("LDP_CLOCK", system_clock)
@@ -59,10 +65,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     store.on_late_duplicates = metrics.late_duplicates.inc
     app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": metrics, "pages": PageCache()}
 
-    from . import api, dashboard, ops
+    from .http import api, ops
+    from .dashboard import views
 
     app.register_blueprint(api.bp)
-    app.register_blueprint(dashboard.bp)
+    app.register_blueprint(views.bp)
     app.register_blueprint(ops.bp)
     errors.init_app(app)
     headers.init_app(app)

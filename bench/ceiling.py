@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Flask, jsonify, request
 
-from ldp_telemetry.aggregator.rsgi import BufferedWSGI
+from ldp_telemetry.aggregator.http.rsgi import BufferedWSGI
 from ldp_telemetry.aggregator.settings import BY_NAME
 
 

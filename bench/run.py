@@ -28,7 +28,7 @@ from typing import Any, Callable
 import requests
 
 from ldp_telemetry.aggregator import create_app
-from ldp_telemetry.aggregator.estimation import refresh
+from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator.store import open_store
 from ldp_telemetry.shared import parse_schema
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from ldp_telemetry.aggregator.process import ServerProcess
+from ldp_telemetry.tools.process import ServerProcess
 
 ADMIN_TOKEN = "bench-admin-token"
 WORKERS = 2

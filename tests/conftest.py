@@ -12,7 +12,7 @@
 - ``publish_schema(client, schema=APP_USAGE)``: publish through the API; returns the derived schema.
 - ``live_server``: ``ldp-telemetry serve`` on 127.0.0.1 (2 workers, scheduler off) with
   ``.url``, ``.db_path``, ``.admin_token``, ``.stop()``, ``.kill()`` (SIGKILL to every process)
-  and ``.start()`` (again, on the same database); see :mod:`ldp_telemetry.aggregator.process`.
+  and ``.start()`` (again, on the same database); see :mod:`ldp_telemetry.tools.process`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 
-from ldp_telemetry.aggregator.process import ServerProcess, free_port  # noqa: F401 (other tests import it from here)
+from ldp_telemetry.tools.process import ServerProcess, free_port  # noqa: F401 (other tests import it from here)
 
 ADMIN_TOKEN = "test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

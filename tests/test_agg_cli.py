@@ -8,7 +8,7 @@ import requests
 from click.testing import CliRunner
 from conftest import ADMIN, APP_USAGE
 
-from ldp_telemetry.aggregator.cli import main
+from ldp_telemetry.tools.cli import main
 from ldp_telemetry.shared import randomize
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from conftest import ADMIN, APP_USAGE, publish
 
-from ldp_telemetry.aggregator import estimation
+from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared import randomize
 
 
@@ -60,11 +60,11 @@ def test_a_schema_page_is_computed_once_per_refresh(make_app):
         return generation, made
 
     one_report()
-    estimation.refresh(app)
+    refresh.refresh(app)
     first = view()
     assert view()[1] is first[1]  # asked again: the same view, not read again
     one_report()
     assert view()[1] is first[1]  # a report alone does not change the estimates
-    estimation.refresh(app)
+    refresh.refresh(app)
     again = view()
     assert again[0] > first[0] and again[1] is not first[1]  # made anew after the refresh

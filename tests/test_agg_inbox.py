@@ -35,7 +35,7 @@ def segments(db: str) -> list[Path]:
 
 def write_segment(db: str, name: str, reports: list[dict], tail: str = "") -> Path:
     """A segment as a process that died would have left it (no lock held on it)."""
-    from ldp_telemetry.aggregator.ingest import _compact_json
+    from ldp_telemetry.aggregator.ingest.batch import _compact_json
     from ldp_telemetry.shared.windows import window_end
 
     folder = Path(db + "-inbox")

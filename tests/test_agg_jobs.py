@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import APP_USAGE, db_state, publish
 
-from ldp_telemetry.aggregator import estimation, jobs, retention
+from ldp_telemetry.aggregator.estimation import refresh
+from ldp_telemetry.aggregator.estimation import jobs
+from ldp_telemetry.aggregator import retention
 from ldp_telemetry.aggregator.store import EstimatesQuery, Expired, open_store
 from ldp_telemetry.shared.windows import ROLLUP
 from ldp_telemetry.shared import randomize
@@ -76,7 +78,7 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
     old = [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window="2026-11-19") for _ in range(3)]
     new = [randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21") for _ in range(2)]
     client.post("/api/v1/reports", json={"reports": old + new})
-    estimation.refresh(app)
+    refresh.refresh(app)
 
     def windows_estimated() -> set[str]:
         return {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))}

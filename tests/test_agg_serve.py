@@ -14,7 +14,7 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, LiveServer
 
-from ldp_telemetry.aggregator.rsgi import BODY_SECONDS
+from ldp_telemetry.aggregator.http.rsgi import BODY_SECONDS
 from ldp_telemetry.shared import parse_schema, randomize
 
 # What a client would give away: its address, and headers a proxy might add or pass on.
@@ -87,7 +87,7 @@ def test_slow_and_idle_connections_stop_no_ingest(server):
 
 def test_no_log_line_names_a_client_or_a_token(tmp_path):
     server = LiveServer(tmp_path / "logged.db", env={"LDP_READ_TOKEN": TOKEN})
-    server.command = [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+    server.command = [sys.executable, "-m", "ldp_telemetry.tools.cli", "serve", "--host", "127.0.0.1",
                       "--port", "{port}", "--workers", "2", "--db", str(server.db_path), "--access-log"]
     server.start()
     nosy = {"X-Forwarded-For": FORWARDED, "X-Real-IP": FORWARDED, "User-Agent": AGENT, "Referer": REFERER}

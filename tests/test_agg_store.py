@@ -13,7 +13,7 @@ from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, 
                       stored_counters)
 from sqlite_utils import Database
 
-from ldp_telemetry.aggregator import estimation
+from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, is_postgres, open_store
 from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
 from ldp_telemetry.shared import parse_schema, randomize
@@ -96,13 +96,13 @@ def test_a_refresh_computed_before_a_change_does_not_overwrite_or_clear_it(app, 
     stale = store.stale_windows(0.95)
     assert {s.window for s in stale} == {TODAY, ROLLUP}
     counters = store.window_counters("app-usage", 1, [s.window for s in stale])
-    rows = [r for s in stale for r in estimation.estimate_rows(schema, s.window, counters[s.window], 0.95, "t0")]
+    rows = [r for s in stale for r in refresh.estimate_rows(schema, s.window, counters[s.window], 0.95, "t0")]
     client.post("/api/v1/reports", json={"reports": reports(3)})  # the counters change while it computes
     store.settle()
     store.save_estimates(rows, stale)
     assert store.estimates(EstimatesQuery("app-usage", 1)) == []  # nothing older than the counters written
     assert {s.window for s in store.stale_windows(0.95)} == {TODAY, ROLLUP}  # and still due
-    estimation.refresh(app)
+    refresh.refresh(app)
     assert {r.n for r in store.estimates(EstimatesQuery("app-usage", 1))} == {8}
     assert store.stale_windows(0.95) == []
 
@@ -112,11 +112,11 @@ def test_a_new_confidence_level_makes_every_window_stale_once(make_app):
     client = app.test_client()
     publish(client)
     client.post("/api/v1/reports", json={"reports": reports(4) + reports(2, YESTERDAY)})
-    estimation.refresh(app)
+    refresh.refresh(app)
     app.config["LDP_CONFIDENCE"] = 0.99
     assert {s.window for s in store_of(app).stale_windows(0.99)} == {TODAY, YESTERDAY, ROLLUP}
     assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.95  # as stored
-    estimation.refresh(app)
+    refresh.refresh(app)
     assert store_of(app).stale_windows(0.99) == []
     assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.99
 
@@ -126,7 +126,7 @@ def test_a_new_confidence_level_makes_every_window_stale_once(make_app):
 
 def test_pages_follow_each_other_to_exactly_the_whole(app, client):
     client.post("/api/v1/reports", json={"reports": reports(4) + reports(3, YESTERDAY)})
-    estimation.refresh(app)
+    refresh.refresh(app)
     whole = client.get("/api/v1/estimates?schema=app-usage").get_json()
     assert whole["next"] is None and len(whole["estimates"]) == 3 * 5
     pages, url = [], "/api/v1/estimates?schema=app-usage&limit=4"
@@ -157,7 +157,7 @@ def test_csv_cells_a_spreadsheet_would_run_are_escaped(make_app):
     publish(client, risky)
     batch = [randomize(risky, {"choice": "plain"}, window=TODAY) for _ in range(20)]
     client.post("/api/v1/reports", json={"reports": batch})
-    estimation.refresh(app)
+    refresh.refresh(app)
     text = client.get("/api/v1/estimates?schema=risky&format=csv").get_data(as_text=True)
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [row["value"] for row in rows][:5] == ["'=1+1", "'+cmd", "'-x", "'@sum", "plain"]
@@ -226,7 +226,7 @@ def test_a_database_with_dense_counters_is_brought_over(tmp_path, make_app):
     fresh.test_client().post("/api/v1/reports", json={"reports": sent})
     for a in (app, fresh):
         a.config["LDP_CONFIDENCE"] = 0.9
-        estimation.refresh(a)
+        refresh.refresh(a)
 
     def shown(a):
         return [{k: v for k, v in e.items() if k != "computed_at"}

@@ -9,7 +9,7 @@ from pathlib import Path
 from ldp_telemetry.shared import mechanisms
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("aggregator", "client", "shared")
+PACKAGES = ("aggregator", "client", "shared", "tools")
 
 
 def sources(suffix: str) -> list[Path]:
@@ -44,6 +44,59 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module.split(".")[0])
     return modules
+
+
+def imported_folders(path: Path) -> set[str]:
+    """The repository folders (``aggregator/http``, ``client``, ...) that ``path``'s relative
+    imports reach, each import resolved against the file's own package."""
+    package = path.parent
+    reached = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            names = [target / alias.name for alias in node.names] if not node.module else [target]
+            for t in names:
+                folder = t if t.is_dir() else t.parent
+                reached.add(folder.relative_to(ROOT).as_posix() if ROOT in folder.parents or folder == ROOT
+                            else str(folder))
+    return reached
+
+
+# Who may import whom, by folder: the layers go down (HTTP and dashboard -> ingest and
+# estimation -> store -> shared), the app-wide modules of aggregator/ serve every area, and the
+# tools sit on top of everything. A folder not listed here may import only itself and shared.
+ALLOWED = {
+    "aggregator": {"aggregator", "aggregator/http", "aggregator/ingest", "aggregator/estimation",
+                   "aggregator/dashboard", "aggregator/store", "shared"},
+    "aggregator/http": {"aggregator", "aggregator/http", "aggregator/ingest", "aggregator/estimation",
+                        "aggregator/store", "shared"},
+    "aggregator/dashboard": {"aggregator", "aggregator/dashboard", "aggregator/estimation", "aggregator/store",
+                             "shared"},
+    "aggregator/ingest": {"aggregator", "aggregator/ingest", "aggregator/store", "shared"},
+    "aggregator/estimation": {"aggregator", "aggregator/estimation", "aggregator/store", "shared"},
+    "aggregator/store": {"aggregator/store", "shared"},
+    "client": {"client", "shared"},
+    "shared": {"shared", "shared/mechanisms"},
+    "shared/mechanisms": {"shared", "shared/mechanisms"},
+}
+
+
+def test_each_area_imports_only_the_layers_below_it():
+    found = []
+    for folder, allowed in ALLOWED.items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            for reached in sorted(imported_folders(path) - allowed):
+                found.append(f"{path.relative_to(ROOT)} imports {reached}")
+    assert found == []
+
+
+def test_the_service_imports_no_client_and_no_tool():
+    found = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "aggregator").rglob("*.py"))
+             if imported_folders(path) & {"client", "tools"}]
+    assert found == []
 
 
 def test_only_the_store_imports_a_database_driver():

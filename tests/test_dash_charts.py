@@ -2,8 +2,8 @@
 
 import pytest
 
-from ldp_telemetry.aggregator import charts
-from ldp_telemetry.aggregator.charts import FRAME, Interval
+from ldp_telemetry.aggregator.dashboard import charts
+from ldp_telemetry.aggregator.dashboard.charts import FRAME, Interval
 
 
 @pytest.mark.parametrize(

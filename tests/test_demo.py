@@ -15,7 +15,7 @@ import pytest
 from test_demo_lifecycle import stop
 import requests
 
-from ldp_telemetry.aggregator.demo import DEMO_SCHEMA, STEADY_SHARES, population
+from ldp_telemetry.tools.demo import DEMO_SCHEMA, STEADY_SHARES, population
 from ldp_telemetry.shared import parse_schema
 
 # attribute, value (a bucket name has a space), eps, n, truth, estimate, interval, covers
@@ -25,7 +25,7 @@ ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\
 def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     devices, clients = 3000, 30
     result = subprocess.run(
-        [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--exit", "--devices", str(devices),
+        [sys.executable, "-m", "ldp_telemetry.tools.cli", "demo", "--exit", "--devices", str(devices),
          "--days", "3", "--clients", str(clients), "--data-dir", str(tmp_path / "demo"), "--port", "0"],
         capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -59,7 +59,7 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
 @pytest.mark.timeout(180)
 def test_demo_serves_the_dashboard_until_stopped(tmp_path):
     demo = subprocess.Popen(
-        [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--devices", "600", "--days", "2",
+        [sys.executable, "-m", "ldp_telemetry.tools.cli", "demo", "--devices", "600", "--days", "2",
          "--clients", "5", "--data-dir", str(tmp_path / "demo"), "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

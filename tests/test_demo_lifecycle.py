@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def demo_command(data_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "demo", "--devices", "60", "--days", "1",
+    return [sys.executable, "-m", "ldp_telemetry.tools.cli", "demo", "--devices", "60", "--days", "1",
             "--clients", "2", "--data-dir", str(data_dir), *args]
 
 

@@ -22,8 +22,8 @@ import pytest
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "client", "aggregator", "shared"]
-PACKAGES = ["ldp_telemetry.client", "ldp_telemetry.aggregator", "ldp_telemetry.shared"]
+SOURCES = ["pyproject.toml", "README.md", "client", "aggregator", "shared", "tools"]
+PACKAGES = ["ldp_telemetry.client", "ldp_telemetry.aggregator", "ldp_telemetry.shared", "ldp_telemetry.tools"]
 REQUESTS_AND_ITS_DEPENDENCIES = ["requests", "urllib3", "idna", "charset_normalizer", "certifi"]
 
 pytestmark = pytest.mark.timeout(600)
@@ -84,12 +84,12 @@ def test_the_wheel_holds_the_three_packages_under_one_import_root(built):
 def test_the_wheel_carries_the_dashboard_files_without_a_setuptools_warning(built):
     with zipfile.ZipFile(built["wheel"]) as archive:
         names = set(archive.namelist())
-    aggregator = REPO / "aggregator"
-    files = [p.relative_to(aggregator).as_posix() for folder in ("templates", "static")
-             for p in (aggregator / folder).iterdir() if p.is_file()]
+    dashboard = REPO / "aggregator" / "dashboard"
+    files = [p.relative_to(dashboard).as_posix() for folder in ("templates", "static")
+             for p in (dashboard / folder).iterdir() if p.is_file()]
     assert files
     for name in files:
-        assert f"ldp_telemetry/aggregator/{name}" in names, name
+        assert f"ldp_telemetry/aggregator/dashboard/{name}" in names, name
     # The data folders are listed as packages: no "Package would be ignored" on every pip install.
     assert "would be ignored" not in built["build_output"].lower(), built["build_output"][-3000:]
 
@@ -118,14 +118,14 @@ def test_one_console_script(built):
     with zipfile.ZipFile(built["wheel"]) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
         entry_points = archive.read(name).decode()
-    assert "[console_scripts]\nldp-telemetry = ldp_telemetry.aggregator.cli:main" in entry_points
+    assert "[console_scripts]\nldp-telemetry = ldp_telemetry.tools.cli:main" in entry_points
     assert (built["venv"] / "bin" / "ldp-telemetry").exists()
 
 
 def test_all_three_packages_import_from_the_installed_wheel(built):
     site_packages = Path(sysconfig.get_paths()["purelib"])  # this .venv's: flask, numpy, ...
     out = in_fresh_venv(built, "import ldp_telemetry.client, ldp_telemetry.aggregator, ldp_telemetry.shared, "
-                               "ldp_telemetry.aggregator.cli, ldp_telemetry.shared.simulation\n"
+                               "ldp_telemetry.tools.cli, ldp_telemetry.shared.simulation\n"
                                "for m in (ldp_telemetry.client, ldp_telemetry.aggregator, ldp_telemetry.shared):\n"
                                "    print(m.__file__)", [site_packages])
     files = out.split()

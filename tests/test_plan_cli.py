@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from ldp_telemetry.aggregator.cli import main
+from ldp_telemetry.tools.cli import main
 from ldp_telemetry.shared.planner import alternatives
 
 SCHEMA = {"name": "app-usage", "version": 1, "epsilon": 2.0,

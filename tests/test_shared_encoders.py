@@ -19,7 +19,7 @@ from scipy import stats
 
 from test_shared_examples import example
 
-from ldp_telemetry.aggregator.ingest import increments
+from ldp_telemetry.aggregator.ingest.batch import increments
 from ldp_telemetry.shared import mechanisms
 from ldp_telemetry.shared.mechanisms.randomness import SYSTEM, bernoulli, randbelow
 from ldp_telemetry.shared.estimators import estimate

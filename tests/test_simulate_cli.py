@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ldp_telemetry.aggregator.cli import SIMULATION_SCHEMA, SIMULATION_SHARES, main
+from ldp_telemetry.tools.cli import SIMULATION_SCHEMA, SIMULATION_SHARES, main
 from ldp_telemetry.shared.schema import parse_schema
 from ldp_telemetry.shared.simulation import simulate
 

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ldp_telemetry.aggregator.estimation import estimate_rows
+from ldp_telemetry.aggregator.estimation.refresh import estimate_rows
 from ldp_telemetry.aggregator.store import WindowCounters
 from ldp_telemetry.shared import windows
 from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow

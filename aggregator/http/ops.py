@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from . import context
-from .auth import require_reader
-from .store import StoreError
+from .. import context
+from ..auth import require_reader
+from ..store import StoreError
 
 bp = Blueprint("ops", __name__)
 

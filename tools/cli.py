@@ -164,7 +164,7 @@ def plan(schema_file: Path, reports: int, half_width: float, confidence: float) 
 
 def _setting_options(command):
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
-    from .settings import SETTINGS
+    from ..aggregator.settings import SETTINGS
 
     for setting in reversed(SETTINGS):
         default = setting.default
@@ -187,9 +187,9 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     Every setting comes from its flag, else its LDP_* environment variable, else its default.
     Prefer the environment for tokens: flags show up in the process list.
     """
-    from . import migrated_store
-    from .server import serve as run_server
-    from .settings import SettingsError, load
+    from ..aggregator import migrated_store
+    from ..aggregator.http.server import serve as run_server
+    from ..aggregator.settings import SettingsError, load
 
     config = {name.upper(): value for name, value in flags.items() if value is not None}
     try:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..shared import mechanisms
-from ..shared.reports import ID_RE
-from ..shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
+from ...shared import mechanisms
+from ...shared.reports import ID_RE
+from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                              MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_MAGNITUDE, MAX_VERSION, MIN_CATEGORIES, NAME_RE,
                              SPLITS, TYPES, WINDOWS)
-from ..shared.windows import NAME_PATTERN
-from .readout import DEFAULT_LIMIT, MAX_LIMIT
+from ...shared.windows import NAME_PATTERN
+from ..estimation.readout import DEFAULT_LIMIT, MAX_LIMIT
 
 NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}

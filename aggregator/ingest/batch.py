@@ -18,13 +18,13 @@ from typing import Any, Sequence
 
 from flask import Flask
 
-from ..shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_report
-from ..shared.windows import LENGTH, window_start
-from . import context
-from .catalog import Catalog
-from .errors import ApiError, detail
-from .retention import retention_cutoff
-from .store import ReportRow, Store, increments
+from ...shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_report
+from ...shared.windows import LENGTH, window_start
+from .. import context
+from ..catalog import Catalog
+from ..errors import ApiError, detail
+from ..retention import retention_cutoff
+from ..store import ReportRow, Store, increments
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call

@@ -190,7 +190,7 @@ class DemoServer(ServerProcess):
     def __init__(self, data_dir: Path, port: int):
         self.admin_token = secrets.token_urlsafe(24)
         db_path = data_dir / "aggregator.db"
-        serve = [sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+        serve = [sys.executable, "-m", "ldp_telemetry.tools.cli", "serve", "--host", "127.0.0.1",
                  "--port", "{port}", "--workers", "2", "--db", _literal(str(db_path))]
         super().__init__(db_path, workers=2, log_path=data_dir / "server.log",
                          env={"LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10",

@@ -32,7 +32,7 @@ def call(method: str, path: str, *, url: str, db: str | None, token: str | None,
 
 
 def _in_process(method: str, path: str, db: str, body: Any) -> tuple[int, dict[str, Any]]:
-    from . import create_app
+    from ..aggregator import create_app
 
     # The operator holds the file, so they are admin: a one-off token authorises this call.
     token = secrets.token_urlsafe(24)

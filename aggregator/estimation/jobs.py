@@ -6,7 +6,7 @@ Under ``serve --workers N`` every worker has a scheduler, but only the *leader* 
 the process holding the store's jobs lock (:meth:`Store.lead`), which goes when that process
 dies, so the next worker to try becomes the leader and exactly one process runs the jobs at any
 time. (A refresh that runs beside another, e.g. an admin's manual one, never overwrites newer
-estimates: see :mod:`.estimation`.)
+estimates: see :mod:`.refresh`.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from . import context, estimation, retention
+from .. import context
+from .. import retention
+from . import refresh
 
 RETENTION_INTERVAL = 3600.0  # seconds
 
@@ -39,7 +41,7 @@ def init_app(app: Flask) -> None:
     # coalesce + max_instances=1: a slow run is never doubled up or replayed in a burst.
     common = {"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
     scheduler.add_job(run_if_leader, "interval", seconds=app.config["LDP_ESTIMATE_INTERVAL"],
-                      args=(app, estimation.refresh), id="refresh", next_run_time=context.system_clock(), **common)
+                      args=(app, refresh.refresh), id="refresh", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, retention.expire),
                       id="retention", next_run_time=context.system_clock(), **common)
     scheduler.start()

@@ -15,11 +15,11 @@ from itertools import groupby
 
 from flask import Flask
 
-from ..shared.estimators import no_narrower_than_a_window
-from ..shared.schema import Schema
-from ..shared.windows import ROLLUP
-from . import context
-from .store import EstimateRow, Stale, WindowCounters
+from ...shared.estimators import no_narrower_than_a_window
+from ...shared.schema import Schema
+from ...shared.windows import ROLLUP
+from .. import context
+from ..store import EstimateRow, Stale, WindowCounters
 
 # Windows whose counters are read from one snapshot; estimate rows written per transaction (a
 # window's rows always go together): ingest waits at most one such write.

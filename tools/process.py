@@ -52,7 +52,7 @@ class ServerProcess:
         env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with open(self.log_path, "ab") as log:
             command = [part.format(port=self.port) for part in self.command] if self.command else [
-                sys.executable, "-m", "ldp_telemetry.aggregator.cli", "serve", "--host", "127.0.0.1",
+                sys.executable, "-m", "ldp_telemetry.tools.cli", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port), "--workers", str(self.workers), "--db", self.db]
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)

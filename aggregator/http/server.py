@@ -29,7 +29,7 @@ HEADER_READ_MS = 10_000
 HEADER_BYTES = 64 * 1024
 # Seconds a worker gets to finish its requests on stop before it is killed.
 STOP_SECONDS = 20
-TARGET = "ldp_telemetry.aggregator.rsgi:create_rsgi_app"
+TARGET = "ldp_telemetry.aggregator.http.rsgi:create_rsgi_app"
 
 
 def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
@@ -42,7 +42,7 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
         os.environ[name] = str(value)  # the workers build their app from the environment
     metrics_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from .metrics import share_between_processes
+        from ..metrics import share_between_processes
 
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
         share_between_processes(metrics_dir)

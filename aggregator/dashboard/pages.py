@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..shared import privacy
-from ..shared.planner import Plan, plan
-from ..shared.schema import Attribute, Schema
-from ..shared.windows import ROLLUP
+from ...shared import privacy
+from ...shared.planner import Plan, plan
+from ...shared.schema import Attribute, Schema
+from ...shared.windows import ROLLUP
 from . import charts
-from .store import EstimateRow
+from ..store import EstimateRow
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
 MAX_CHART_CATEGORIES = charts.PALETTE_SIZE

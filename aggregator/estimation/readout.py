@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from flask import Flask
 
-from ..shared.schema import Schema
-from ..shared.windows import ROLLUP, window_start
-from . import context
-from .store import EstimateRow, EstimatesQuery
+from ...shared.schema import Schema
+from ...shared.windows import ROLLUP, window_start
+from .. import context
+from ..store import EstimateRow, EstimatesQuery
 
 DEFAULT_LIMIT = 10_000
 MAX_LIMIT = 100_000

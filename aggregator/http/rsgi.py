@@ -145,7 +145,7 @@ def _error(proto: Any, status: int, message: str) -> None:
 
 def create_rsgi_app() -> BufferedWSGI:
     """The aggregator from its ``LDP_*`` environment, behind :class:`BufferedWSGI` (granian's factory)."""
-    from . import create_app
+    from .. import create_app
 
     app = create_app()
     return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=app.config["LDP_PROXY_IPS"])

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from flask import current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from .errors import ApiError, detail
+from ..errors import ApiError, detail
 
 
 class _NotJson(ValueError):

@@ -21,17 +21,19 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 
-from ..shared.schema import Schema
-from ..shared.windows import LENGTH, window_of
-from . import auth, charts, context, pages
-from .catalog import version_number
-from .retention import retention_cutoff
-from .readout import ReadError, check_range, read, window_bound
-from .store import Activity
+from ...shared.schema import Schema
+from ...shared.windows import LENGTH, window_of
+from .. import auth
+from . import charts, pages
+from .. import context
+from ..catalog import version_number
+from ..retention import retention_cutoff
+from ..estimation.readout import ReadError, check_range, read, window_bound
+from ..store import Activity
 
-# Templates and the stylesheet live in the package's templates/ and static/ folders, which the
-# app itself serves (Flask's defaults for the ldp_telemetry.aggregator package), outside this
-# blueprint and so outside its read-token check: the stylesheet is not secret.
+# Templates and the stylesheet live in this package's templates/ and static/ folders, which the
+# app itself serves (create_app names them), outside this blueprint and so outside its read-token
+# check: the stylesheet is not secret.
 bp = Blueprint("dashboard", __name__)
 
 # The page reloads at the estimate interval, but neither faster than this nor slower than that.

@@ -8,15 +8,16 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
-from ..shared.schema import Schema, SchemaError
-from . import context, estimation, readout
-from .auth import require_admin, require_reader
-from .catalog import version_number
+from ...shared.schema import Schema, SchemaError
+from .. import context
+from ..estimation import refresh, readout
+from ..auth import require_admin, require_reader
+from ..catalog import version_number
 from .body import json_object
-from .errors import ApiError, detail
-from .ingest import parse_batch, store_batch, window_policy
+from ..errors import ApiError, detail
+from ..ingest.batch import parse_batch, store_batch, window_policy
 from .openapi import openapi_document
-from .store import EstimateRow
+from ..store import EstimateRow
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -89,7 +90,7 @@ def post_reports() -> tuple[Response, int]:
 @bp.post("/estimates/refresh")
 def refresh_estimates() -> Response:
     require_admin()
-    result = estimation.refresh(current_app)
+    result = refresh.refresh(current_app)
     return jsonify({"written": result.written, "windows": result.windows})
 
 
