@@ -18,27 +18,37 @@ except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemet
         name=exc.name,
     ) from exc
 
-from . import errors
-from .http import headers
-from .estimation import jobs
-from . import settings
+from . import errors, settings
 from .catalog import Catalog
 from .context import system_clock
-from .metrics import Metrics
 from .dashboard.pagecache import PageCache
+from .estimation import jobs
+from .http import headers
+from .ingest.counting import Counting
+from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
 
 
-def migrated_store(values: Mapping[str, Any]) -> Store:
-    """The database of checked settings ``values``, migrated; :class:`settings.SettingsError` if unusable."""
+def open_database(location: str, synchronous: str = "full") -> tuple[Store, Catalog]:
+    """The store ``LDP_DB`` names, given its counting, and the catalog of its published schemas
+    (the counting looks schemas up through it): not yet migrated."""
+    store = open_store(location, synchronous)
+    catalog = Catalog(store)
+    store.count_with(Counting(catalog.lookup))
+    return store, catalog
+
+
+def migrated_database(values: Mapping[str, Any]) -> tuple[Store, Catalog]:
+    """The database of checked settings ``values``, migrated, and its catalog;
+    :class:`settings.SettingsError` if unusable."""
     try:
-        store = open_store(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
+        store, catalog = open_database(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
         store.migrate()
         # What a process that died had acknowledged and not counted (live ones count their own).
         store.settle(wait=False)
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
-    return store
+    return store, catalog
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -60,10 +70,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
-    store = migrated_store(values)
+    store, catalog = migrated_database(values)
     metrics = Metrics()
     store.on_late_duplicates = metrics.late_duplicates.inc
-    app.extensions["ldp"] = {"store": store, "catalog": Catalog(store), "metrics": metrics, "pages": PageCache()}
+    app.extensions["ldp"] = {"store": store, "catalog": catalog, "metrics": metrics, "pages": PageCache()}
 
     from .http import api, ops
     from .dashboard import views

@@ -21,7 +21,7 @@ from typing import Any
 
 import requests
 
-from ldp_telemetry.aggregator.store import open_store
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
@@ -58,7 +58,7 @@ def run() -> dict[str, Any]:
 
 
 def _footprint(db: Path) -> dict[str, int]:
-    store = open_store(str(db))
+    store = open_database(str(db))[0]
     try:
         return store.footprint()
     finally:

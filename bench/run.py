@@ -29,7 +29,7 @@ import requests
 
 from ldp_telemetry.aggregator import create_app
 from ldp_telemetry.aggregator.estimation.refresh import refresh
-from ldp_telemetry.aggregator.store import open_store
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema
 
 from . import bulkload, encoders, hostile, ingest, servers
@@ -81,13 +81,13 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                     servers.publish(url, encoders.BENCH_SCHEMA.to_dict())
                     ours = figures["ours"][synchronous] = _both_batch_sizes(url, runs, seconds)
                     # The SQLite store counts a moment after it answers: how far behind the load it was.
-                    store = open_store(str(db))
+                    store = open_database(str(db))[0]
                     started = time.perf_counter()
                     store.settle()
                     ours["count_lag_seconds"] = time.perf_counter() - started
                     store.close()
                 acknowledged = sum(r["reports"] for key, b in ours.items() if key.startswith("batch") for r in b["runs"])
-                store = open_store(str(db))
+                store = open_database(str(db))[0]
                 stored = store.footprint()["reports"]
                 store.close()
                 # A load generator stops at its deadline with requests in flight: the server may
@@ -127,7 +127,7 @@ def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) 
             with servers.nodes(location, count, Path(folder)) as urls:
                 figures = out[f"postgres_{count}"] = load(urls)
             acknowledged = sum(r["reports"] for r in figures["runs"])
-            store = open_store(location)
+            store = open_database(location)[0]
             figures["stored"] = store.footprint()["reports"]
             store.close()
             # As for one node: nothing acknowledged missing, at most one request per connection extra.

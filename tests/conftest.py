@@ -227,9 +227,9 @@ STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates"
 def settle(location: str) -> None:
     """Count every report a server on ``location`` acknowledged (what a restarted server does
     first): the SQLite store counts a moment after it answers (its inbox)."""
-    from ldp_telemetry.aggregator.store import open_store
+    from ldp_telemetry.aggregator import open_database
 
-    store = open_store(location)
+    store = open_database(location)[0]
     try:
         store.settle()
     finally:

@@ -206,9 +206,9 @@ def test_an_append_the_disk_cuts_short_is_a_503_and_leaves_nothing_behind(db, sl
 
 
 def _settle_at_once(db: str, start, late) -> None:
-    from ldp_telemetry.aggregator.store import open_store
+    from ldp_telemetry.aggregator import open_database
 
-    store = open_store(db)
+    store = open_database(db)[0]
     found: list[int] = []
     store.on_late_duplicates = found.append
     start.wait(30)

@@ -12,7 +12,8 @@ from conftest import APP_USAGE, db_state, publish
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.aggregator.estimation import jobs
 from ldp_telemetry.aggregator import retention
-from ldp_telemetry.aggregator.store import EstimatesQuery, Expired, open_store
+from ldp_telemetry.aggregator.store import EstimatesQuery, Expired
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared.windows import ROLLUP
 from ldp_telemetry.shared import randomize
 
@@ -21,13 +22,13 @@ pytestmark = pytest.mark.backends
 
 
 def _try_lead(path: str, answer) -> None:
-    answer.put(open_store(path).lead())
+    answer.put(open_database(path)[0].lead())
 
 
 def test_only_one_process_leads_until_it_lets_go(new_db):
     path = new_db()
-    open_store(path).migrate()
-    leader, other = open_store(path), open_store(path)
+    open_database(path)[0].migrate()
+    leader, other = open_database(path)[0], open_database(path)[0]
     assert leader.lead() and leader.lead()
     assert not other.lead()
     context = multiprocessing.get_context("fork")
@@ -107,8 +108,8 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
 def test_retention_walks_the_ids_in_chunks_and_erases_only_expired_reports(make_app, monkeypatch):
     # Chunks of 4 against 11 expired reports (random ids, so spread among the 9 kept ones):
     # the walk must resume after each chunk's last id and stop after the short last chunk.
-    from ldp_telemetry.aggregator.store import common
-    monkeypatch.setattr(common, "DELETE_CHUNK", 4)
+    from ldp_telemetry.aggregator.store import dialect
+    monkeypatch.setattr(dialect, "DELETE_CHUNK", 4)
     clock = [NOW]
     app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
     client = app.test_client()

@@ -28,7 +28,7 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, postgres_location, stored_counters
 
-from ldp_telemetry.aggregator.store import open_store
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import randomize
 
 pytestmark = pytest.mark.postgres_only
@@ -143,7 +143,7 @@ def test_three_nodes_count_exactly_once_through_kills_and_retries(backend, postg
 
         # The database: every report once, the counters exactly those of the wire values.
         sent = [r for batch in batches for r in batch]
-        store = open_store(location)
+        store = open_database(location)[0]
         try:
             assert store.footprint()["reports"] == len(sent)
             windows = sorted({r["window"] for r in sent})

@@ -11,7 +11,7 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, expected_counters, sql, stored_counters
 
-from ldp_telemetry.aggregator.store import open_store
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema, randomize
 
 pytestmark = pytest.mark.backends
@@ -27,7 +27,7 @@ def stored(location: str) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
     """The raw reports (as wire dicts; from the database itself, as no API reads them back) and
     the counters (through the store), once everything acknowledged is counted (``settle``: what
     a restarted server does first)."""
-    store = open_store(location)
+    store = open_database(location)[0]
     try:
         store.settle()
         reports = [{"id": i, "window": w, "values": json.loads(v)}

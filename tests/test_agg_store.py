@@ -14,7 +14,8 @@ from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, 
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator.estimation import refresh
-from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, is_postgres, open_store
+from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, is_postgres
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
@@ -40,13 +41,13 @@ def test_a_file_that_is_no_database_is_unavailable(tmp_path):
     path = tmp_path / "not.db"
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreUnavailable):
-        open_store(str(path)).migrate()
+        open_database(str(path))[0].migrate()
 
 
 def test_an_unreachable_postgresql_server_is_unavailable():
     pytest.importorskip("psycopg")
     with pytest.raises(StoreUnavailable, match="cannot"):
-        open_store(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing").migrate()
+        open_database(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")[0].migrate()
 
 
 def hold_writes(location: str):

@@ -21,8 +21,8 @@ import pytest
 import requests
 from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, stored_counters
 
-from ldp_telemetry.aggregator.store import open_store
-from ldp_telemetry.aggregator.store.sqlite import CACHE_KIB
+from ldp_telemetry.aggregator import open_database
+from ldp_telemetry.aggregator.store.sqlite_connection import CACHE_KIB
 from ldp_telemetry.shared import parse_schema, randomize
 
 pytestmark = pytest.mark.load
@@ -145,7 +145,7 @@ def test_mixed_load_keeps_exact_counts_and_flat_memory(tmp_path: Path) -> None:
 
         sent = [r for t in traffic for r in t.valid]
         assert len({r["id"] for r in sent}) == len(sent)
-        store = open_store(str(server.db_path))
+        store = open_database(str(server.db_path))[0]
         try:
             stored = stored_counters(store, APP_USAGE, [r["window"] for r in sent])
             reports = store.footprint()["reports"]

@@ -19,7 +19,8 @@ from scipy import stats
 
 from test_shared_examples import example
 
-from ldp_telemetry.aggregator.ingest.batch import increments
+from ldp_telemetry.aggregator.ingest.batch import report_rows
+from ldp_telemetry.aggregator.ingest.counting import Counting
 from ldp_telemetry.shared import mechanisms
 from ldp_telemetry.shared.mechanisms.randomness import SYSTEM, bernoulli, randbelow
 from ldp_telemetry.shared.estimators import estimate
@@ -175,7 +176,7 @@ def test_device_and_bulk_encoders_agree(mechanism, epsilon, d, seed):
 
 def test_device_reports_decode_to_the_population_shares():
     # A fixed population of 20,000 devices randomises on the device path; the aggregator's path
-    # (validate_report, ingest.increments, estimate) must recover every share. With the population
+    # (validate_report, the stored rows, counting, estimate) must recover every share. With the population
     # fixed, each estimate's standard deviation is the conditional closed form; 13 values, each
     # within Z = 5.73 of them (13 of this module's checks).
     schema = parse_schema(example("every-mechanism"))
@@ -188,7 +189,8 @@ def test_device_reports_decode_to_the_population_shares():
     ]
     reports = [validate_report(randomize(schema, record), schema) for record in population]
     hits: Counter = Counter()  # summed over windows, in case the run straddles midnight UTC
-    for row in increments(reports, [0] * len(reports)).amounts:
+    count = Counting(lambda name, version: schema)
+    for row in count(report_rows(reports, [0] * len(reports))).amounts:
         hits[row.attribute, row.value] += row.amount
     truth = {("flag", 0): 0.3, **{("os", i): s for i, s in enumerate(shares["os"])},
              **{("lang", i): s for i, s in enumerate(shares["lang"])}}

@@ -187,7 +187,7 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     Every setting comes from its flag, else its LDP_* environment variable, else its default.
     Prefer the environment for tokens: flags show up in the process list.
     """
-    from ..aggregator import migrated_store
+    from ..aggregator import migrated_database
     from ..aggregator.http.server import serve as run_server
     from ..aggregator.settings import SettingsError, load
 
@@ -195,14 +195,14 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     try:
         # A bad setting or an unusable database stops here, before any worker starts.
         values = load(config, config_source="command line")
-        migrated_store(values).close()
+        migrated_database(values)[0].close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     try:
         run_server(config, host=host, port=port, workers=workers, access_log=access_log)
     finally:
-        # Count what the stopped workers acknowledged and had not counted yet (migrated_store settles).
-        migrated_store(values).close()
+        # Count what the stopped workers acknowledged and had not counted yet (migrated_database settles).
+        migrated_database(values)[0].close()
 
 
 def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):

@@ -3,9 +3,10 @@
 The batch is all-or-nothing: every report is validated (the shared validator, then the server's
 window policy) before anything is written, and one invalid report rejects the request with a
 detail per bad index. Then the store takes the new ones (:meth:`Store.ingest`): durably before
-the answer, each counted exactly once, all of the batch or none; an id repeated in the batch, or
-already stored, is a duplicate and changes no counter. PostgreSQL stores and counts them in one
-transaction; SQLite appends them to its inbox and counts them a moment later (:mod:`.store.inbox`).
+the answer, each counted exactly once (by :mod:`.counting`), all of the batch or none; an id
+repeated in the batch, or already stored, is a duplicate and changes no counter. PostgreSQL
+stores and counts them in one transaction; SQLite appends them to its inbox and counts them a
+moment later (:mod:`..store.inbox`).
 A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
 """
 
@@ -24,7 +25,7 @@ from .. import context
 from ..catalog import Catalog
 from ..errors import ApiError, detail
 from ..retention import retention_cutoff
-from ..store import ReportRow, Store, increments
+from ..store import ReportRow, Store, first_of_each_id
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
@@ -113,14 +114,14 @@ def parse_batch(body: dict[str, Any], catalog: Catalog, policy: WindowPolicy, ma
     return reports, window_ends
 
 
+def report_rows(reports: Sequence[Report], window_ends: Sequence[int]) -> list[ReportRow]:
+    """The valid ``reports`` as the store keeps them, each id once (the first of an id repeated in
+    the batch wins)."""
+    return first_of_each_id(ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values))
+                            for r, end in zip(reports, window_ends))
+
+
 def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:
-    """Store the valid ``reports``: each id once, counters from the new ones only."""
-    unique: dict[str, int] = {}
-    for i, report in enumerate(reports):
-        unique.setdefault(report.id, i)  # the first of an id repeated in the batch wins
-    kept = [reports[i] for i in unique.values()]
-    ends = [window_ends[i] for i in unique.values()]
-    rows = [ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values))
-            for r, end in zip(kept, ends)]
-    accepted = store.ingest(rows, lambda new: increments([kept[i] for i in new], [ends[i] for i in new]))
+    """Store the valid ``reports``: each id once, counted (by the store's counting) if new."""
+    accepted = store.ingest(report_rows(reports, window_ends))
     return Outcome(accepted, len(reports) - accepted)

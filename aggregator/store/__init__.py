@@ -4,13 +4,18 @@ speaks SQL or imports a database driver.
 ``open_store(LDP_DB)`` picks the implementation from the setting: a ``postgresql://`` (or
 ``postgres://``) URL is the PostgreSQL store (:mod:`.postgres`; psycopg is imported only then);
 anything else is a file path, the embedded SQLite store (:mod:`.sqlite`).
+
+The rooms: :mod:`.base` (the interface and the rows that cross it), :mod:`.errors` (the store's
+own errors), :mod:`.dialect` (the SQL both databases share), :mod:`.rollup` (increments arranged
+for writing), :mod:`.sqlite` with :mod:`.sqlite_migrations` and :mod:`.inbox` (where SQLite's
+acknowledged reports wait to be folded in), :mod:`.postgres` with :mod:`.postgres_migrations`,
+and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
 """
 
 from __future__ import annotations
 
-from .base import (Activity, AmountRow, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
-                   TotalRow, WindowCounters)
-from .common import increments
+from .base import (Activity, AmountRow, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale,
+                   Store, TotalRow, WindowCounters, first_of_each_id)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .sqlite import SQLiteStore
 
@@ -23,8 +28,9 @@ def is_postgres(location: str) -> bool:
 
 
 def open_store(location: str, synchronous: str = "full") -> Store:
-    """The store ``LDP_DB`` names, not yet migrated. ``synchronous`` is SQLite's durability; a
-    PostgreSQL commit is as durable as the server is configured to make it."""
+    """The store ``LDP_DB`` names, not yet migrated, and not yet given its counting
+    (:meth:`Store.count_with`). ``synchronous`` is SQLite's durability; a PostgreSQL commit is as
+    durable as the server is configured to make it."""
     if is_postgres(location):
         try:
             from .postgres import PostgresStore
@@ -35,6 +41,6 @@ def open_store(location: str, synchronous: str = "full") -> Store:
     return SQLiteStore(location, synchronous)
 
 
-__all__ = ["Activity", "AmountRow", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
-           "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow",
-           "WindowCounters", "increments", "is_postgres", "open_store"]
+__all__ = ["Activity", "AmountRow", "Counts", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
+           "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters",
+           "first_of_each_id", "is_postgres", "open_store"]

@@ -14,15 +14,19 @@ Rows cross the boundary as plain tuples and dataclasses; the store's own errors
 - estimates: the latest estimate per (schema, version, window, attribute, value).
 
 Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
-when they are stored, so the rollup over every window costs as much to read as one window, and
-stays whole when retention drops old windows.
+when they are stored (:mod:`.rollup`). What a report adds to the counters is not the store's to
+say: it is given a :class:`Counts` once (:meth:`Store.count_with`) and applies it to the reports
+it finds new, in the transaction that stores them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
+
+from ...shared.schema import MAX_VERSION, NAME_RE
+from .errors import StoreUnavailable
 
 
 class ReportRow(NamedTuple):
@@ -34,6 +38,15 @@ class ReportRow(NamedTuple):
     window: str
     window_end: int  # Unix seconds: retention drops the report once this is past
     values: str  # JSON
+
+
+def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
+    """``rows`` with each id once, the first of an id kept (an id repeated in a batch, or in the
+    inbox, is a duplicate: stored and counted once)."""
+    unique: dict[str, ReportRow] = {}
+    for row in rows:
+        unique.setdefault(row.id, row)
+    return list(unique.values())
 
 
 class TotalRow(NamedTuple):
@@ -64,6 +77,16 @@ class Increments:
 
     totals: list[TotalRow] = field(default_factory=list)
     amounts: list[AmountRow] = field(default_factory=list)
+
+
+class Counts(Protocol):
+    """What stored reports add to the counters (:class:`..ingest.counting.Counting`)."""
+
+    def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
+        """``rows`` less those that cannot be counted (damaged), which are then not stored either."""
+
+    def __call__(self, rows: Sequence[ReportRow]) -> Increments:
+        """The increments of ``rows``, summed per counter."""
 
 
 class Stale(NamedTuple):
@@ -105,6 +128,20 @@ class EstimateRow(NamedTuple):
     epsilon: float
     confidence: float
     computed_at: str
+
+
+def estimates_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str], list[EstimateRow]]:
+    """Estimate rows grouped by their (schema, version, window), for :meth:`Store.save_estimates`."""
+    out: dict[tuple[str, int, str], list[EstimateRow]] = {}
+    for row in rows:
+        out.setdefault((row.schema, row.version, row.window), []).append(row)
+    return out
+
+
+def schema_key_ok(name: object, version: int | None) -> bool:
+    """False for a name or version no published schema can have (nothing to look up)."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and (
+        version is None or 1 <= version <= MAX_VERSION)
 
 
 @dataclass(frozen=True)
@@ -182,9 +219,20 @@ class Store(ABC):
     # they were counted (a store that deduplicates after answering: they were sent twice at once).
     on_late_duplicates: Callable[[int], None] = staticmethod(lambda n: None)
 
+    counts: Counts | None = None
+
+    def count_with(self, counts: Counts) -> None:
+        """What stored reports add to the counters: given once, before the first ingest or settle."""
+        self.counts = counts
+
+    def _counts(self) -> Counts:
+        if self.counts is None:
+            raise StoreUnavailable("the store was given no counting (Store.count_with)")
+        return self.counts
+
     @abstractmethod
-    def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
-        """Store the reports whose id is new and add ``count(indices of the new ones)`` to the
+    def ingest(self, rows: Sequence[ReportRow]) -> int:
+        """Store the reports whose id is new and add what they count (:attr:`counts`) to the
         counters (and to the rollup), exactly once and all at once, durably before it returns.
         ``rows`` have distinct ids. Returns how many were new, as far as is known now: a store may
         count them a moment later (:meth:`settle`), and pass the ones it then finds stored to

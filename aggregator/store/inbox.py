@@ -1,5 +1,9 @@
 """The inbox: a report is acknowledged once appended to a file, and counted when folded in.
 
+Words: to *fold* a segment is to move its reports into the database (store the ones whose id is
+new and count them, in one transaction per chunk) and then delete the segment; to *settle* is to
+fold everything acknowledged before the call, in this process or another.
+
 Storing a report in ``reports`` writes a random leaf of the id key, and a SQLite commit holds the
 one write lock of the database while it syncs: every request of every worker process waited its
 turn for a transaction and an fsync. Instead each process appends the new reports of its requests
@@ -63,14 +67,14 @@ class _Segment:
 class Inbox:
     """Segments of acknowledged reports beside the database, and their folding.
 
-    ``fold(rows)`` stores and counts the new ones of ``rows`` in the database (exactly once,
+    ``store_rows(rows)`` stores and counts the new ones of ``rows`` in the database (exactly once,
     however often it sees a row) and returns how many were already stored. ``durable``: sync each
     append to the disk (``full``), not only to the operating system (``normal``: survives a
     killed process, not a power cut).
     """
 
     folder: Path
-    fold: Callable[[list[ReportRow]], int]
+    store_rows: Callable[[list[ReportRow]], int]
     durable: bool
     on_duplicates: Callable[[int], None] = lambda n: None
     _pid: int = -1
@@ -240,7 +244,7 @@ class Inbox:
             with open(path, "rb") as f:
                 rows = _parse(f.read(), path)
         if rows:
-            duplicates = self.fold(rows)
+            duplicates = self.store_rows(rows)
             if duplicates:
                 self.on_duplicates(duplicates)
         # Counted: from here nothing may fail the fold (a retry would count nothing, but find no file).

@@ -14,20 +14,16 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   skips it, so an id is counted once whoever stores it. Batches handed in while a transaction
   commits share the next one (:class:`.groupcommit.GroupCommit`), and every writer locks rows in
   key order (reports sorted by id, counters by key), so concurrent ingests do not deadlock.
-- **No arrival order**: a report's primary key is its random id and there is no serial column.
-  PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the
-  id into :data:`REPORT_PARTITIONS` tables and each transaction inserts in id order: the reports
-  of one request land in different tables, not next to each other.
-  That costs: a 100-report insert and commit took ~12 ms into 64 partitions against ~7.5 ms
-  into one table on the development machine.
+- **No arrival order**: reports are partitioned by hash of their id (:mod:`.postgres_migrations`)
+  and inserted in id order.
 - **Retention** deletes expired reports in chunks found by walking the id key (no index on
   ``window_end``: it cost every report a write); the hash partitions cannot be dropped by window
   (partitions by window would put a request's backlog of windows side by side again).
   Deleted rows stay in the table files until (auto)vacuum reuses their space.
 - **Jobs' leader**: ``pg_try_advisory_lock`` on a connection of its own; the server releases it
   when that session ends (the process died, or the connection broke).
-- **Migrations** are versioned in the table ``migrations``, applied under a transaction-level
-  advisory lock so that nodes starting at once apply each exactly once.
+- **Migrations** (:mod:`.postgres_migrations`) are versioned in the table ``migrations``, applied
+  under a transaction-level advisory lock so that nodes starting at once apply each exactly once.
 
 Locks and tables are per PostgreSQL schema (``current_schema()``), so one database can hold
 several deployments (or test runs) side by side, chosen with ``?options=-csearch_path%3D...``.
@@ -49,21 +45,20 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import common
-from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
-                   WindowCounters)
-from .common import (NEXT_GENERATION, TABLES, dirty_windows, read_activity, read_estimates,
-                     read_window_counters, rows_by_window, schema_key_ok, stale_windows_sql, translating, with_rollup)
-from .errors import StoreBusy, StoreError, StoreUnavailable
+from .base import (Activity, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
+                   WindowCounters, estimates_by_window, schema_key_ok)
+from .dialect import NEXT_GENERATION, POSTGRES, TABLES
+from .errors import StoreBusy, StoreError, StoreUnavailable, translating
 from .groupcommit import GroupCommit
+from .postgres_migrations import MIGRATIONS
+from .rollup import dirty_windows, with_rollup
 
 # Seconds a statement waits for a row or table lock (and a thread for a pooled connection)
 # before the store is busy: as long as the SQLite store waits for its write lock.
 BUSY_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5  # seconds, unless the URL says otherwise
-# Connections per process: the request threads of one worker (asgi.THREADS) and the scheduler.
+# Connections per process: the request threads of one worker (the RSGI bridge's pool) and the scheduler.
 POOL_SIZE = 10
-REPORT_PARTITIONS = 64
 # Advisory lock keys (the first of the two int4 keys; the second is the schema's hash).
 _JOBS_LOCK, _MIGRATIONS_LOCK = 0x1D9_0001, 0x1D9_0002
 # Tries of an ingest transaction that hit a deadlock or a serialization failure (each rolled back whole).
@@ -72,37 +67,6 @@ _ESTIMATE_COLUMNS = EstimateRow._fields
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
          pg_errors.QueryCanceled, PoolTimeout)
 _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
-
-_KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'
-MIGRATIONS: tuple[tuple[str, str], ...] = (
-    ("m001_initial", f"""
-        CREATE TABLE schemas (name text COLLATE "C" NOT NULL, version integer NOT NULL, definition text NOT NULL,
-            published_at text NOT NULL, PRIMARY KEY (name, version));
-        CREATE TABLE reports (id text COLLATE "C" NOT NULL PRIMARY KEY, {_KEY}, window_end bigint NOT NULL,
-            "values" text NOT NULL) PARTITION BY HASH (id);
-        {"".join(f"CREATE TABLE reports_{i:02d} PARTITION OF reports FOR VALUES WITH (MODULUS {REPORT_PARTITIONS}, "
-                 f"REMAINDER {i});" for i in range(REPORT_PARTITIONS))}
-        CREATE INDEX reports_window_end ON reports (window_end);
-        CREATE TABLE totals ({_KEY}, attribute text COLLATE "C" NOT NULL, n bigint NOT NULL, window_end bigint,
-            PRIMARY KEY (schema, version, "window", attribute));
-        CREATE INDEX totals_window_end ON totals (window_end);
-        CREATE TABLE counters ({_KEY}, attribute text COLLATE "C" NOT NULL, value text COLLATE "C" NOT NULL,
-            amount double precision NOT NULL, PRIMARY KEY (schema, version, "window", attribute, value));
-        -- A mark is never reused, so a refresh that read an older mark never clears a newer one.
-        CREATE SEQUENCE dirty_marks;
-        CREATE TABLE dirty ({_KEY}, mark bigint NOT NULL, PRIMARY KEY (schema, version, "window"));
-        CREATE TABLE estimates ({_KEY}, rank integer NOT NULL, attribute text COLLATE "C" NOT NULL,
-            value text COLLATE "C" NOT NULL, estimate double precision NOT NULL,
-            estimate_clipped double precision NOT NULL, ci_low double precision NOT NULL,
-            ci_high double precision NOT NULL, n bigint NOT NULL, epsilon double precision NOT NULL,
-            confidence double precision NOT NULL, computed_at text NOT NULL,
-            PRIMARY KEY (schema, version, "window", rank));
-        CREATE TABLE generation (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
-        INSERT INTO generation VALUES (1, 0);
-    """),
-    # Retention walks the id key instead (common.expire): the index cost every stored report a write.
-    ("m002_reports_without_window_index", "DROP INDEX reports_window_end"),
-)
 
 _INSERT_NEW_REPORTS = """
     INSERT INTO reports (id, schema, version, "window", window_end, "values")
@@ -127,28 +91,24 @@ _SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' f
                   + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
 
 class Batch(NamedTuple):
-    """One ingest call's reports, handed to a group commit."""
+    """One ingest call's reports, handed to a group commit, with what they count if all are new:
+    counted before any lock is taken, since most batches hold no id already stored (the rare one
+    that does is counted again, for its new reports, inside the transaction)."""
 
     rows: Sequence[ReportRow]
-    count: Callable[[list[int]], Increments]
-    counted: Increments  # count() of every row: what to add if all are new
+    counted: Increments
 
 
-def batch(rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> Batch:
-    """A batch counted before any lock is taken: most batches hold no id already stored, and the
-    rare one that does is counted again inside the transaction."""
-    return Batch(rows, count, count(list(range(len(rows)))))
-
-
-def fold(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]]) -> tuple[list[int], Increments]:
+def insert_batches(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]],
+                   counts: Counts) -> tuple[list[int], Increments]:
     """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
     returns their ids), batch after batch so an id in two batches is new in the first only; how
     many of each batch were new, and the increments of the new ones, rollup included."""
     news, increments = [], Increments()
     for b in batches:
         inserted = insert_new(b.rows)
-        new = [i for i, r in enumerate(b.rows) if r.id in inserted]
-        counted = b.counted if len(new) == len(b.rows) else b.count(new)
+        new = [r for r in b.rows if r.id in inserted]
+        counted = b.counted if len(new) == len(b.rows) else counts(new)
         increments.totals += counted.totals
         increments.amounts += counted.amounts
         news.append(len(new))
@@ -308,8 +268,8 @@ class PostgresStore(Store):
     # -- ingest ------------------------------------------------------------------------------
 
     @_translated
-    def ingest(self, rows: Sequence[ReportRow], count: Callable[[list[int]], Increments]) -> int:
-        return self._group.run(batch(rows, count))
+    def ingest(self, rows: Sequence[ReportRow]) -> int:
+        return self._group.run(Batch(rows, self._counts()(rows)))
 
     def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
         """Store a group of batches in one transaction: how many reports of each were new. A
@@ -317,7 +277,7 @@ class PostgresStore(Store):
         for attempt in range(_TRIES):
             try:
                 with self._transaction() as conn:
-                    news, increments = fold(batches, functools.partial(_insert_new, conn))
+                    news, increments = insert_batches(batches, functools.partial(_insert_new, conn), self._counts())
                     _add(conn, increments)
                 return news
             except _RETRY:
@@ -334,16 +294,17 @@ class PostgresStore(Store):
 
     @_translated
     def stale_windows(self, confidence: float) -> list[Stale]:
-        return [Stale(*row) for row in self._all(stale_windows_sql("%s"), (confidence,))]
+        with self._transaction() as conn:
+            return POSTGRES.stale_windows(conn, confidence)
 
     @_translated
     def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
         with self._transaction(snapshot=True) as conn:
-            return read_window_counters(conn, "%s", schema, version, windows)
+            return POSTGRES.window_counters(conn, schema, version, windows)
 
     @_translated
     def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
-        by_window = rows_by_window(rows)
+        by_window = estimates_by_window(rows)
         with self._transaction() as conn:
             for stale in done:
                 key = (stale.schema, stale.version, stale.window)
@@ -365,14 +326,14 @@ class PostgresStore(Store):
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
-        return common.expire(self._transaction, functools.partial(self._transaction, snapshot=True), "%s", cutoff)
+        return POSTGRES.expire(self._transaction, functools.partial(self._transaction, snapshot=True), cutoff)
 
     # -- reading -----------------------------------------------------------------------------
 
     @_translated
     def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
         with self._transaction() as conn:
-            return read_estimates(conn, "%s", query)
+            return POSTGRES.estimates(conn, query)
 
     @_translated
     def estimates_generation(self) -> int:
@@ -381,7 +342,7 @@ class PostgresStore(Store):
     @_translated
     def activity(self, schema: str, version: int) -> Activity:
         with self._transaction(snapshot=True) as conn:
-            return read_activity(conn, "%s", schema, version)
+            return POSTGRES.activity(conn, schema, version)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

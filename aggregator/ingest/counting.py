@@ -1,0 +1,87 @@
+"""Counting: what stored reports add to the counters. The one home of that rule.
+
+A report adds one to ``n`` of each attribute it carries in its window, and to each value key its
+mechanism's statistics name (:meth:`Mechanism.statistics`: hits for shares, Σ and Σ² for numeric
+means) that key's amount; only amounts that are not zero become rows, so a report adds a few rows
+per attribute however many categories it has (DESIGN.md, "Storage").
+
+:class:`Counting` is built once per app (``create_app``) and given to the store, which applies it,
+whichever backend it is, to the rows it found new, inside the transaction that stores them. So
+counting is one step with one input (stored report rows) and one output (:class:`Increments`),
+and the store itself never runs mechanism math nor decodes a report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from functools import lru_cache
+from typing import Any, Callable, Hashable, Sequence
+
+from ...shared.schema import Schema
+from ..store import AmountRow, Increments, ReportRow, TotalRow
+
+log = logging.getLogger(__name__)
+
+# Distinct wire values kept decoded: most reports of a schema share a few.
+DECODED_CACHE = 4096
+
+
+@lru_cache(maxsize=DECODED_CACHE)
+def _decode(values: str) -> dict[str, Any] | None:
+    """A stored report's values (JSON), or None for a damaged one."""
+    try:
+        decoded = json.loads(values)
+    except ValueError:
+        return None
+    return decoded if type(decoded) is dict else None
+
+
+class Counting:
+    """The counter increments of stored report rows. ``schemas(name, version)`` gives a published
+    schema (the catalog's cached lookup) or None."""
+
+    def __init__(self, schemas: Callable[[str, int], Schema | None]):
+        self._schemas = schemas
+
+    def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
+        """``rows`` less those that cannot be counted (a damaged line of a dead process's inbox
+        segment: values that are no JSON object, or a schema that is not published), each left
+        out with a warning. Rows ingest validated always count."""
+        kept = []
+        for row in rows:
+            if _decode(row.values) is not None and self._schemas(row.schema, row.version) is not None:
+                kept.append(row)
+            else:
+                log.warning("left out a stored report that cannot be counted (schema %r version %s)",
+                            row.schema[:64], row.version)
+        return kept
+
+    def __call__(self, rows: Sequence[ReportRow]) -> Increments:
+        """What ``rows`` (countable ones) add to the counters, summed per counter. Rows alike (same
+        window and wire values, which is most of them) are decoded once, and each distinct value
+        of an attribute goes through its mechanism once, with the count of reports that sent it."""
+        alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
+        wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
+        ends: dict[tuple[str, int, str], int] = {}
+        for (schema, version, window, end, values), count in alike.items():
+            ends[(schema, version, window)] = end
+            for name, reported in (_decode(values) or {}).items():
+                # OUE vectors as tuples, so that they can be counted alike.
+                wire[(schema, version, window, name, tuple(reported) if type(reported) is list else reported)] += count
+        n: Counter[tuple[str, int, str, str]] = Counter()
+        amounts: Counter[tuple[str, int, str, str, str]] = Counter()
+        for (schema, version, window, name, reported), count in wire.items():
+            attribute = self._schema(schema, version).by_name[name]
+            n[(schema, version, window, name)] += count
+            for key, amount in attribute.mech.statistics(attribute, reported):
+                amounts[(schema, version, window, name, key)] += amount * count
+        return Increments([TotalRow(*key, count, ends[key[:3]]) for key, count in n.items()],
+                          [AmountRow(*key, amount) for key, amount in amounts.items() if amount])
+
+    def _schema(self, name: str, version: int) -> Schema:
+        schema = self._schemas(name, version)
+        if schema is None:  # countable() said it was published, and a published schema stays
+            raise LookupError(f"schema {name!r} version {version} is not published")
+        return schema

@@ -1,0 +1,44 @@
+"""The PostgreSQL store's tables, versioned: each migration is applied once, in order, recorded in
+the table ``migrations`` (:meth:`PostgresStore.migrate` holds an advisory lock meanwhile, so nodes
+starting at once apply each exactly once). Their meaning is in :mod:`.base`.
+
+No arrival order: a report's primary key is its random id and there is no serial column.
+PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the id
+into :data:`REPORT_PARTITIONS` tables and each transaction inserts in id order: the reports of
+one request land in different tables, not next to each other.
+"""
+
+from __future__ import annotations
+
+REPORT_PARTITIONS = 64
+
+_KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("m001_initial", f"""
+        CREATE TABLE schemas (name text COLLATE "C" NOT NULL, version integer NOT NULL, definition text NOT NULL,
+            published_at text NOT NULL, PRIMARY KEY (name, version));
+        CREATE TABLE reports (id text COLLATE "C" NOT NULL PRIMARY KEY, {_KEY}, window_end bigint NOT NULL,
+            "values" text NOT NULL) PARTITION BY HASH (id);
+        {"".join(f"CREATE TABLE reports_{i:02d} PARTITION OF reports FOR VALUES WITH (MODULUS {REPORT_PARTITIONS}, "
+                 f"REMAINDER {i});" for i in range(REPORT_PARTITIONS))}
+        CREATE INDEX reports_window_end ON reports (window_end);
+        CREATE TABLE totals ({_KEY}, attribute text COLLATE "C" NOT NULL, n bigint NOT NULL, window_end bigint,
+            PRIMARY KEY (schema, version, "window", attribute));
+        CREATE INDEX totals_window_end ON totals (window_end);
+        CREATE TABLE counters ({_KEY}, attribute text COLLATE "C" NOT NULL, value text COLLATE "C" NOT NULL,
+            amount double precision NOT NULL, PRIMARY KEY (schema, version, "window", attribute, value));
+        -- A mark is never reused, so a refresh that read an older mark never clears a newer one.
+        CREATE SEQUENCE dirty_marks;
+        CREATE TABLE dirty ({_KEY}, mark bigint NOT NULL, PRIMARY KEY (schema, version, "window"));
+        CREATE TABLE estimates ({_KEY}, rank integer NOT NULL, attribute text COLLATE "C" NOT NULL,
+            value text COLLATE "C" NOT NULL, estimate double precision NOT NULL,
+            estimate_clipped double precision NOT NULL, ci_low double precision NOT NULL,
+            ci_high double precision NOT NULL, n bigint NOT NULL, epsilon double precision NOT NULL,
+            confidence double precision NOT NULL, computed_at text NOT NULL,
+            PRIMARY KEY (schema, version, "window", rank));
+        CREATE TABLE generation (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
+        INSERT INTO generation VALUES (1, 0);
+    """),
+    # Retention walks the id key instead (Dialect.expire): the index cost every stored report a write.
+    ("m002_reports_without_window_index", "DROP INDEX reports_window_end"),
+)

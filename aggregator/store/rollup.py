@@ -1,0 +1,38 @@
+"""Increments as a store adds them: summed per counter, with the rollup, in lock order.
+
+Every window's totals and counters are also added to its schema version's :data:`ROLLUP`
+window when they are stored, so the rollup over every window costs as much to read as one
+window, and stays whole when retention drops old windows. What the increments are is
+:mod:`..ingest.counting`'s to say; this module only arranges them for writing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ...shared.windows import ROLLUP
+from .base import AmountRow, Increments, TotalRow
+
+
+def with_rollup(increments: Increments) -> Increments:
+    """``increments`` summed per counter (a group of batches touches the same few), plus the same
+    added to each schema version's rollup window; in key order, so that writers that lock the
+    rows one after another all lock them in the same order."""
+    totals: Counter[tuple[str, int, str, str]] = Counter()
+    ends: dict[tuple[str, int, str, str], int | None] = {}
+    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
+    for t in increments.totals:
+        for window, end in ((t.window, t.window_end), (ROLLUP, None)):
+            key = (t.schema, t.version, window, t.attribute)
+            totals[key] += t.n
+            ends[key] = end
+    for a in increments.amounts:
+        amounts[(a.schema, a.version, a.window, a.attribute, a.value)] += a.amount
+        amounts[(a.schema, a.version, ROLLUP, a.attribute, a.value)] += a.amount
+    return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
+                      [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]])
+
+
+def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:
+    """The windows ``increments`` change (each gets a new dirty mark), in key order."""
+    return sorted({(t.schema, t.version, t.window) for t in increments.totals})

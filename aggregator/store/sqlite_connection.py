@@ -1,0 +1,125 @@
+"""SQLite connections as the store uses them: one per thread, set up once (WAL, durability, cache,
+checkpoints, secure delete), write transactions that take the write lock first, read snapshots,
+and the translation of every ``sqlite3`` error into the store's own (:mod:`.errors`).
+
+Every write runs in ``BEGIN IMMEDIATE``: it takes SQLite's write lock before reading, so a
+transaction never has to upgrade a read lock (which SQLite refuses without waiting when another
+process writes), and a read inside it (which ids are already stored?) cannot go stale before the
+commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .errors import StoreBusy, StoreError, StoreUnavailable, translating
+
+# Seconds a writer waits for another process's write lock before the store is busy.
+BUSY_TIMEOUT = 10.0
+CACHE_KIB = 64 * 1024  # page cache per connection
+WAL_CHECKPOINT_PAGES = 10_000
+# How often a writer tries again for the write lock: from 0.5 ms, doubling, to at most 4 ms.
+_FIRST_PAUSE, _MAX_PAUSE = 0.0005, 0.004
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
+
+def classify(store: Any, exc: Exception) -> StoreError | None:
+    """The store's own error for a ``sqlite3`` one (busy is a code, not words in a message)."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    if getattr(exc, "sqlite_errorcode", None) is not None and exc.sqlite_errorcode & 0xFF in _BUSY_CODES:
+        return StoreBusy(f"the database is busy: {exc}")
+    return StoreUnavailable(f"the database cannot be used: {exc}")
+
+
+translated = translating(classify)
+
+
+class Connections:
+    """This thread's connection to the file ``path``, and transactions on it."""
+
+    def __init__(self, path: str, synchronous: str, busy_timeout: float = BUSY_TIMEOUT):
+        self.path = path
+        self.synchronous = SYNCHRONOUS[synchronous]
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened and set up on first use."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: no implicit transactions; every write opens its own.
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL already keeps every commit across a crash of the process (kill -9);
+            # FULL also syncs each commit to the disk, so it survives a power cut too.
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            # Report ids are random, so every stored report dirties its own leaf of the id index:
+            # a large page cache keeps the index in memory, and checkpointing every 10,000 pages
+            # (~40 MiB of WAL) instead of 1,000 lets one checkpoint absorb many rewrites of a page.
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+            # Retention must erase: deleted reports are overwritten, not left in free pages.
+            conn.execute("PRAGMA secure_delete=ON")
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement."""
+        conn = self.conn
+        self._begin_immediate(conn)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            # Also when COMMIT itself fails (a full disk): a transaction left open on this thread's
+            # connection would make every later BEGIN on it fail.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, trying again every few milliseconds until ``busy_timeout``.
+
+        Not SQLite's own busy handler: it sleeps ever longer (up to 100 ms a try), so a one-report
+        ingest waiting beside a refresh, which takes the lock again every few milliseconds, would
+        miss every gap and wait for the whole refresh.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = _FIRST_PAUSE
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() >= deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(2 * pause, _MAX_PAUSE)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every read in it sees the database as of its first read (WAL)."""
+        conn = self.conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")

@@ -1,0 +1,113 @@
+"""The SQLite store's tables, versioned with sqlite-utils ``Migrations`` (their meaning is in
+:mod:`.base`). Each migration runs in the store's write transaction (:meth:`SQLiteStore.migrate`),
+so processes starting at once apply each exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+
+from sqlite_utils import Database, Migrations
+
+from ...shared.schema import parse_schema
+from ...shared.windows import ROLLUP, window_end
+
+MIGRATIONS = Migrations("ldp-telemetry-aggregator")
+
+
+@MIGRATIONS()
+def m001_initial(db: Database) -> None:
+    db["schemas"].create({"name": str, "version": int, "definition": str, "published_at": str},
+                         pk=("name", "version"))
+    db["reports"].create({"id": str, "schema": str, "version": int, "window": str, "window_end": int,
+                          "values": str}, pk="id")
+    db["reports"].create_index(["window_end"])
+    key = {"schema": str, "version": int, "window": str, "attribute": str, "value": str}
+    db["counters"].create({**key, "n": int, "hits": int}, pk=tuple(key))
+    db["dirty"].create({"schema": str, "version": int, "window": str}, pk=("schema", "version", "window"))
+    db["estimates"].create({**key, "estimate": float, "estimate_clipped": float, "ci_low": float,
+                            "ci_high": float, "n": int, "hits": int, "epsilon": float,
+                            "computed_at": str}, pk=tuple(key))
+    db["meta"].create({"key": str, "value": str}, pk="key")
+
+
+@MIGRATIONS()
+def m002_sparse_counters(db: Database) -> None:
+    """Sparse counters with the rollup kept up to date, dirty marks, ranked estimates at their own
+    confidence, and reports in id order (WITHOUT ROWID: no insertion-ordered row id survives)."""
+    conn = db.conn
+    schemas = {(name, version): parse_schema(json.loads(definition))
+               for name, version, definition in conn.execute("SELECT name, version, definition FROM schemas")}
+    _run(conn, """
+        CREATE TABLE totals (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            attribute TEXT NOT NULL, n INTEGER NOT NULL, window_end INTEGER,
+            PRIMARY KEY (schema, version, "window", attribute)) WITHOUT ROWID;
+        CREATE INDEX totals_window_end ON totals (window_end);
+        -- NUMERIC affinity: hits stay integers, numeric sums are reals.
+        CREATE TABLE sparse (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            attribute TEXT NOT NULL, value TEXT NOT NULL, amount NUMERIC NOT NULL,
+            PRIMARY KEY (schema, version, "window", attribute, value)) WITHOUT ROWID;
+        CREATE TABLE marks (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            mark INTEGER NOT NULL, PRIMARY KEY (schema, version, "window")) WITHOUT ROWID;
+        CREATE TABLE ranked (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            rank INTEGER NOT NULL, attribute TEXT NOT NULL, value TEXT NOT NULL, estimate REAL NOT NULL,
+            estimate_clipped REAL NOT NULL, ci_low REAL NOT NULL, ci_high REAL NOT NULL, n INTEGER NOT NULL,
+            epsilon REAL NOT NULL, confidence REAL NOT NULL, computed_at TEXT NOT NULL,
+            PRIMARY KEY (schema, version, "window", rank)) WITHOUT ROWID;
+        CREATE TABLE reports_by_id (id TEXT PRIMARY KEY NOT NULL, schema TEXT NOT NULL, version INTEGER NOT NULL,
+            "window" TEXT NOT NULL, window_end INTEGER NOT NULL, "values" TEXT NOT NULL) WITHOUT ROWID;
+    """)
+    # Every value of an attribute had the same n in a window; max() picks it once.
+    dense = conn.execute('SELECT schema, version, "window", attribute, max(n) FROM counters '
+                         'GROUP BY schema, version, "window", attribute').fetchall()
+    totals = [(s, v, w, a, n, int(window_end(w, schemas[(s, v)].window).timestamp())) for s, v, w, a, n in dense]
+    rollup: Counter[tuple] = Counter()
+    for s, v, _, a, n, _ in totals:
+        rollup[(s, v, a)] += n
+    conn.executemany('INSERT INTO totals VALUES (?, ?, ?, ?, ?, ?)',
+                     totals + [(s, v, ROLLUP, a, n, None) for (s, v, a), n in rollup.items()])
+    conn.execute('INSERT INTO sparse SELECT schema, version, "window", attribute, value, hits FROM counters '
+                 'WHERE hits != 0')
+    conn.execute('INSERT INTO sparse SELECT schema, version, ?, attribute, value, sum(hits) FROM counters '
+                 'WHERE hits != 0 GROUP BY schema, version, attribute, value', (ROLLUP,))
+    conn.execute('INSERT INTO marks SELECT schema, version, "window", random() FROM dirty')
+    conn.execute('INSERT OR IGNORE INTO marks SELECT DISTINCT schema, version, ?, random() FROM dirty', (ROLLUP,))
+    level = conn.execute("SELECT value FROM meta WHERE key = 'confidence'").fetchone()
+    ranks = {key: schema.value_ranks for key, schema in schemas.items()}
+    conn.executemany(
+        "INSERT INTO ranked VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(s, v, w, ranks[(s, v)][(a, value)], a, value, e, ec, lo, hi, n, eps, float(level[0]), at)
+         for s, v, w, a, value, e, ec, lo, hi, n, eps, at in conn.execute(
+             'SELECT schema, version, "window", attribute, value, estimate, estimate_clipped, ci_low, ci_high, '
+             "n, epsilon, computed_at FROM estimates")])
+    # Ordered by id, a random token: the new table's pages keep no trace of arrival order.
+    conn.execute("INSERT INTO reports_by_id SELECT * FROM reports ORDER BY id")
+    _run(conn, """
+        DROP TABLE counters; DROP TABLE dirty; DROP TABLE estimates; DROP TABLE meta; DROP TABLE reports;
+        ALTER TABLE sparse RENAME TO counters; ALTER TABLE marks RENAME TO dirty;
+        ALTER TABLE ranked RENAME TO estimates; ALTER TABLE reports_by_id RENAME TO reports;
+        CREATE INDEX reports_window_end ON reports (window_end);
+    """)
+
+
+def _run(conn: sqlite3.Connection, script: str) -> None:
+    """Run ``;``-separated statements inside the open transaction (``executescript`` would commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+@MIGRATIONS()
+def m003_estimates_generation(db: Database) -> None:
+    """One row counting the writes to the estimates, so readers can cache what they derive."""
+    db.conn.execute("CREATE TABLE generation (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)")
+    db.conn.execute("INSERT INTO generation VALUES (1, 0)")
+
+
+@MIGRATIONS()
+def m004_reports_without_window_index(db: Database) -> None:
+    """Retention finds expired reports by walking the id key (:meth:`.dialect.Dialect.expire`): the index on
+    ``window_end`` cost every stored report a second random page write."""
+    db.conn.execute("DROP INDEX reports_window_end")
