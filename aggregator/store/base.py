@@ -7,8 +7,8 @@ Rows cross the boundary as plain tuples and dataclasses; the store's own errors
 - schemas: name, version, the derived definition;
 - reports: the randomised reports as received (id unique), with their window's end for retention;
 - totals: ``n`` once per (schema, version, window, attribute);
-- counters: per (schema, version, window, attribute, value) the amount a mechanism's statistics
-  add (hits for shares; Σ and Σ² for numeric means), only where it is not zero;
+- counters: per (schema, version, window, attribute, value) the amount counting
+  adds (:mod:`..ingest.counting`: hits for shares; Σ and Σ² for numeric means), only where it is not zero;
 - dirty: the windows whose counters changed since their estimates were computed, each with a mark
   that changes at every change, so a refresh computed from a snapshot can tell it is still current;
 - estimates: the latest estimate per (schema, version, window, attribute, value).
@@ -61,7 +61,7 @@ class TotalRow(NamedTuple):
 
 
 class AmountRow(NamedTuple):
-    """What a value key's statistics add up to in a window (an increment, or a stored sum); never zero."""
+    """What a value key adds up to in a window (an increment, or a stored sum); never zero."""
 
     schema: str
     version: int
