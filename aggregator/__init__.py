@@ -7,6 +7,7 @@ and, when ``LDP_SCHEDULER`` is on, the background jobs.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,6 +29,8 @@ from .ingest.counting import Counting
 from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
 
+log = logging.getLogger(__name__)
+
 
 def open_database(location: str, synchronous: str = "full") -> tuple[Store, Catalog]:
     """The store ``LDP_DB`` names, given its counting, and the catalog of its published schemas
@@ -44,10 +47,15 @@ def migrated_database(values: Mapping[str, Any]) -> tuple[Store, Catalog]:
     try:
         store, catalog = open_database(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
         store.migrate()
-        # What a process that died had acknowledged and not counted (live ones count their own).
-        store.settle(wait=False)
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
+    try:
+        # What a process that died had acknowledged and not counted (live ones count their own).
+        store.settle(wait=False)
+    except StoreError as exc:
+        # Busy, or a full disk: what is acknowledged stays where it is, and the next settle (every
+        # refresh does one) counts it. A start must not fail for it, nor set it aside.
+        log.warning("could not yet count what stopped processes acknowledged (%s); the next refresh will", exc)
     return store, catalog
 
 

@@ -177,6 +177,34 @@ def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db
     assert segments(db) == []
 
 
+def test_a_dead_process_segment_that_meets_a_busy_database_waits_and_is_counted_once(db, caplog):
+    # Issue 21: a busy database made the fold of a dead process's segment look like damage, and
+    # the segment was set aside for good (0 of 50 acknowledged reports ever counted).
+    import sqlite3
+
+    from ldp_telemetry.aggregator.store import StoreBusy
+
+    publish(sqlite_app(db).test_client())
+    reports = make_reports(50)
+    orphan = write_segment(db, "left-by-a-killed-worker", reports)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock past the fold's wait
+    try:
+        app = sqlite_app(db)  # a start that cannot count it yet still starts
+        assert "could not yet count" in caplog.text
+        store = store_of(app)
+        store.busy_timeout = 0.2
+        with pytest.raises(StoreBusy):
+            store.settle(wait=False)
+        assert segments(db) == [orphan] and not list(Path(db + "-inbox").glob("*.bad"))
+    finally:
+        holder.rollback()
+        holder.close()
+    store.settle()
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    assert segments(db) == []
+
+
 def _post_with_a_full_disk(db: str, big: list[dict], small: list[dict], answers) -> None:
     import resource
 

@@ -55,12 +55,25 @@ class SQLiteStore(Store):
         self._inbox = Inbox(Path(self.path + "-inbox"), self._fold, durable=self._db.synchronous == "FULL",
                             on_duplicates=lambda n: self.on_late_duplicates(n))
 
+    @property
+    def busy_timeout(self) -> float:
+        """Seconds a writer waits for another process's write lock before the store is busy."""
+        return self._db.busy_timeout
+
+    @busy_timeout.setter
+    def busy_timeout(self, seconds: float) -> None:
+        self._db.busy_timeout = seconds
+
     @translated
     def close(self) -> None:
         self._db.close()
 
     @translated
     def migrate(self) -> None:
+        # Read first: a database already up to date needs no write lock, so a start beside a busy
+        # writer (another process's long transaction) is not held up by it.
+        if not MIGRATIONS.pending(Database(self._db.conn, execute_plugins=False)):
+            return
         with self._db.write() as conn:
             MIGRATIONS.apply(Database(conn, execute_plugins=False))
 
