@@ -1,11 +1,19 @@
 """Retention: what is older than ``LDP_RETENTION_DAYS`` is refused at ingest and erased by a job.
 
-One cutoff for both, so a retried old report can never be counted again after its window's
-reports (the only record that it was counted) are gone.
+One cutoff for both, kept in the database (:meth:`Store.retention_cutoff`), so a retried old
+report can never be counted again after its window's reports (the only record that it was
+counted) are gone, even if the clock moves back.
+
+The clock is not trusted to jump: each run of the job moves the kept cutoff forward by at most
+:data:`MAX_ADVANCE`. A machine that boots with its clock weeks ahead erases at most a day of
+windows early per run (runs are hourly and at each start) instead of every window at once, and
+once the clock is right again the windows it did not reach are kept as they should be. A server
+that was stopped for a week catches up in a few runs.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 from flask import Flask
@@ -13,14 +21,40 @@ from flask import Flask
 from . import context
 from .store import Expired
 
+# How far one run of the retention job may move the kept cutoff forward.
+MAX_ADVANCE = timedelta(days=1)
+# How long a process trusts the kept cutoff it read (it only grows, and ingest's own transaction
+# reads it again before storing, so a stale one costs no correctness).
+CUTOFF_SECONDS = 5.0
+
 
 def retention_cutoff(now: datetime, retention_days: float) -> datetime:
-    """A window that ended at or before this is past retention."""
+    """A window that ended at or before this is past retention by the clock."""
     return now - timedelta(days=retention_days)
+
+
+def next_cutoff(wanted: int, kept: int | None) -> int:
+    """Where a run moves the kept cutoff (Unix seconds): towards ``wanted``, by the clock, but at
+    most :data:`MAX_ADVANCE` past ``kept``; never back."""
+    if kept is None:
+        return wanted
+    return max(kept, min(wanted, kept + int(MAX_ADVANCE.total_seconds())))
 
 
 def expire(app: Flask) -> Expired:
     """The retention job: erase the raw reports, counters, estimates and dirty marks of windows
-    past retention; each schema version's ``all`` rollup keeps their sums."""
-    cutoff = retention_cutoff(context.now(app), app.config["LDP_RETENTION_DAYS"])
-    return context.store(app).expire(int(cutoff.timestamp()))
+    past the kept cutoff, moved forward first (:func:`next_cutoff`); each schema version's
+    ``all`` rollup keeps their sums."""
+    store = context.store(app)
+    wanted = int(retention_cutoff(context.now(app), app.config["LDP_RETENTION_DAYS"]).timestamp())
+    expired = store.expire(next_cutoff(wanted, store.retention_cutoff()))
+    app.extensions["ldp"].pop("retention", None)  # this process reads the new cutoff at once
+    return expired
+
+
+def kept_cutoff(app: Flask) -> int | None:
+    """The kept cutoff as this process last read it (at most :data:`CUTOFF_SECONDS` ago)."""
+    cache = app.extensions["ldp"].setdefault("retention", {"read_at": -CUTOFF_SECONDS, "cutoff": None})
+    if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
+        cache["cutoff"], cache["read_at"] = context.store(app).retention_cutoff(), time.monotonic()
+    return cache["cutoff"]

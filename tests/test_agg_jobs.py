@@ -101,8 +101,40 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
     # A retry of a deleted report is past retention at ingest too: it cannot be counted twice.
     assert client.post("/api/v1/reports", json={"reports": old}).status_code == 400
     clock[0] += timedelta(days=2)
+    # A run moves the kept cutoff at most a day (retention.MAX_ADVANCE): 2026-11-21 goes at the second.
+    assert retention.expire(app) == Expired(reports=0, windows=0)
     assert retention.expire(app) == Expired(reports=2, windows=1)
     assert windows_estimated() == {ROLLUP}
+
+
+def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_counts_twice_after(make_app):
+    # Issue 21: with the clock 40 days ahead, retention (which also runs at every start) erased
+    # every window at once, and once the clock was back the same ids were accepted and counted again.
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    store = app.extensions["ldp"]["store"]
+    client = app.test_client()
+    publish(client)
+    days = ["2026-11-19", "2026-11-20", "2026-11-21"]
+    sent = {day: [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window=day) for _ in range(2)]
+            for day in days}
+    assert client.post("/api/v1/reports", json={"reports": [r for d in days for r in sent[d]]}).status_code == 202
+    rollup = store.window_counters("app-usage", 1, [ROLLUP])[ROLLUP]
+    clock[0] = NOW + timedelta(days=40)
+    assert retention.expire(app) == Expired(reports=2, windows=1)  # 2026-11-19 only: one day per run
+    clock[0] = NOW  # the clock is right again
+    assert retention.expire(app) == Expired(reports=0, windows=0)
+    kept = {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))} | set(
+        w for w in days if store.window_counters("app-usage", 1, [w])[w].totals)
+    assert {"2026-11-20", "2026-11-21"} <= kept
+    # The erased window's reports, retried, are refused (the kept cutoff, not the clock, says so)
+    # and the others are duplicates (SQLite finds them when it folds): the rollup counts each once.
+    retry = client.post("/api/v1/reports", json={"reports": sent["2026-11-19"]})
+    assert retry.status_code == 400 and "older than the retention period" in retry.get_data(as_text=True)
+    again = client.post("/api/v1/reports", json={"reports": sent["2026-11-20"] + sent["2026-11-21"]})
+    assert again.status_code == 202
+    store.settle()
+    assert store.window_counters("app-usage", 1, [ROLLUP])[ROLLUP] == rollup
 
 
 def test_retention_walks_the_ids_in_chunks_and_erases_only_expired_reports(make_app, monkeypatch):

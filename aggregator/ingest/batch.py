@@ -24,7 +24,7 @@ from ...shared.windows import LENGTH, window_start
 from .. import context
 from ..catalog import Catalog
 from ..errors import ApiError, detail
-from ..retention import retention_cutoff
+from ..retention import kept_cutoff, retention_cutoff
 from ..store import ReportRow, Store, first_of_each_id
 
 
@@ -38,6 +38,7 @@ class WindowPolicy:
     now: datetime
     clock_skew: float  # seconds
     retention_days: float
+    erased_through: int | None = None  # the kept retention cutoff (Unix seconds): erased windows
 
     @property
     def retention_cutoff(self) -> datetime:
@@ -64,7 +65,8 @@ class WindowPolicy:
             return ReportError("window", f"{window} is in the future (server time "
                                          f"{self.now:%Y-%m-%dT%H:%M}Z, allowed clock skew {self.clock_skew:g} s)")
         end = start + LENGTH[kind]
-        if end <= self.retention_cutoff:
+        if end <= self.retention_cutoff or (self.erased_through is not None
+                                            and end.timestamp() <= self.erased_through):
             return ReportError("window", f"{window} is older than the retention period "
                                          f"({self.retention_days:g} days)")
         return int(end.timestamp())
@@ -72,7 +74,8 @@ class WindowPolicy:
 
 def window_policy(app: Flask) -> WindowPolicy:
     """The app's window policy at the app's current time."""
-    return WindowPolicy(context.now(app), app.config["LDP_CLOCK_SKEW"], app.config["LDP_RETENTION_DAYS"])
+    return WindowPolicy(context.now(app), app.config["LDP_CLOCK_SKEW"], app.config["LDP_RETENTION_DAYS"],
+                        kept_cutoff(app))
 
 
 @dataclass(frozen=True)

@@ -267,9 +267,17 @@ class Store(ABC):
     # -- retention ---------------------------------------------------------------------------
 
     @abstractmethod
+    def retention_cutoff(self) -> int | None:
+        """The kept retention cutoff (Unix seconds): windows that ended at or before it are erased
+        and refused. Before retention first ran, just before the oldest stored window's end; None
+        when nothing is stored."""
+
+    @abstractmethod
     def expire(self, cutoff: int) -> Expired:
-        """Delete what belongs to windows that ended at or before ``cutoff`` (Unix seconds): raw
-        reports, counters, estimates, dirty marks. The rollup keeps their sums."""
+        """Raise the kept retention cutoff to ``cutoff`` (Unix seconds; it never goes down) and
+        delete what belongs to windows that ended at or before it: raw reports, counters,
+        estimates, dirty marks. The rollup keeps their sums. From then on :meth:`ingest` stores
+        and counts no report of those windows, whatever the clock says."""
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
 from ...shared.windows import ROLLUP
-from .base import Activity, EstimateRow, EstimatesQuery, Expired, Stale, WindowCounters
+from .base import Activity, EstimateRow, EstimatesQuery, Expired, ReportRow, Stale, WindowCounters
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 # Rows deleted per retention transaction: no lock is held long.
@@ -108,12 +108,23 @@ class Dialect:
         pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
         return Activity(carried, windows, computed_at, pending is not None)
 
+    def retention_cutoff(self, conn: Any) -> int | None:
+        """:meth:`Store.retention_cutoff` read on ``conn``: the kept cutoff, else (before retention
+        first ran) just before the oldest window's end, else None (nothing stored)."""
+        row = conn.execute("SELECT cutoff FROM retention").fetchone()
+        if row is not None:
+            return row[0]
+        oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]
+        return None if oldest is None else oldest - 1
+
     def expire(self, transaction: Callable[[], ContextManager[Any]], snapshot: Callable[[], ContextManager[Any]],
                cutoff: int) -> Expired:
-        """Delete what belongs to windows that ended at or before ``cutoff`` (:meth:`Store.expire`):
-        reports in chunks, then each window's rows in a transaction of its own, so no lock is held
-        long. ``transaction()`` is the store's write transaction and ``snapshot()`` a read, each
-        yielding a DB-API connection.
+        """Raise the kept cutoff to ``cutoff`` (it never goes down) and delete what belongs to
+        windows that ended at or before the kept cutoff (:meth:`Store.expire`): reports in chunks,
+        then each window's rows in a transaction of its own, so no lock is held long.
+        ``transaction()`` is the store's write transaction and ``snapshot()`` a read, each yielding
+        a DB-API connection. The cutoff is kept first, so an ingest that reads it in its own
+        transaction refuses those windows from then on.
 
         ``reports`` has no index on ``window_end``: it cost every stored report a second random page
         write, for a job that runs once an hour. So the expired reports are found by walking the id key
@@ -121,6 +132,11 @@ class Dialect:
         window is due (``totals`` is indexed by window end, and a window's totals go after its reports).
         """
         p = self.param
+        with transaction() as conn:
+            conn.execute(f"INSERT INTO retention (id, cutoff) VALUES (1, {p}) ON CONFLICT (id) DO UPDATE SET cutoff = "
+                         "CASE WHEN excluded.cutoff > retention.cutoff THEN excluded.cutoff ELSE retention.cutoff END",
+                         (cutoff,))
+            cutoff = conn.execute("SELECT cutoff FROM retention").fetchone()[0]
         with snapshot() as conn:
             due = conn.execute(f"SELECT 1 FROM totals WHERE window_end <= {p} LIMIT 1", (cutoff,)).fetchone()
         reports, after = 0, ""
@@ -144,6 +160,12 @@ class Dialect:
                                  key)
                 conn.execute(NEXT_GENERATION)
         return Expired(reports, len(windows))
+
+    def within_retention(self, conn: Any, rows: Sequence[ReportRow]) -> list[ReportRow]:
+        """``rows`` less those of windows the kept cutoff has erased (read in the ingest's own
+        transaction: a retry of an erased report is never counted twice)."""
+        row = conn.execute("SELECT cutoff FROM retention").fetchone()
+        return list(rows) if row is None else [r for r in rows if r.window_end > row[0]]
 
 
 SQLITE = Dialect("?")

@@ -277,7 +277,7 @@ class PostgresStore(Store):
         for attempt in range(_TRIES):
             try:
                 with self._transaction() as conn:
-                    news, increments = insert_batches(batches, functools.partial(_insert_new, conn), self._counts())
+                    news, increments = insert_batches(batches, functools.partial(_insert_kept, conn), self._counts())
                     _add(conn, increments)
                 return news
             except _RETRY:
@@ -323,6 +323,11 @@ class PostgresStore(Store):
             conn.execute(NEXT_GENERATION)
 
     # -- retention ---------------------------------------------------------------------------
+
+    @_translated
+    def retention_cutoff(self) -> int | None:
+        with self._transaction() as conn:
+            return POSTGRES.retention_cutoff(conn)
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
@@ -371,6 +376,11 @@ class PostgresStore(Store):
             if self._leader is not None and self._leader_pid == os.getpid():
                 self._leader.close()  # ending the session releases the lock
             self._leader, self._held = None, False
+
+
+def _insert_kept(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:
+    """:func:`_insert_new` of the rows whose window retention has not erased."""
+    return _insert_new(conn, POSTGRES.within_retention(conn, rows))
 
 
 def _insert_new(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:

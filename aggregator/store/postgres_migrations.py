@@ -41,4 +41,6 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     """),
     # Retention walks the id key instead (Dialect.expire): the index cost every stored report a write.
     ("m002_reports_without_window_index", "DROP INDEX reports_window_end"),
+    # The retention cutoff, kept: erased windows stay refused after the clock moves back.
+    ("m003_retention_cutoff", "CREATE TABLE retention (id integer PRIMARY KEY CHECK (id = 1), cutoff bigint NOT NULL)"),
 )

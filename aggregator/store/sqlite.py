@@ -140,14 +140,15 @@ class SQLiteStore(Store):
         """Fold inbox rows in: store the rows whose id is not stored and add what they count,
         :data:`FOLD_CHUNK` at a time in id order; how many were stored already. Under the write
         lock no other process can store an id between our check and our insert, so each is counted
-        once. A row that cannot be counted (a damaged line of a dead process's segment) is left out."""
+        once. A row that cannot be counted (a damaged line of a dead process's segment), or whose
+        window retention erased meanwhile, is left out."""
         counts = self._counts()
         countable = sorted(counts.countable(first_of_each_id(rows)))
         new_count = 0
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
             with self._db.write() as conn:
-                inserted = _insert_new(conn, chunk)
+                inserted = _insert_new(conn, SQLITE.within_retention(conn, chunk))
                 new = [r for r in chunk if r.id in inserted]
                 _add(conn, with_rollup(counts(new)))
             new_count += len(new)
@@ -195,6 +196,10 @@ class SQLiteStore(Store):
         self._db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # -- retention ---------------------------------------------------------------------------
+
+    @translated
+    def retention_cutoff(self) -> int | None:
+        return SQLITE.retention_cutoff(self._db.conn)
 
     @translated
     def expire(self, cutoff: int) -> Expired:

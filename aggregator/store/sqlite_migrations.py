@@ -111,3 +111,10 @@ def m004_reports_without_window_index(db: Database) -> None:
     """Retention finds expired reports by walking the id key (:meth:`.dialect.Dialect.expire`): the index on
     ``window_end`` cost every stored report a second random page write."""
     db.conn.execute("DROP INDEX reports_window_end")
+
+
+@MIGRATIONS()
+def m005_retention_cutoff(db: Database) -> None:
+    """The retention cutoff, kept: windows that ended at or before it are erased and refused, even
+    after the clock moves back (:meth:`.dialect.Dialect.expire`)."""
+    db.conn.execute("CREATE TABLE retention (id INTEGER PRIMARY KEY CHECK (id = 1), cutoff INTEGER NOT NULL)")
