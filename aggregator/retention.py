@@ -1,14 +1,16 @@
 """Retention: what is older than ``LDP_RETENTION_DAYS`` is refused at ingest and erased by a job.
 
-One cutoff for both, kept in the database (:meth:`Store.retention_cutoff`), so a retried old
+One cutoff for both, kept in the database (:meth:`Store.retention`), so a retried old
 report can never be counted again after its window's reports (the only record that it was
 counted) are gone, even if the clock moves back.
 
 The clock is not trusted to jump: each run of the job moves the kept cutoff forward by at most
 :data:`MAX_ADVANCE`. A machine that boots with its clock weeks ahead erases at most a day of
 windows early per run (runs are hourly and at each start) instead of every window at once, and
-once the clock is right again the windows it did not reach are kept as they should be. A server
-that was stopped for a week catches up in a few runs.
+once the clock is right again the windows it did not reach are kept as they should be (a clock
+that stays wrong for N runs moves the cutoff up to N days early: at worst the windows it passed are
+refused until the real time catches up). A server that was stopped for a week catches up in a
+few runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime, timedelta
 from flask import Flask
 
 from . import context
-from .store import Expired
+from .store import Expired, Retention
 
 # How far one run of the retention job may move the kept cutoff forward.
 MAX_ADVANCE = timedelta(days=1)
@@ -33,12 +35,15 @@ def retention_cutoff(now: datetime, retention_days: float) -> datetime:
     return now - timedelta(days=retention_days)
 
 
-def next_cutoff(wanted: int, kept: int | None) -> int:
+def next_cutoff(wanted: int, kept: Retention) -> int | None:
     """Where a run moves the kept cutoff (Unix seconds): towards ``wanted``, by the clock, but at
-    most :data:`MAX_ADVANCE` past ``kept``; never back."""
-    if kept is None:
-        return wanted
-    return max(kept, min(wanted, kept + int(MAX_ADVANCE.total_seconds())))
+    most :data:`MAX_ADVANCE` past the kept one (before the first run, past the oldest window's
+    end); never back. None while nothing was ever stored: a first boot with a wrong clock must
+    not leave a cutoff that refuses the right windows."""
+    step = int(MAX_ADVANCE.total_seconds())
+    if kept.cutoff is not None:
+        return max(kept.cutoff, min(wanted, kept.cutoff + step))
+    return None if kept.oldest_end is None else min(wanted, kept.oldest_end - 1 + step)
 
 
 def expire(app: Flask) -> Expired:
@@ -47,7 +52,10 @@ def expire(app: Flask) -> Expired:
     ``all`` rollup keeps their sums."""
     store = context.store(app)
     wanted = int(retention_cutoff(context.now(app), app.config["LDP_RETENTION_DAYS"]).timestamp())
-    expired = store.expire(next_cutoff(wanted, store.retention_cutoff()))
+    cutoff = next_cutoff(wanted, store.retention())
+    if cutoff is None:
+        return Expired(reports=0, windows=0)
+    expired = store.expire(cutoff)
     app.extensions["ldp"].pop("retention", None)  # this process reads the new cutoff at once
     return expired
 
@@ -56,5 +64,5 @@ def kept_cutoff(app: Flask) -> int | None:
     """The kept cutoff as this process last read it (at most :data:`CUTOFF_SECONDS` ago)."""
     cache = app.extensions["ldp"].setdefault("retention", {"read_at": -CUTOFF_SECONDS, "cutoff": None})
     if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
-        cache["cutoff"], cache["read_at"] = context.store(app).retention_cutoff(), time.monotonic()
+        cache["cutoff"], cache["read_at"] = context.store(app).retention().cutoff, time.monotonic()
     return cache["cutoff"]

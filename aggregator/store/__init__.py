@@ -14,8 +14,8 @@ and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
 
 from __future__ import annotations
 
-from .base import (Activity, AmountRow, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale,
-                   Store, TotalRow, WindowCounters, first_of_each_id)
+from .base import (Activity, AmountRow, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Retention,
+                   Stale, Store, TotalRow, WindowCounters, first_of_each_id)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .sqlite import SQLiteStore
 
@@ -42,5 +42,5 @@ def open_store(location: str, synchronous: str = "full") -> Store:
 
 
 __all__ = ["Activity", "AmountRow", "Counts", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
-           "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters",
+           "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters",
            "first_of_each_id", "is_postgres", "open_store"]

@@ -168,6 +168,13 @@ class Activity:
     pending: bool  # counters changed since the last refresh
 
 
+class Retention(NamedTuple):
+    """Where retention stands, in Unix seconds."""
+
+    cutoff: int | None  # windows that ended at or before it are erased and refused; None: never ran
+    oldest_end: int | None  # the end of the oldest window with counters; None: nothing stored
+
+
 @dataclass(frozen=True)
 class Expired:
     """What the retention job removed."""
@@ -267,10 +274,8 @@ class Store(ABC):
     # -- retention ---------------------------------------------------------------------------
 
     @abstractmethod
-    def retention_cutoff(self) -> int | None:
-        """The kept retention cutoff (Unix seconds): windows that ended at or before it are erased
-        and refused. Before retention first ran, just before the oldest stored window's end; None
-        when nothing is stored."""
+    def retention(self) -> Retention:
+        """The kept retention cutoff and the oldest retained window's end."""
 
     @abstractmethod
     def expire(self, cutoff: int) -> Expired:

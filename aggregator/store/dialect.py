@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
 from ...shared.windows import ROLLUP
-from .base import Activity, EstimateRow, EstimatesQuery, Expired, ReportRow, Stale, WindowCounters
+from .base import Activity, EstimateRow, EstimatesQuery, Expired, ReportRow, Retention, Stale, WindowCounters
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
 # Rows deleted per retention transaction: no lock is held long.
@@ -108,14 +108,11 @@ class Dialect:
         pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
         return Activity(carried, windows, computed_at, pending is not None)
 
-    def retention_cutoff(self, conn: Any) -> int | None:
-        """:meth:`Store.retention_cutoff` read on ``conn``: the kept cutoff, else (before retention
-        first ran) just before the oldest window's end, else None (nothing stored)."""
+    def retention(self, conn: Any) -> Retention:
+        """:meth:`Store.retention` read on ``conn``."""
         row = conn.execute("SELECT cutoff FROM retention").fetchone()
-        if row is not None:
-            return row[0]
-        oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]
-        return None if oldest is None else oldest - 1
+        oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]  # the rollup's is NULL
+        return Retention(None if row is None else row[0], oldest)
 
     def expire(self, transaction: Callable[[], ContextManager[Any]], snapshot: Callable[[], ContextManager[Any]],
                cutoff: int) -> Expired:

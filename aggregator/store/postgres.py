@@ -33,6 +33,7 @@ makes it (on by default: it survives a crash of the server).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -45,7 +46,8 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .base import (Activity, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
+from .base import (Activity, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Retention, Stale,
+                   Store,
                    WindowCounters, estimates_by_window, schema_key_ok)
 from .dialect import NEXT_GENERATION, POSTGRES, TABLES
 from .errors import StoreBusy, StoreError, StoreUnavailable, translating
@@ -325,9 +327,9 @@ class PostgresStore(Store):
     # -- retention ---------------------------------------------------------------------------
 
     @_translated
-    def retention_cutoff(self) -> int | None:
+    def retention(self) -> Retention:
         with self._transaction() as conn:
-            return POSTGRES.retention_cutoff(conn)
+            return POSTGRES.retention(conn)
 
     @_translated
     def expire(self, cutoff: int) -> Expired:
@@ -374,7 +376,13 @@ class PostgresStore(Store):
     def resign(self) -> None:
         with self._lock_mutex:
             if self._leader is not None and self._leader_pid == os.getpid():
-                self._leader.close()  # ending the session releases the lock
+                # Unlocked before the session ends: a closed connection's backend lets go of its
+                # locks only a moment after the client returns, and the next leader may ask sooner.
+                if self._held:
+                    with contextlib.suppress(psycopg.Error):
+                        self._leader.execute("SELECT pg_advisory_unlock(%s, hashtext(current_schema()))",
+                                             (_JOBS_LOCK,))
+                self._leader.close()
             self._leader, self._held = None, False
 
 

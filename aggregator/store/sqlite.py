@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from sqlite_utils import Database
 
-from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Stale, Store,
+from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Retention, Stale, Store,
                    WindowCounters, estimates_by_window, first_of_each_id, schema_key_ok)
 from .dialect import NEXT_GENERATION, SQLITE, TABLES
 from .errors import StoreUnavailable
@@ -198,8 +198,9 @@ class SQLiteStore(Store):
     # -- retention ---------------------------------------------------------------------------
 
     @translated
-    def retention_cutoff(self) -> int | None:
-        return SQLITE.retention_cutoff(self._db.conn)
+    def retention(self) -> Retention:
+        self._inbox.settle()  # the oldest window may still be in the inbox
+        return SQLITE.retention(self._db.conn)
 
     @translated
     def expire(self, cutoff: int) -> Expired:
