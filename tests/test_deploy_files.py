@@ -73,10 +73,10 @@ def test_deploy_files_name_only_real_settings():
 def test_dashboard_files_are_in_the_package_data():
     """A wheel (the Docker image installs one) carries only files the package-data globs match."""
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
-        "ldp_telemetry.aggregator"]
-    aggregator = ROOT / "aggregator"
-    files = [p.relative_to(aggregator).as_posix() for folder in ("templates", "static")
-             for p in (aggregator / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        "ldp_telemetry.aggregator.dashboard"]
+    dashboard = ROOT / "aggregator" / "dashboard"
+    files = [p.relative_to(dashboard).as_posix() for folder in ("templates", "static")
+             for p in (dashboard / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     assert files
     for name in files:
         assert any(fnmatch.fnmatch(name, g) and name.count("/") == g.count("/") for g in globs), name
