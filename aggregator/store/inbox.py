@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 FOLD_INTERVAL = 0.1  # seconds between folds while reports wait
 FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before its interval is up
 # Acknowledged reports (and their bytes, which the process keeps to fold them) one process may
-# hold unfolded before ingest answers 503: the fold is behind. 50,000 is about half a second of
-# folding here, so that is as late as a report acknowledged under overload is counted.
+# hold unfolded before ingest answers 503: the fold is behind. This bounds how late a report
+# acknowledged under overload is counted (`make bench` prints how long the fold takes to catch up).
 MAX_UNFOLDED = 50_000
 MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments

@@ -31,7 +31,7 @@ from .sqlite_migrations import MIGRATIONS
 
 # SQLite's limit on bound variables is 32766; a multi-row INSERT binds 6 per report.
 _CHUNK = 500
-# Reports folded in from the inbox per transaction: the write lock is held some 50 ms at most.
+# Reports folded in from the inbox per transaction: a bound on how long the write lock is held.
 FOLD_CHUNK = 5_000
 _REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
 _ESTIMATE_COLUMNS = EstimateRow._fields
