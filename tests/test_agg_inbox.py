@@ -3,11 +3,13 @@ also when the process that acknowledged died first, and nothing of it left once 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from conftest import ADMIN_TOKEN, APP_USAGE, expected_counters, publish, store_of, stored_counters
@@ -152,26 +154,33 @@ def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db, sl
     assert segments(db) == [] and not written[0].exists()
 
 
-def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db, caplog):
+@contextlib.contextmanager
+def write_lock_held(db: str) -> Iterator[None]:
+    """Another process's writer holding the database's write lock (past the fold's wait)."""
     import sqlite3
 
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db, caplog):
     app = sqlite_app(db)
     client = app.test_client()
     publish(client)
     store = store_of(app)
     store.busy_timeout = 0.2
-    holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock past the fold's wait
-    try:
+    with write_lock_held(db):
         reports = make_reports(20)
         assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
         deadline = time.monotonic() + 30
         while "folding the inbox failed" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)  # until the folding thread has tried, and failed, at least once
         assert "folding the inbox failed" in caplog.text and len(segments(db)) == 1
-    finally:
-        holder.rollback()
-        holder.close()
     store.settle()
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == []
@@ -180,16 +189,12 @@ def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db
 def test_a_dead_process_segment_that_meets_a_busy_database_waits_and_is_counted_once(db, caplog):
     # Issue 21: a busy database made the fold of a dead process's segment look like damage, and
     # the segment was set aside for good (0 of 50 acknowledged reports ever counted).
-    import sqlite3
-
     from ldp_telemetry.aggregator.store import StoreBusy
 
     publish(sqlite_app(db).test_client())
     reports = make_reports(50)
     orphan = write_segment(db, "left-by-a-killed-worker", reports)
-    holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock past the fold's wait
-    try:
+    with write_lock_held(db):
         app = sqlite_app(db)  # a start that cannot count it yet still starts
         assert "could not yet count" in caplog.text
         store = store_of(app)
@@ -197,9 +202,6 @@ def test_a_dead_process_segment_that_meets_a_busy_database_waits_and_is_counted_
         with pytest.raises(StoreBusy):
             store.settle(wait=False)
         assert segments(db) == [orphan] and not list(Path(db + "-inbox").glob("*.bad"))
-    finally:
-        holder.rollback()
-        holder.close()
     store.settle()
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == []
