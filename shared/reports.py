@@ -22,7 +22,8 @@ from typing import Any, Callable, Union
 from . import windows
 from .mechanisms import SYSTEM, RandomSource, WireError
 from .mechanisms.randomness import HmacStream, randbelow
-from .schema import MAX_EPSILON, MAX_VERSION, Attribute, Schema, is_number, parse_schema
+from .checks import TOLERANCE, is_number
+from .schema import MAX_EPSILON, MAX_VERSION, Attribute, Schema, is_version, parse_schema
 
 REPORT_FIELDS = ("id", "schema", "version", "window", "epsilon", "values")
 DEVICE_SECRET_BYTES = 32
@@ -30,13 +31,12 @@ DEVICE_SECRET_BYTES = 32
 PERMANENT_TAG = "ldp-telemetry/permanent-response/v1"
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
-EPSILON_TOLERANCE = 1e-9
+# The one tolerance (checks.TOLERANCE), under the name the client's ledger imports it by.
+EPSILON_TOLERANCE = TOLERANCE
 # Distinct windows one batch may name. A device sends one report per window, so its backlog is a
 # few windows (a month of day windows, a day and more of hour windows): a batch naming more is
 # refused, so one request cannot make the server re-estimate hundreds of windows.
 MAX_BATCH_WINDOWS = 32
-# A number in a record beyond this (in magnitude) cannot be a double; smaller ones are clipped.
-MAX_RECORD_NUMBER = 1e300
 
 SchemaLookup = Callable[[str, int], Union[Schema, None]]
 
@@ -80,8 +80,9 @@ def new_report_id(source: RandomSource = SYSTEM) -> str:
 def validate_record(schema: Schema, record: Any) -> dict[str, int | bool | float]:
     """Check a record of true values against ``schema``.
 
-    Returns each attribute's true value as the encoders take it (a bool, a category index, a
-    histogram's bucket index, or a numeric attribute's number as a float).
+    Returns each attribute's true value as the encoders take it (its type's ``prepare``: a bool,
+    a category index, a histogram's bucket index, or a numeric attribute's number clipped to its
+    range, as a float).
     Raises :class:`RecordError` (a ``ValueError`` whose ``field`` names the attribute) for an
     unknown or missing attribute, a wrong type, an unknown category.
     """
@@ -95,28 +96,10 @@ def validate_record(schema: Schema, record: Any) -> dict[str, int | bool | float
         raise RecordError(missing[0], f"missing attribute(s) for schema {schema.name!r}: {', '.join(missing)}")
     truth: dict[str, int | bool | float] = {}
     for attribute in schema.attributes:
-        value = record[attribute.name]
-        if attribute.type == "boolean":
-            if not isinstance(value, bool):
-                raise RecordError(attribute.name, f"{attribute.name} must be True or False, got a {_type_name(value)}")
-            truth[attribute.name] = value
-        elif attribute.type in ("numeric", "histogram"):
-            if not is_number(value) or abs(value) > MAX_RECORD_NUMBER:
-                raise RecordError(attribute.name, f"{attribute.name} must be a finite number (int or float, not a "
-                                                  f"bool), got a {_type_name(value)} or a number out of bounds")
-            # A numeric value is clipped to the range by its encoder; a histogram's picks its bucket.
-            truth[attribute.name] = float(value) if attribute.type == "numeric" else attribute.bucket(value)
-        else:
-            if not isinstance(value, str):
-                raise RecordError(attribute.name, f"{attribute.name} must be a category name (str), got a "
-                                                  f"{_type_name(value)}")
-            index = attribute.index_of.get(value)
-            if index is None:
-                raise RecordError(
-                    attribute.name, f"{attribute.name} must be one of the schema's categories "
-                    f"({attribute.categories_shown}); the value given is not"
-                )
-            truth[attribute.name] = index
+        try:
+            truth[attribute.name] = attribute.kind.prepare(attribute, record[attribute.name])
+        except ValueError as exc:
+            raise RecordError(attribute.name, f"{attribute.name} {exc}") from None
     return truth
 
 
@@ -232,8 +215,7 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     name, version = obj["schema"], obj["version"]
     if not isinstance(name, str):
         raise ReportError("schema", "must be a schema name (a string)")
-    # Bounded like a schema's version, so a lookup never gets an int SQLite cannot hold.
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
+    if not is_version(version):
         raise ReportError("version", f"must be an integer from 1 to {MAX_VERSION}")
     schema = _resolve(schemas, name, version)
     try:
@@ -242,7 +224,7 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
         raise ReportError("window", str(exc)) from None
     epsilon = obj["epsilon"]
     # In range before subtracting: a JSON integer can be too large for a float.
-    if not is_number(epsilon) or not 0 < epsilon <= MAX_EPSILON or abs(epsilon - schema.epsilon) > EPSILON_TOLERANCE:
+    if not is_number(epsilon) or not 0 < epsilon <= MAX_EPSILON or abs(epsilon - schema.epsilon) > TOLERANCE:
         raise ReportError("epsilon", f"must equal the schema's total epsilon {schema.epsilon}")
     values = obj["values"]
     if not isinstance(values, Mapping):
@@ -274,10 +256,3 @@ def _resolve(schemas: Schema | SchemaLookup, name: str, version: int) -> Schema:
     if schema is None:
         raise ReportError("schema", f"no published schema {name[:70]!r} version {version}")
     return schema
-
-
-def _type_name(value: Any) -> str:
-    """``int``, or ``numpy.bool`` for a type from elsewhere (whose bare name may read like a builtin)."""
-    kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-

@@ -2,8 +2,15 @@
 
 A schema names the attributes a report carries and fixes how each is randomised. The operator
 publishes it; the server answers with the *derived* form (per-attribute ``epsilon``, resolved
-``mechanism``, ``p`` and ``q`` filled in); clients randomise with exactly those parameters.
-Parsing the derived form again gives the same schema, so a derived schema can be re-published.
+``mechanism``, ``p`` and ``q``, and every other parameter the mechanism's encoder and estimator
+use, named as DESIGN.md names them: ``C``, ``z``, ``C_pm``, ``alpha``, ``scale``, and a memoised
+attribute's ``permanent`` and ``instantaneous`` layers); clients randomise with exactly those
+parameters. Parsing the derived form again gives the same schema, so a derived schema can be
+re-published.
+
+Every number of a schema is checked here, once, when it is parsed (finite, in range, and each
+attribute's ε at least :data:`MIN_EPSILON`), so nothing derived from it later can divide by
+zero or overflow. What differs by attribute type is the type object's (:mod:`.attribute_types`).
 
 Every invalid schema raises :class:`SchemaError` (a ``ValueError``) with one sentence naming
 the field and the bad value, and the field itself in ``.field`` for code to use.
@@ -13,51 +20,63 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
-from bisect import bisect_right
+from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from typing import Any
 
-from . import mechanisms
+from . import attribute_types, mechanisms
+from .attribute_types import (BOOLEAN_KEY, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH, MAX_MAGNITUDE, MEAN_KEY,
+                              MIN_CATEGORIES, bucket_names, number_text)
+from .checks import TOLERANCE, SchemaError, close, is_int, is_number, kind, parse_digits, require_text, show
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_EPSILON = 20.0
+# The least ε an attribute may get (its share of the report's ε). At ε = 1e-4 one report's share
+# estimate has a variance of about 1/ε² = 10⁸ (binary RR: q(1-q)/(p-q)² with p - q ≈ ε/2), so even
+# one report from each of 8·10⁹ people gives a 95% interval of ±1.96/(ε√n) ≈ ±22 percentage
+# points: below this bound a report says next to nothing to anyone. Above it every derived number
+# is finite and well-conditioned (C = (e^ε + 1)/(e^ε - 1) ≤ 2·10⁴, laplace's scale 2/ε ≤ 2·10⁴,
+# e^ε - 1 computed to 12 significant digits), so no later division can fail.
+MIN_EPSILON = 1e-4
 MAX_EPSILON_PERMANENT = 50.0
 MAX_ATTRIBUTES = 64
-MIN_CATEGORIES = 2
-MAX_CATEGORIES = 1024
-MAX_CATEGORY_LENGTH = 64
-MAX_BUCKETS = MAX_CATEGORIES
-# Range ends and bucket edges are at most this in magnitude, so they convert to doubles exactly enough.
-MAX_MAGNITUDE = 1e15
 MAX_DESCRIPTION_LENGTH = 10_000
 MAX_VERSION = 2**31 - 1
-EPSILON_SUM_TOLERANCE = 1e-9
-# How a boolean attribute's one estimate value (the share of true) is keyed in counters and estimates.
-BOOLEAN_KEY = "true"
-# How a numeric attribute's one estimate value (its mean) is keyed, and shown in the API's "value".
-MEAN_KEY = "mean"
-# p and q given back in a re-posted derived schema must match what we derive.
-PARAMETER_TOLERANCE = 1e-9
+# A version written in a URL or query: ASCII digits, at most as many as MAX_VERSION has.
+VERSION_DIGITS = len(str(MAX_VERSION))
 
 WINDOWS = ("hour", "day")
 SPLITS = ("equal", "sample")
-TYPES = ("boolean", "categorical", "numeric", "histogram")
+TYPES = tuple(attribute_types.REGISTRY)
 
 _SCHEMA_FIELDS = {"name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"}
+# Parameters every mechanism shows in the derived schema besides p and q (C, z, C_pm, alpha, scale).
+_SHOWN_PARAMETERS = tuple(dict.fromkeys(name for m in mechanisms.REGISTRY.values()
+                                        for name in m.shown_parameters(epsilon=1.0, d=2)))
 # "permanent" and "instantaneous" are derived (memoised schemas) and, like p and q, checked when given back.
-_ATTRIBUTE_FIELDS = {"name", "type", "categories", "range", "edges", "mechanism", "epsilon", "p", "q", "permanent",
-                     "instantaneous"}
+_ATTRIBUTE_FIELDS = {"name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous",
+                     *attribute_types.OWN_FIELDS, *_SHOWN_PARAMETERS}
+
+__all__ = [
+    "BOOLEAN_KEY", "MAX_ATTRIBUTES", "MAX_BUCKETS", "MAX_CATEGORIES", "MAX_CATEGORY_LENGTH", "MAX_DESCRIPTION_LENGTH",
+    "MAX_EPSILON", "MAX_EPSILON_PERMANENT", "MAX_MAGNITUDE", "MAX_VERSION", "MEAN_KEY", "MIN_CATEGORIES",
+    "MIN_EPSILON", "NAME_RE", "SPLITS", "TOLERANCE", "TYPES", "WINDOWS", "Attribute", "Schema", "SchemaError",
+    "bucket_names", "is_number", "is_version", "number_text", "parse_schema", "version_from_text",
+]
 
 
-class SchemaError(ValueError):
-    """A schema is invalid. ``field`` says where (``attributes[2].categories``), ``str()`` says what."""
+def is_version(value: Any) -> bool:
+    """A schema version as JSON carries it: an integer from 1 to :data:`MAX_VERSION`, not a bool.
+    Bounded so that a lookup never gets an integer the database cannot hold."""
+    return is_int(value) and 1 <= value <= MAX_VERSION
 
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
+
+def version_from_text(text: str) -> int | None:
+    """The schema version a URL path or query parameter writes (ASCII digits, at most
+    :data:`VERSION_DIGITS` of them), or None for text no schema version can be."""
+    number = parse_digits(text, VERSION_DIGITS)
+    return number if number is not None and is_version(number) else None
 
 
 @dataclass(frozen=True)
@@ -66,10 +85,12 @@ class Attribute:
 
     ``p`` is the probability that a report "hits" a value given the device's true value is that
     value, ``q`` the probability given it is another; see :mod:`ldp_telemetry.shared.mechanisms`.
+    What depends on its type is its type object's (:attr:`kind`); what depends on how it is
+    randomised, its mechanism object's (:attr:`mech`).
     """
 
     name: str
-    type: str  # one of TYPES
+    type: str  # the registry name of ``kind``
     epsilon: float
     mechanism: str  # the registry name of ``mech``
     p: float
@@ -80,9 +101,17 @@ class Attribute:
     edges: tuple[int | float, ...] = ()  # a histogram's bucket edges, as given
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
+    # how each estimate value is keyed in counters and estimates (the type's keys, read on hot paths)
+    keys: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index_of", {c: i for i, c in enumerate(self.categories)})
+        object.__setattr__(self, "keys", self.kind.keys(self))
+
+    @property
+    def kind(self) -> attribute_types.AttributeType:
+        """The registry object of :attr:`type`: its fields, record values, mechanisms, simulation."""
+        return attribute_types.REGISTRY[self.type]
 
     @property
     def mech(self) -> mechanisms.Mechanism:
@@ -99,36 +128,24 @@ class Attribute:
     @property
     def values(self) -> tuple[Any, ...]:
         """The values an estimate is made for: ``True`` for a boolean, ``"mean"`` for a numeric
-        attribute, else each category (a histogram's buckets)."""
-        return (True,) if self.type == "boolean" else self.keys
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """How each of :attr:`values` is stored and keyed: :data:`BOOLEAN_KEY`, :data:`MEAN_KEY`,
-        else the category."""
-        if self.type == "boolean":
-            return (BOOLEAN_KEY,)
-        return (MEAN_KEY,) if self.type == "numeric" else self.categories
+        attribute, else each category (a histogram's buckets), in :attr:`keys`' order."""
+        return self.kind.values(self)
 
     def value_of(self, key: str) -> Any:
         """The JSON value of a stored ``key``: ``True`` for a boolean, else the key itself."""
-        return True if self.type == "boolean" else key
+        return self.kind.value_of(key)
 
-    def bucket(self, x: int | float) -> int:
-        """The index of the histogram bucket of ``x``, clipped to ``[e0, ek]`` first (the last
-        bucket is closed: ``ek`` is in it)."""
-        edges = self.edges
-        return min(len(edges) - 2, max(0, bisect_right(edges, x) - 1))
+    @property
+    def derived_parameters(self) -> dict[str, float]:
+        """Every parameter besides ``p`` and ``q`` that its encoder and estimator use, named as
+        DESIGN.md names them (``C``, ``z``, ``C_pm``, ``alpha``, ``scale``; none for a share)."""
+        return self.mech.shown_parameters(epsilon=self.epsilon, d=self.kind.values_count(self.categories))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "type": self.type}
-        if self.type == "numeric":
-            out["range"] = list(self.range)  # type: ignore[arg-type]
-        if self.type == "histogram":
-            out["edges"] = list(self.edges)
-        if self.categories:
-            out["categories"] = list(self.categories)
+        """The derived attribute as the server serves it: as given, with every derived parameter."""
+        out: dict[str, Any] = {"name": self.name, "type": self.type, **self.kind.to_dict(self)}
         out.update(epsilon=self.epsilon, mechanism=self.mechanism, p=self.p, q=self.q)
+        out.update(self.derived_parameters)
         out.update(self._memo_fields())
         return out
 
@@ -195,30 +212,30 @@ def parse_schema(obj: Any) -> Schema:
     if isinstance(obj, Schema):
         return obj
     if not isinstance(obj, Mapping):
-        raise SchemaError("schema", f"a schema must be a JSON object, got {_kind(obj)}")
+        raise SchemaError("schema", f"a schema must be a JSON object, got {kind(obj)}")
     _reject_unknown(obj, _SCHEMA_FIELDS, "schema")
     name = _name(obj.get("name"), "name")
     version = obj.get("version")
-    if not _is_int(version) or not 1 <= version <= MAX_VERSION:
-        raise SchemaError("version", f"version must be an integer from 1 to {MAX_VERSION}, got {_show(version)}")
+    if not is_version(version):
+        raise SchemaError("version", f"version must be an integer from 1 to {MAX_VERSION}, got {show(version)}")
     epsilon = _epsilon(obj.get("epsilon"), "epsilon")
     window = obj.get("window", "day")
     if window not in WINDOWS:
-        raise SchemaError("window", f"window must be one of {', '.join(WINDOWS)}, got {_show(window)}")
+        raise SchemaError("window", f"window must be one of {', '.join(WINDOWS)}, got {show(window)}")
     split = obj.get("split", "equal")
     if split not in SPLITS:
-        raise SchemaError("split", f"split must be one of {', '.join(SPLITS)}, got {_show(split)}")
+        raise SchemaError("split", f"split must be one of {', '.join(SPLITS)}, got {show(split)}")
     description = obj.get("description", "")
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_LENGTH:
         raise SchemaError(
             "description", f"description must be a string of at most {MAX_DESCRIPTION_LENGTH} characters, "
-            f"got {_show(description)}"
+            f"got {show(description)}"
         )
-    _require_text(description, "description")
+    require_text(description, "description")
     raw_attributes = obj.get("attributes")
     if not isinstance(raw_attributes, list) or not 1 <= len(raw_attributes) <= MAX_ATTRIBUTES:
         raise SchemaError(
-            "attributes", f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {_show(raw_attributes)}"
+            "attributes", f"attributes must be a list of 1 to {MAX_ATTRIBUTES} attributes, got {show(raw_attributes)}"
         )
     epsilons = _split_budget(raw_attributes, epsilon, split)
     permanents = _permanent_budget(obj, epsilon, epsilons, split)
@@ -246,7 +263,7 @@ def _permanent_budget(obj: Mapping, epsilon: float, epsilons: list[float], split
     total = obj["epsilon_permanent"]
     if not is_number(total) or not epsilon < total <= MAX_EPSILON_PERMANENT:
         raise SchemaError("epsilon_permanent", f"epsilon_permanent must be a number above epsilon ({epsilon:g}) "
-                                               f"and at most {MAX_EPSILON_PERMANENT:g}, got {_show(total)}")
+                                               f"and at most {MAX_EPSILON_PERMANENT:g}, got {show(total)}")
     k = len(epsilons)
     if split == "sample":
         if not epsilon < total / k:
@@ -261,7 +278,7 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
     """Each attribute's ε: given explicitly for all (or none), else ε/k or the whole ε (sample)."""
     for i, raw in enumerate(raw_attributes):
         if not isinstance(raw, Mapping):
-            raise SchemaError(f"attributes[{i}]", f"attributes[{i}] must be a JSON object, got {_kind(raw)}")
+            raise SchemaError(f"attributes[{i}]", f"attributes[{i}] must be a JSON object, got {kind(raw)}")
     given = [raw.get("epsilon") for raw in raw_attributes]
     if all(e is None for e in given):
         share = total if split == "sample" else total / len(raw_attributes)
@@ -272,12 +289,12 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
     if split == "sample":
         # Each report carries one attribute with the whole budget.
         for i, e in enumerate(values):
-            if abs(e - total) > EPSILON_SUM_TOLERANCE:
+            if abs(e - total) > TOLERANCE:
                 raise SchemaError(
                     f"attributes[{i}].epsilon", f"attributes[{i}].epsilon must equal the total epsilon {total} under split "
                     f"'sample', got {e}"
                 )
-    elif abs(math.fsum(values) - total) > EPSILON_SUM_TOLERANCE:
+    elif abs(math.fsum(values) - total) > TOLERANCE:
         raise SchemaError(
             "attributes", f"attributes[].epsilon must sum to the total epsilon {total}, got {math.fsum(values)}"
         )
@@ -287,36 +304,26 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
 def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, where: str) -> Attribute:
     _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
     name = _name(raw.get("name"), f"{where}.name")
-    kind = raw.get("type")
-    if kind not in TYPES:
-        raise SchemaError(f"{where}.type", f"{where}.type must be one of {', '.join(TYPES)}, got {_show(kind)}")
-    allowed = {"categorical": "categories", "numeric": "range", "histogram": "edges"}
-    for own in ("categories", "range", "edges"):
-        if own in raw and allowed.get(kind) != own and not (kind == "histogram" and own == "categories"):
-            raise SchemaError(f"{where}.{own}", f"{where}.{own} is not allowed on a {kind} attribute")
-    categories: tuple[str, ...] = ()
-    value_range = None
-    edges: tuple[int | float, ...] = ()
-    if kind == "categorical":
-        categories = _categories(raw.get("categories"), f"{where}.categories")
-    elif kind == "numeric":
-        value_range = _increasing(raw.get("range"), f"{where}.range", 2, 2)
-    elif kind == "histogram":
-        edges = _increasing(raw.get("edges"), f"{where}.edges", MIN_CATEGORIES + 1, MAX_BUCKETS + 1)
-        categories = bucket_names(edges)
-        if "categories" in raw and raw["categories"] != list(categories):
-            raise SchemaError(f"{where}.categories", f"{where}.categories is derived from edges and must be "
-                                                     f"{_show(list(categories))}, got {_show(raw['categories'])}")
-    d = max(2, len(categories))  # a boolean has two values
     try:
-        mechanism = mechanisms.resolve(kind, raw.get("mechanism", mechanisms.AUTO), epsilon=epsilon, d=d)
+        kind = attribute_types.get(raw.get("type"))
+    except ValueError as exc:
+        raise SchemaError(f"{where}.type", f"{where}.type {exc}") from None
+    for own in attribute_types.OWN_FIELDS:
+        if own in raw and own not in kind.fields:
+            raise SchemaError(f"{where}.{own}", f"{where}.{own} is not allowed on a {kind.name} attribute")
+    fields = kind.parse(raw, where)
+    if not epsilon >= MIN_EPSILON:
+        raise SchemaError(f"{where}.epsilon", f"{where}.epsilon is {epsilon:g} (its share of the total), which is "
+                                              f"too small: an attribute needs at least {MIN_EPSILON:g}, below which "
+                                              f"its reports say next to nothing; give fewer attributes, a larger "
+                                              f"epsilon or split 'sample'")
+    d = kind.values_count(fields.categories)
+    try:
+        mechanism = kind.mechanism(raw.get("mechanism", mechanisms.AUTO), epsilon=epsilon, d=d)
     except ValueError as exc:
         raise SchemaError(f"{where}.mechanism",
-                          f"{where}.mechanism {exc}, got {_show(raw.get('mechanism'))}") from None
+                          f"{where}.mechanism {exc}, got {show(raw.get('mechanism'))}") from None
     p, q = mechanism.parameters(epsilon=epsilon, d=d)
-    if not p > q:  # e^ε rounds to 1: the reports carry nothing, and the estimator would divide by 0
-        raise SchemaError(f"{where}.epsilon", f"{where}.epsilon must be large enough that p exceeds q in "
-                                               f"floating point; {epsilon!r} is too small")
     memo = None
     if epsilon_permanent is not None:
         if not mechanism.memoisable:
@@ -324,106 +331,51 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
                                                f"schema without epsilon_permanent")
         memo = mechanism.memoise(epsilon=epsilon, epsilon_permanent=epsilon_permanent, d=d)
         p, q = memo.p, memo.q
-    for field, derived in (("p", p), ("q", q)):
-        if field in raw:
-            given = raw[field]
-            # 0 <= given <= 1 first: subtracting a float from a huge JSON int overflows.
-            if not is_number(given) or not 0 <= given <= 1 or abs(given - derived) > PARAMETER_TOLERANCE:
-                raise SchemaError(
-                    f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
-                    f"got {_show(given)}"
-                )
-    attribute = Attribute(name, kind, epsilon, mechanism.name, p, q, categories, memo,
-                          None if value_range is None else (value_range[0], value_range[1]), edges)
-    derived = attribute.to_dict()
-    for key in ("permanent", "instantaneous"):
-        if key in raw and raw[key] != derived.get(key):
-            raise SchemaError(f"{where}.{key}", f"{where}.{key} is derived from epsilon_permanent and must be "
-                                                f"{derived.get(key)}, got {_show(raw[key])}")
+    attribute = Attribute(name, kind.name, epsilon, mechanism.name, p, q, fields.categories, memo, fields.range,
+                          fields.edges)
+    _check_derived(raw, attribute, where)
     return attribute
 
 
-def _increasing(raw: Any, where: str, least: int, most: int) -> tuple[int | float, ...]:
-    """A list of ``least`` to ``most`` finite, strictly increasing numbers (a range, or edges)."""
-    if not isinstance(raw, list) or not least <= len(raw) <= most:
-        count = f"{least}" if least == most else f"{least} to {most}"
-        raise SchemaError(where, f"{where} must be a list of {count} increasing numbers, got {_show(raw)}")
-    for i, value in enumerate(raw):
-        if not is_number(value) or not abs(value) <= MAX_MAGNITUDE:
-            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must be a finite number of magnitude at most "
-                                               f"{MAX_MAGNITUDE:g}, got {_show(value)}")
-        if i and not float(value) > float(raw[i - 1]):
-            raise SchemaError(f"{where}[{i}]", f"{where} must be strictly increasing; {_show(value)} follows "
-                                               f"{_show(raw[i - 1])}")
-    return tuple(raw)
-
-
-def number_text(value: int | float) -> str:
-    """How a bucket name writes an edge: an integer without a decimal point, else Python's shortest
-    round-tripping form (``0.5``, ``1e-07``)."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value) if isinstance(value, int) else repr(value)
-
-
-def bucket_names(edges: tuple[int | float, ...]) -> tuple[str, ...]:
-    """The names of the buckets that ``edges`` make: ``[e0, e1)``, ..., ``[e(k-1), ek]``."""
-    texts = [number_text(e) for e in edges]
-    last = len(edges) - 2
-    return tuple(f"[{a}, {b}{']' if i == last else ')'}" for i, (a, b) in enumerate(zip(texts, texts[1:])))
-
-
-def _categories(raw: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not MIN_CATEGORIES <= len(raw) <= MAX_CATEGORIES:
-        raise SchemaError(
-            where, f"{where} must be a list of {MIN_CATEGORIES} to {MAX_CATEGORIES} strings, got {_show(raw)}"
-        )
-    seen: set[str] = set()
-    for i, category in enumerate(raw):
-        if not isinstance(category, str) or not 1 <= len(category) <= MAX_CATEGORY_LENGTH:
-            raise SchemaError(
-                f"{where}[{i}]", f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
-                f"characters, got {_show(category)}"
-            )
-        _require_text(category, f"{where}[{i}]")
-        # Two spellings of one text (a precomposed é and e + a combining accent) would look the same
-        # on every page and in every CSV.
-        normal = unicodedata.normalize("NFC", category)
-        if normal in seen:
-            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct, {category!r} appears twice "
-                                               f"(compared after Unicode NFC normalisation)")
-        seen.add(normal)
-    return tuple(raw)
-
-
-def _require_text(text: str, field: str) -> None:
-    """Text that shows as what it is: valid Unicode, without control or format characters."""
-    # JSON can escape a lone UTF-16 surrogate ("\ud800"), but that is no text: no page, CSV or
-    # UTF-8 file could show it. Client and server must refuse it alike.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SchemaError(field, f"{field} must be valid Unicode text; it contains a lone UTF-16 surrogate") from None
-    # C0 and C1 controls (Cc) and format characters (Cf: U+202E RIGHT-TO-LEFT OVERRIDE, zero-width
-    # spaces, ...) can make a name read as another one, or break a log line, a CSV or a terminal.
-    for character in text:
-        if unicodedata.category(character) in ("Cc", "Cf"):
-            raise SchemaError(field, f"{field} must not contain control or format characters; it contains "
-                                     f"U+{ord(character):04X} ({unicodedata.name(character, 'a control character')})")
+def _check_derived(raw: Mapping, attribute: Attribute, where: str) -> None:
+    """:class:`SchemaError` unless every derived field ``raw`` gives back (a derived schema
+    re-published) is what we derive: numbers within :data:`TOLERANCE`, the layers exactly."""
+    parameters = {"p": attribute.p, "q": attribute.q, **attribute.derived_parameters}
+    for field, derived in parameters.items():
+        if field in raw:
+            given = raw[field]
+            if not is_number(given) or not close(given, derived):
+                raise SchemaError(
+                    f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
+                    f"got {show(given)}"
+                )
+    for field in _SHOWN_PARAMETERS:
+        if field in raw and field not in parameters:
+            raise SchemaError(f"{where}.{field}", f"{where}.{field} is not a parameter of {attribute.mech.title}")
+    derived_layers = attribute.to_dict()
+    for key in ("permanent", "instantaneous"):
+        if key in raw and raw[key] != derived_layers.get(key):
+            raise SchemaError(f"{where}.{key}", f"{where}.{key} is derived from epsilon_permanent and must be "
+                                                f"{derived_layers.get(key)}, got {show(raw[key])}")
 
 
 def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise SchemaError(
             field, f"{field} must match [a-z0-9][a-z0-9_-]{{0,63}} (lower-case letters, digits, _ and -), "
-            f"got {_show(value)}"
+            f"got {show(value)}"
         )
     return value
 
 
 def _epsilon(value: Any, field: str) -> float:
+    """A total or per-attribute ε as given: a number in (0, :data:`MAX_EPSILON`], and at least
+    :data:`MIN_EPSILON` (an attribute gets at most the total)."""
     if not is_number(value) or not 0 < value <= MAX_EPSILON:
-        raise SchemaError(field, f"{field} must be a number in (0, {MAX_EPSILON:g}], got {_show(value)}")
+        raise SchemaError(field, f"{field} must be a number in (0, {MAX_EPSILON:g}], got {show(value)}")
+    if not value >= MIN_EPSILON:
+        raise SchemaError(field, f"{field} is too small: every attribute needs at least {MIN_EPSILON:g}, below "
+                                 f"which its reports say next to nothing; got {show(value)}")
     return float(value)
 
 
@@ -431,27 +383,3 @@ def _reject_unknown(obj: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(str(k) for k in obj if k not in allowed)
     if unknown:
         raise SchemaError(where, f"{where} has unknown field(s): {', '.join(unknown)}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """A JSON number: an int (however large) or a finite float, not a bool."""
-    if isinstance(value, bool):
-        return False
-    # An int is finite however large; math.isfinite() would overflow on a huge one.
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else "a number" if is_number(value) else type(value).__name__
-    )
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    """A short, safe rendering of a bad value for an error message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -12,12 +12,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .attribute_types import CONCENTRATION
 from .estimators import DEFAULT_CONFIDENCE, Estimate
-from .schema import Attribute, Schema, is_number, parse_schema
+from .schema import Attribute, Schema, parse_schema
 
-# A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
-# its range, m the mean's position in it and c this concentration (a spread-out population).
-CONCENTRATION = 4.0
+__all__ = ["CONCENTRATION", "SimulatedEstimate", "hit_counts", "population_shares", "simulate", "true_values"]
 
 
 def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -50,42 +49,13 @@ def true_values(
     and only the randomisation is random (Wang et al.'s conditional setting; intervals are then
     conservative, since the conditional variance is smaller).
     """
-    if attribute.type == "numeric":
-        lo, hi = attribute.range  # type: ignore[misc]
-        m = (shares[0] - lo) / (hi - lo)
-        if 0 < m < 1:
-            return lo + (hi - lo) * rng.beta(m * CONCENTRATION, (1 - m) * CONCENTRATION, size=n)
-        return np.full(n, float(shares[0]))
-    if sampled:
-        values = rng.choice(len(shares), size=n, p=shares)
-    else:
-        counts = np.floor(np.asarray(shares) * n).astype(np.int64)
-        counts[np.argmax(shares)] += n - counts.sum()  # the remainder goes to the largest share
-        values = np.repeat(np.arange(len(counts)), counts)
-        rng.shuffle(values)
-    return values == 0 if attribute.type == "boolean" else values
+    return attribute.kind.draw(attribute, shares, n, rng, sampled=sampled)
 
 
 def population_shares(attribute: Attribute, share: float | Sequence[float]) -> list[float]:
     """Normalise a share spec: a boolean's share of True, a numeric attribute's mean (in its
-    range), or one share per category or bucket summing to 1."""
-    if attribute.type == "numeric":
-        lo, hi = attribute.range  # type: ignore[misc]
-        if not is_number(share) or not lo <= share <= hi:  # type: ignore[operator]
-            raise ValueError(f"{attribute.name}: the mean must be a number from {lo} to {hi}, got {share!r}")
-        return [float(share)]  # type: ignore[arg-type]
-    if attribute.type == "boolean":
-        if not isinstance(share, (int, float)) or not 0 <= share <= 1:
-            raise ValueError(f"{attribute.name}: the share of True must be a number in [0, 1], got {share!r}")
-        return [float(share), 1.0 - float(share)]
-    shares = list(share) if isinstance(share, (list, tuple)) else []
-    # Comparisons that a NaN fails (`0 <= s <= 1`, `not ... <= 1e-9`), so NaN shares are rejected.
-    valid = all(isinstance(s, (int, float)) and 0 <= s <= 1 for s in shares)
-    if len(shares) != len(attribute.categories) or not valid or not abs(sum(shares) - 1) <= 1e-9:
-        raise ValueError(
-            f"{attribute.name}: give {len(attribute.categories)} non-negative shares summing to 1, got {share!r}"
-        )
-    return shares
+    range), or one share per category or bucket summing to 1 (the type's ``population``)."""
+    return attribute.kind.population(attribute, share)
 
 
 def simulate(
@@ -125,14 +95,8 @@ def simulate(
             continue
         truth = true_values(attribute, spec, reporting, rng, sampled=sampled)
         amounts = dict(zip(attribute.mech.counter_keys(attribute), hit_counts(attribute, truth, rng).tolist()))
-        target = spec[: len(attribute.values)] if sampled else _realised_shares(attribute, truth)
+        target = spec[: len(attribute.values)] if sampled else attribute.kind.realised(attribute, truth)
         estimates = attribute.mech.estimates(attribute, reporting, amounts, confidence)
         for index, (value, (_, estimate)) in enumerate(zip(attribute.values, estimates)):
             results.append(SimulatedEstimate(attribute.name, value, target[index], estimate))
     return results
-
-
-def _realised_shares(attribute: Attribute, truth: np.ndarray) -> list[float]:
-    if attribute.type in ("boolean", "numeric"):
-        return [float(truth.mean())]
-    return list(np.bincount(truth, minlength=len(attribute.categories)) / truth.shape[0])

@@ -21,7 +21,7 @@ from test_shared_examples import example
 
 from ldp_telemetry.aggregator.ingest.batch import report_rows
 from ldp_telemetry.aggregator.ingest.counting import Counting
-from ldp_telemetry.shared import mechanisms
+from ldp_telemetry.shared import attribute_types, mechanisms
 from ldp_telemetry.shared.mechanisms.randomness import SYSTEM, bernoulli, randbelow
 from ldp_telemetry.shared.estimators import estimate
 from ldp_telemetry.shared.reports import randomize, validate_report
@@ -34,9 +34,9 @@ Z = NormalDist().inv_cdf(1 - ALPHA / 2)  # 5.73
 def attribute_of(mechanism: str, epsilon: float, d: int = 2) -> Attribute:
     """A parsed attribute randomised by ``mechanism`` at ``epsilon`` with ``d`` categories (a
     boolean for ``rr``)."""
-    kind = mechanisms.get(mechanism).types[0]
-    raw = {"name": "a", "type": kind, "mechanism": mechanism}
-    if kind == "categorical":
+    kind = next(t for t in attribute_types.REGISTRY.values() if mechanisms.get(mechanism) in t.mechanisms)
+    raw = {"name": "a", "type": kind.name, "mechanism": mechanism}
+    if "categories" in kind.fields:
         raw["categories"] = [f"c{i}" for i in range(d)]
     return parse_schema({"name": "s", "version": 1, "epsilon": epsilon, "attributes": [raw]}).attributes[0]
 

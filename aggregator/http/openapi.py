@@ -13,8 +13,8 @@ from typing import Any
 from ...shared import mechanisms
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
-                             MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_MAGNITUDE, MAX_VERSION, MIN_CATEGORIES, NAME_RE,
-                             SPLITS, TYPES, WINDOWS)
+                              MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
+                              MIN_CATEGORIES, MIN_EPSILON, NAME_RE, SPLITS, TYPES, WINDOWS)
 from ...shared.windows import NAME_PATTERN
 from ..estimation.readout import DEFAULT_LIMIT, MAX_LIMIT
 
@@ -22,6 +22,12 @@ NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
 WINDOW = {"type": "string", "pattern": f"^{NAME_PATTERN}$", "description": "YYYY-MM-DD or YYYY-MM-DDTHH (UTC)"}
 MECHANISM_NAMES = list(mechanisms.REGISTRY)
+# The parameters besides p and q that a derived attribute shows for its mechanism (given back, they must match).
+DERIVED = {name: {"type": "number", "description": text} for name, text in mechanisms.parameter_descriptions().items()}
+LAYERS = {"permanent": {"type": "object", "description": "a memoised attribute's permanent randomised response at its "
+                        "share of epsilon_permanent", "properties": {k: {"type": "number"} for k in ("epsilon", "p", "q")}},
+          "instantaneous": {"type": "object", "description": "a memoised attribute's instantaneous response, applied "
+                            "to the permanent one in every report", "properties": {k: {"type": "number"} for k in ("p", "q")}}}
 _NUMBER = {"type": "number", "minimum": -MAX_MAGNITUDE, "maximum": MAX_MAGNITUDE}
 RANGE = {"type": "array", "items": _NUMBER, "minItems": 2, "maxItems": 2,
          "description": "a numeric attribute's [lo, hi], lo < hi; the device clips its value to it"}
@@ -59,11 +65,13 @@ COMPONENTS: dict[str, Any] = {
                            "items": {"type": "string", "minLength": 1, "maxLength": MAX_CATEGORY_LENGTH}},
             "range": RANGE, "edges": EDGES,
             "mechanism": {"type": "string", "enum": [mechanisms.AUTO, *MECHANISM_NAMES]},
-            "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}}},
+            "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}, **DERIVED}},
         "SchemaInput": {"type": "object", "required": ["name", "version", "epsilon", "attributes"],
                         "additionalProperties": False, "properties": {
             "name": NAME, "version": VERSION,
-            "epsilon": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": MAX_EPSILON},
+            "epsilon": {"type": "number", "minimum": MIN_EPSILON, "maximum": MAX_EPSILON,
+                        "description": f"total; each attribute's share must be at least {MIN_EPSILON:g}"},
+            "epsilon_permanent": {"type": "number", "maximum": MAX_EPSILON_PERMANENT},
             "window": {"type": "string", "enum": list(WINDOWS)},
             "split": {"type": "string", "enum": list(SPLITS)},
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_LENGTH},
@@ -75,10 +83,11 @@ COMPONENTS: dict[str, Any] = {
                            "description": "a categorical attribute's, or a histogram's bucket names"},
             "range": RANGE, "edges": EDGES,
             "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": MECHANISM_NAMES},
-            "p": {"type": "number"}, "q": {"type": "number"}}},
+            "p": {"type": "number"}, "q": {"type": "number"}, **DERIVED, **LAYERS}},
         "Schema": {"type": "object", "required": ["name", "version", "epsilon", "window", "split", "description",
                                                   "attributes"], "properties": {
             "name": {"type": "string"}, "version": {"type": "integer"}, "epsilon": {"type": "number"},
+            "epsilon_permanent": {"type": "number"},
             "window": {"type": "string", "enum": list(WINDOWS)}, "split": {"type": "string", "enum": list(SPLITS)},
             "description": {"type": "string"}, "attributes": {"type": "array", "items": _ref("Attribute")}}},
         "Report": {"type": "object", "required": ["id", "schema", "version", "window", "epsilon", "values"],

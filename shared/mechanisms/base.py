@@ -4,6 +4,11 @@ A mechanism is one object (as diffprivlib has one class per mechanism). Schema p
 validation, ingest, estimation, simulation, the privacy panel, the OpenAPI document and the
 dashboard all ask it, and none of them compares mechanism names: adding a mechanism is adding
 one object to :data:`ldp_telemetry.shared.mechanisms.REGISTRY`.
+
+Mechanisms import nothing of the schema: what they read of the attribute they randomise is the
+:class:`Target` protocol below, which :class:`..schema.Target` satisfies. So the schema depends
+on the mechanisms and never the other way round; which mechanisms may randomise which type of
+attribute is the attribute type's to say (:mod:`..attribute_types`).
 """
 
 from __future__ import annotations
@@ -12,15 +17,13 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..estimators import Estimate
 from .randomness import RandomSource
 
 if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
     import numpy as np
-
-    from ..schema import Attribute
 
 
 class WireError(ValueError):
@@ -52,6 +55,41 @@ class Memo:
     q: float
 
 
+class Target(Protocol):
+    """What a mechanism reads of the attribute it randomises (a protocol: the schema's
+    ``Target`` is one, and mechanisms never import the schema)."""
+
+    @property
+    def name(self) -> str: ...  # for messages
+
+    @property
+    def epsilon(self) -> float: ...  # the attribute's share of the report's ε
+
+    @property
+    def p(self) -> float: ...  # the hit probabilities one report's estimator uses (composed, if memoised)
+
+    @property
+    def q(self) -> float: ...
+
+    @property
+    def memo(self) -> Memo | None: ...  # the two layers of a memoised attribute
+
+    @property
+    def categories(self) -> tuple[str, ...]: ...  # the values a categorical response chooses among
+
+    @property
+    def index_of(self) -> Mapping[str, int]: ...  # category -> its index
+
+    @property
+    def categories_shown(self) -> str: ...  # the categories for an error message
+
+    @property
+    def keys(self) -> tuple[str, ...]: ...  # how each estimate value is keyed in the counters
+
+    @property
+    def range(self) -> tuple[int | float, int | float] | None: ...  # a numeric attribute's [lo, hi]
+
+
 def check_epsilon(epsilon: float) -> None:
     """``ValueError`` unless ``epsilon`` is a positive finite number."""
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -63,7 +101,6 @@ class Mechanism(ABC):
 
     name: ClassVar[str]  # as the derived schema names it
     title: ClassVar[str]  # in plain words, for the dashboard
-    types: ClassVar[tuple[str, ...]]  # the attribute types it can randomise
     estimand: ClassVar[Estimand]
     memoisable: ClassVar[bool] = False  # can take a permanent randomised response (memoisation)
     wire_schema: ClassVar[dict[str, Any]]  # the JSON Schema of a wire value, for the OpenAPI document
@@ -75,13 +112,19 @@ class Mechanism(ABC):
     def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
         """``(p, q)`` at ``epsilon`` for ``d`` values: the hit probabilities the estimator uses."""
 
+    def shown_parameters(self, *, epsilon: float, d: int) -> dict[str, float]:
+        """The parameters besides ``p`` and ``q`` that its encoder and estimator use at ``epsilon``
+        (and ``d``), named as DESIGN.md names them (``C``, ``z``, ``C_pm``, ``alpha``, ``scale``):
+        the derived schema shows them, so a client in another language can check what it computed."""
+        return {}
+
     @abstractmethod
     def worst_variance(self, *, epsilon: float, d: int) -> float:
         """The variance of one report's estimate in the worst case (times 1/n for n reports);
         ``auto`` picks the mechanism for which this is lowest."""
 
     @abstractmethod
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource,
+    def encode(self, attribute: Target, truth: Any, source: RandomSource,
                permanent: RandomSource | None = None) -> Any:
         """The wire value of the true value ``truth`` (as ``validate_record`` gives it), with
         coins from ``source``; for a memoised attribute the permanent layer's coins come from
@@ -92,41 +135,41 @@ class Mechanism(ABC):
         ``epsilon_permanent``; only mechanisms with :attr:`memoisable` have them."""
         raise ValueError(f"{self.name} cannot be memoised")
 
-    def counter_keys(self, attribute: Attribute) -> tuple[str, ...]:
+    def counter_keys(self, attribute: Target) -> tuple[str, ...]:
         """The keys :meth:`statistics` adds amounts to, in the order :meth:`encode_bulk` sums them:
         the value keys themselves for shares (hits per value); Σ and Σ² for means."""
         return attribute.keys
 
     @abstractmethod
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         """The most characters the JSON text of one wire value of ``attribute`` can take (with
         ``json.dumps``' default separators, the wider ones): a device refuses a schema whose
         reports would be too big to carry before it randomises anything."""
 
     @abstractmethod
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
 
     @abstractmethod
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int | float]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
         """What one checked wire value adds to the counters: ``(key, amount)`` pairs, none zero.
 
         Every report also adds one to the attribute's ``n``; that is not listed here.
         """
 
     @abstractmethod
-    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         """One estimate per value key of ``attribute`` from ``n`` reports and the summed
         ``amounts`` (a key with no amount is 0)."""
 
     @abstractmethod
-    def report_variance(self, attribute: Attribute) -> float:
+    def report_variance(self, attribute: Target) -> float:
         """The most one report's estimate can vary, over every true value, in the estimate's units
         squared: :math:`n` reports give :math:`1/n` of it. The planner builds on it."""
 
     @abstractmethod
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Randomise many devices' true values at once (numpy; simulation only) and return the
         summed amount of each counter key, in :meth:`counter_keys` order."""
 

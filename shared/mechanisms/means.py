@@ -59,14 +59,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..estimators import Estimate, estimate, z_value
-from .base import MEAN, Mechanism, WireError, check_epsilon
+from .base import MEAN, Mechanism, Target, WireError, check_epsilon
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
 from .shares import hit_probability
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from ..schema import Attribute
 
 # Outputs are rounded (randomly, without bias) to multiples of this: see the module docstring.
 GRID = 2.0 ** -20
@@ -81,16 +79,24 @@ _PROFILE_SLICES = 512
 EPSILON_STAR = math.log((-5 + 2 * (6353 - 405 * math.sqrt(241)) ** (1 / 3)
                          + 2 * (6353 + 405 * math.sqrt(241)) ** (1 / 3)) / 27)
 SUM, SUM_SQUARES = "sum", "sumsq"
+# The parameters the mean mechanisms show in a derived schema (``shown_parameters``), in words.
+PARAMETERS = {
+    "C": "(e^ε + 1)/(e^ε − 1): duchi's bit 1 is worth +C and 0 −C on the [−1, 1] scale (hm's ±C)",
+    "z": "e^(ε/2): the piecewise mechanism reports from the band around its value with probability z/(z + 1)",
+    "C_pm": "(z + 1)/(z − 1): the piecewise mechanism's outputs lie in [−C_pm, C_pm]",
+    "alpha": "1 − e^(−ε/2) above ε ≈ 0.61, else 0: the probability that hm uses the piecewise mechanism",
+    "scale": "2/ε: the Laplace noise's scale on the [−1, 1] scale",
+}
 
 
-def unit(attribute: Attribute, x: float) -> float:
+def unit(attribute: Target, x: float) -> float:
     """``x`` clipped to the attribute's range and mapped to [-1, 1]."""
     lo, hi = attribute.range  # type: ignore[misc]
     x = min(max(x, lo), hi)
     return min(1.0, max(-1.0, 2 * (float(x) - lo) / (hi - lo) - 1))
 
 
-def to_units(attribute: Attribute, t: float) -> float:
+def to_units(attribute: Target, t: float) -> float:
     """The value of the range that ``t`` in [-1, 1] stands for (``t`` outside maps outside)."""
     lo, hi = attribute.range  # type: ignore[misc]
     return lo + (t + 1) * (hi - lo) / 2
@@ -121,12 +127,19 @@ def _pm_constants(epsilon: float) -> tuple[float, float]:
 
 
 def _duchi_c(epsilon: float) -> float:
+    """``C`` = (e^ε + 1)/(e^ε − 1): ``duchi``'s output ±1 scaled to be unbiased, and ``hm``'s ±C."""
     e = math.exp(epsilon)
     return (e + 1) / (e - 1)
 
 
 def _hm_alpha(epsilon: float) -> float:
+    """``alpha``: the probability that ``hm`` uses ``pm`` (0 up to :data:`EPSILON_STAR`)."""
     return 1 - math.exp(-epsilon / 2) if epsilon > EPSILON_STAR else 0.0
+
+
+def _laplace_scale(epsilon: float) -> float:
+    """``scale`` = 2/ε: the Laplace noise's scale on [-1, 1] (sensitivity 2)."""
+    return 2 / epsilon
 
 
 def pm_variance(epsilon: float, t: float) -> float:
@@ -161,11 +174,10 @@ def _pm_regions(epsilon: float) -> tuple[float, float, float]:
 class MeanMechanism(Mechanism):
     """What the mean mechanisms share: the unit map, the wire check, Σ and Σ², the estimator."""
 
-    types = ("numeric",)
     estimand = MEAN
     wire_schema = {"type": "number", "description": "the randomised value, on the [-1, 1] scale"}
 
-    def counter_keys(self, attribute: Attribute) -> tuple[str, ...]:
+    def counter_keys(self, attribute: Target) -> tuple[str, ...]:
         return (SUM, SUM_SQUARES)
 
     @abstractmethod
@@ -184,30 +196,30 @@ class MeanMechanism(Mechanism):
         # Every variance here is a quadratic in t² (monotone in |t|): the worst is at 0 or 1.
         return max(self.variance_at(epsilon, 0.0), self.variance_at(epsilon, 1.0))
 
-    def report_variance(self, attribute: Attribute) -> float:
+    def report_variance(self, attribute: Target) -> float:
         r"""The worst per-report variance in the attribute's units: on [-1, 1] times
         :math:`((hi - lo)/2)^2`."""
         lo, hi = attribute.range  # type: ignore[misc]
         return self.worst_variance(epsilon=attribute.epsilon, d=2) * ((hi - lo) / 2) ** 2
 
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource,
+    def encode(self, attribute: Target, truth: Any, source: RandomSource,
                permanent: RandomSource | None = None) -> Any:
         return self.randomise(unit(attribute, truth), attribute.epsilon, source)
 
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         return len("-2.2250738585072014e-308")  # the longest JSON text of a double
 
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         limit = self.bound(attribute.epsilon)
         if (isinstance(reported, bool) or not isinstance(reported, (int, float))
                 or not abs(reported) <= limit * (1 + WIRE_SLACK)):
             raise WireError(f"must be a number from {-limit:.17g} to {limit:.17g} ({self.title})")
 
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int | float]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
         y = float(reported)
         return ((SUM, y), (SUM_SQUARES, y * y)) if y else ()
 
-    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         total, squares = float(amounts.get(SUM, 0)), float(amounts.get(SUM_SQUARES, 0))
         mean = total / n
@@ -216,7 +228,7 @@ class MeanMechanism(Mechanism):
         half = z_value(confidence) * math.sqrt(max(sample, theory) / n)
         return [(attribute.keys[0], _in_units(attribute, mean, mean - half, mean + half, n))]
 
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         y = self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng)
@@ -227,7 +239,7 @@ class MeanMechanism(Mechanism):
         """Many devices' wire values for ``t`` (any shape) at once: numpy, unrounded, simulation only."""
 
 
-def _in_units(attribute: Attribute, mean: float, low: float, high: float, n: int, hits: int = 0) -> Estimate:
+def _in_units(attribute: Target, mean: float, low: float, high: float, n: int, hits: int = 0) -> Estimate:
     """An estimate on the [-1, 1] scale, in the attribute's units, its interval clipped to the range."""
     lo, hi = attribute.range  # type: ignore[misc]
 
@@ -238,7 +250,7 @@ def _in_units(attribute: Attribute, mean: float, low: float, high: float, n: int
     return Estimate(value, clip(value), clip(to_units(attribute, low)), clip(to_units(attribute, high)), n, hits)
 
 
-def _units_bulk(attribute: Attribute, truth: np.ndarray) -> np.ndarray:
+def _units_bulk(attribute: Target, truth: np.ndarray) -> np.ndarray:
     import numpy as np
 
     lo, hi = attribute.range  # type: ignore[misc]
@@ -272,8 +284,11 @@ class Duchi(MeanMechanism):
         e = math.exp(epsilon)
         return e / (1 + e), 1 / (1 + e)
 
-    def counter_keys(self, attribute: Attribute) -> tuple[str, ...]:
+    def counter_keys(self, attribute: Target) -> tuple[str, ...]:
         return (SUM,)
+
+    def shown_parameters(self, *, epsilon: float, d: int = 2) -> dict[str, float]:
+        return {"C": _duchi_c(epsilon)}
 
     def bound(self, epsilon: float) -> float:
         return 1.0
@@ -285,17 +300,17 @@ class Duchi(MeanMechanism):
         p, q = self.parameters(epsilon=epsilon)
         return int(bernoulli(hit_probability(p, q, (t + 1) / 2), source))
 
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         return 1
 
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         if type(reported) is not int or reported not in (0, 1):
             raise WireError("must be the JSON integer 0 or 1 (one bit)")
 
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((SUM, 1),) if reported else ()
 
-    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         hits = int(amounts.get(SUM, 0))
         share = estimate(hits, n, attribute.p, attribute.q, confidence)
@@ -303,7 +318,7 @@ class Duchi(MeanMechanism):
         return [(attribute.keys[0], _in_units(attribute, 2 * share.estimate - 1, 2 * share.ci_low - 1,
                                               2 * share.ci_high - 1, n, hits))]
 
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         return np.array([np.count_nonzero(self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng))])
@@ -331,6 +346,10 @@ class PiecewiseMechanism(MeanMechanism):
         check_epsilon(epsilon)
         high, far, _ = _pm_regions(epsilon)
         return high, far
+
+    def shown_parameters(self, *, epsilon: float, d: int = 2) -> dict[str, float]:
+        z, c_pm = _pm_constants(epsilon)
+        return {"z": z, "C_pm": c_pm}
 
     def bound(self, epsilon: float) -> float:
         return _pm_constants(epsilon)[1] + GRID
@@ -370,6 +389,10 @@ class HybridMechanism(MeanMechanism):
         e = math.exp(epsilon)
         high, far, _ = _pm_regions(epsilon)
         return alpha * high + (1 - alpha) * e / (1 + e), alpha * far + (1 - alpha) / (1 + e)
+
+    def shown_parameters(self, *, epsilon: float, d: int = 2) -> dict[str, float]:
+        return {**PM.shown_parameters(epsilon=epsilon), **DUCHI.shown_parameters(epsilon=epsilon),
+                "alpha": _hm_alpha(epsilon)}
 
     def bound(self, epsilon: float) -> float:
         return max(_pm_constants(epsilon)[1] + GRID, _duchi_c(epsilon))
@@ -419,25 +442,28 @@ class LocalLaplace(MeanMechanism):
         check_epsilon(epsilon)
         return 0.5, math.exp(-epsilon) / 2
 
+    def shown_parameters(self, *, epsilon: float, d: int = 2) -> dict[str, float]:
+        return {"scale": _laplace_scale(epsilon)}
+
     def bound(self, epsilon: float) -> float:
-        return 1 + 2 / epsilon * MAX_EXPONENTIAL + GRID
+        return 1 + _laplace_scale(epsilon) * MAX_EXPONENTIAL + GRID
 
     def variance_at(self, epsilon: float, t: float) -> float:
         return 8 / epsilon ** 2 + ROUNDING_VARIANCE
 
     def randomise(self, t: float, epsilon: float, source: RandomSource) -> float:
         negative = bernoulli(0.5, source)
-        noise = 2 / epsilon * _exponential(source)
+        noise = _laplace_scale(epsilon) * _exponential(source)
         return snap(t - noise if negative else t + noise, source)
 
     def randomise_bulk(self, t: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-        return t + rng.laplace(0.0, 2 / epsilon, t.shape)
+        return t + rng.laplace(0.0, _laplace_scale(epsilon), t.shape)
 
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
         # t = 1 against t = -1: above 1 and below -1 the loss is ±ε; in between it varies, so the
         # middle is cut into slices with their exact masses (a lower bound of δ, close at 512).
         epsilon = math.log(p / q)
-        b = 2 / epsilon
+        b = _laplace_scale(epsilon)
         cuts = [-1 + 2 * i / _PROFILE_SLICES for i in range(_PROFILE_SLICES + 1)]
         pairs = [(p, q), (q, p)]
         for a, c in zip(cuts, cuts[1:]):
@@ -447,9 +473,11 @@ class LocalLaplace(MeanMechanism):
 
     def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
         epsilon = math.log(p / q)
-        return (f"A device sends its value on a [-1, 1] scale plus Laplace noise of scale {2 / epsilon:.3g} "
+        return (f"A device sends its value on a [-1, 1] scale plus Laplace noise of scale {_laplace_scale(epsilon):.3g} "
                 f"(standard deviation {math.sqrt(8) / epsilon:.3g}).")
 
 
 DUCHI = Duchi()
 PM = PiecewiseMechanism()
+HM = HybridMechanism()
+LAPLACE = LocalLaplace()

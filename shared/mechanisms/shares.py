@@ -33,13 +33,11 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from ..estimators import Estimate, estimate
-from .base import SHARE, Mechanism, Memo, WireError, check_epsilon
+from .base import SHARE, Mechanism, Memo, Target, WireError, check_epsilon
 from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from ..schema import Attribute
 
 # OUE vectors are simulated this many devices at a time, to bound memory at d = 1024.
 _CHUNK = 1 << 16
@@ -140,7 +138,7 @@ class ShareMechanism(Mechanism):
         p2, q2 = self._irr(keep, d)
         return p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2
 
-    def encode(self, attribute: Attribute, truth: Any, source: RandomSource,
+    def encode(self, attribute: Target, truth: Any, source: RandomSource,
                permanent: RandomSource | None = None) -> Any:
         value = self._internal(attribute, truth)
         memo = attribute.memo
@@ -151,7 +149,7 @@ class ShareMechanism(Mechanism):
         prr = self._respond(attribute, value, memo.permanent_p, memo.permanent_q, permanent)
         return self._wire(attribute, self._respond(attribute, prr, memo.instant_p, memo.instant_q, source))
 
-    def permanent_response(self, attribute: Attribute, truth: Any, permanent: RandomSource) -> Any:
+    def permanent_response(self, attribute: Target, truth: Any, permanent: RandomSource) -> Any:
         """The wire form of a memoised attribute's permanent response to ``truth``: what the
         instantaneous layer randomises afresh in every report (never sent as it is)."""
         memo = attribute.memo
@@ -161,16 +159,16 @@ class ShareMechanism(Mechanism):
         return self._wire(attribute, self._respond(attribute, value, memo.permanent_p, memo.permanent_q, permanent))
 
     @abstractmethod
-    def _internal(self, attribute: Attribute, truth: Any) -> Any:
+    def _internal(self, attribute: Target, truth: Any) -> Any:
         """The value a response works on, from the true value ``validate_record`` gives."""
 
     @abstractmethod
-    def _respond(self, attribute: Attribute, value: Any, p: float, q: float, source: RandomSource) -> Any:
+    def _respond(self, attribute: Target, value: Any, p: float, q: float, source: RandomSource) -> Any:
         """One response to ``value``: each possible hit with probability ``p`` where ``value`` has
         it, ``q`` where it does not."""
 
     @abstractmethod
-    def _wire(self, attribute: Attribute, value: Any) -> Any:
+    def _wire(self, attribute: Target, value: Any) -> Any:
         """The wire form of a response."""
 
     def worst_variance(self, *, epsilon: float, d: int) -> float:
@@ -178,7 +176,7 @@ class ShareMechanism(Mechanism):
         # An ε so small that p == q in floating point carries nothing; the schema refuses it.
         return variance(p, q, n=1) if p > q else math.inf
 
-    def report_variance(self, attribute: Attribute) -> float:
+    def report_variance(self, attribute: Target) -> float:
         r"""The variance of a sampled population's estimate, :math:`\pi(1-\pi)/(p-q)^2` with
         :math:`\pi = q + (p-q)\theta`, at its largest over :math:`\theta \in [0, 1]`: at
         :math:`\pi = 1/2` when :math:`q \le 1/2 \le p`, else at the end nearer 1/2. The Wilson
@@ -187,7 +185,7 @@ class ShareMechanism(Mechanism):
         pi = min(max(0.5, q), p)
         return pi * (1 - pi) / (p - q) ** 2
 
-    def estimates(self, attribute: Attribute, n: int, amounts: Mapping[str, int | float],
+    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         # Values with the same hits share one estimate: most of a wide attribute's values have none.
         by_hits: dict[int, Estimate] = {}
@@ -206,7 +204,6 @@ class BinaryRR(ShareMechanism):
 
     name = "rr"
     title = "binary randomised response"
-    types = ("boolean",)
     wire_schema = {"type": "boolean"}
 
     def parameters(self, *, epsilon: float, d: int = 2) -> tuple[float, float]:
@@ -214,26 +211,26 @@ class BinaryRR(ShareMechanism):
         e = math.exp(epsilon)
         return e / (1 + e), 1 / (1 + e)
 
-    def _internal(self, attribute: Attribute, truth: Any) -> bool:
+    def _internal(self, attribute: Target, truth: Any) -> bool:
         return bool(truth)
 
-    def _respond(self, attribute: Attribute, value: bool, p: float, q: float, source: RandomSource) -> bool:
+    def _respond(self, attribute: Target, value: bool, p: float, q: float, source: RandomSource) -> bool:
         return value if bernoulli(p, source) else not value
 
-    def _wire(self, attribute: Attribute, value: bool) -> bool:
+    def _wire(self, attribute: Target, value: bool) -> bool:
         return value
 
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         return len("false")
 
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         if not isinstance(reported, bool):
             raise WireError("must be JSON true or false")
 
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((attribute.keys[0], 1),) if reported else ()
 
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         keep = rng.random(truth.shape[0]) < attribute.p
@@ -256,7 +253,6 @@ class GeneralisedRR(ShareMechanism):
 
     name = "grr"
     title = "generalised randomised response"
-    types = ("categorical", "histogram")
     wire_schema = {"type": "string", "description": "the reported category"}
 
     def parameters(self, *, epsilon: float, d: int) -> tuple[float, float]:
@@ -272,30 +268,30 @@ class GeneralisedRR(ShareMechanism):
     def _irr(self, keep: float, d: int) -> tuple[float, float]:
         return keep, (1 - keep) / (d - 1)
 
-    def _internal(self, attribute: Attribute, truth: Any) -> int:
+    def _internal(self, attribute: Target, truth: Any) -> int:
         return int(truth)
 
-    def _respond(self, attribute: Attribute, value: int, p: float, q: float, source: RandomSource) -> int:
+    def _respond(self, attribute: Target, value: int, p: float, q: float, source: RandomSource) -> int:
         # q is implied: the other d-1 categories share 1 - p equally.
         if bernoulli(p, source):
             return value
         other = randbelow(len(attribute.categories) - 1, source)
         return other + 1 if other >= value else other
 
-    def _wire(self, attribute: Attribute, value: int) -> str:
+    def _wire(self, attribute: Target, value: int) -> str:
         return attribute.categories[value]
 
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         return max(len(json.dumps(c)) for c in attribute.categories)
 
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         if not isinstance(reported, str) or reported not in attribute.index_of:
             raise WireError(f"must be one of the categories {attribute.categories_shown}")
 
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((reported, 1),)
 
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         d = len(attribute.categories)
@@ -320,7 +316,6 @@ class OptimisedUnaryEncoding(ShareMechanism):
 
     name = "oue"
     title = "optimised unary encoding"
-    types = ("categorical", "histogram")
     wire_schema = {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
                    "description": "one bit per category, in the schema's order"}
 
@@ -332,12 +327,12 @@ class OptimisedUnaryEncoding(ShareMechanism):
         # Two inputs differ in two bits: p(1-q) / (q(1-p)).
         return math.log(p * (1 - q) / (q * (1 - p)))
 
-    def _internal(self, attribute: Attribute, truth: Any) -> list[int]:
+    def _internal(self, attribute: Target, truth: Any) -> list[int]:
         bits = [0] * len(attribute.categories)
         bits[int(truth)] = 1
         return bits
 
-    def _respond(self, attribute: Attribute, value: list[int], p: float, q: float, source: RandomSource) -> list[int]:
+    def _respond(self, attribute: Target, value: list[int], p: float, q: float, source: RandomSource) -> list[int]:
         # d coins in one read of the source (the same draws as d bernoulli() calls, faster).
         words = array("Q")
         words.frombytes(source.take(COIN_BYTES * len(value)))
@@ -346,23 +341,23 @@ class OptimisedUnaryEncoding(ShareMechanism):
         below = (threshold(q), threshold(p))
         return [1 if (w >> COIN_SHIFT) < below[bit] else 0 for w, bit in zip(words, value)]
 
-    def _wire(self, attribute: Attribute, value: list[int]) -> list[int]:
+    def _wire(self, attribute: Target, value: list[int]) -> list[int]:
         return value
 
-    def wire_bytes(self, attribute: Attribute) -> int:
+    def wire_bytes(self, attribute: Target) -> int:
         return 3 * len(attribute.categories)  # "[0, 1, ..., 0]": three characters a bit
 
-    def check(self, attribute: Attribute, reported: Any) -> None:
+    def check(self, attribute: Target, reported: Any) -> None:
         d = len(attribute.categories)
         if (not isinstance(reported, list) or len(reported) != d
                 or any(type(bit) is not int or bit not in (0, 1) for bit in reported)):
             raise WireError(f"must be a list of {d} integers, each 0 or 1 (OUE)")
 
-    def statistics(self, attribute: Attribute, reported: Any) -> Iterable[tuple[str, int]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         categories = attribute.categories
         return ((categories[i], 1) for i, bit in enumerate(reported) if bit)
 
-    def encode_bulk(self, attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         d = len(attribute.categories)
@@ -387,3 +382,8 @@ class OptimisedUnaryEncoding(ShareMechanism):
     def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
         return (f"A device sends one bit per category: its own category's bit is 1 with probability "
                 f"{percent(p)}, every other bit with probability {percent(q)}.")
+
+
+RR = BinaryRR()
+GRR = GeneralisedRR()
+OUE = OptimisedUnaryEncoding()

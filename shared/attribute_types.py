@@ -1,0 +1,422 @@
+"""The attribute-type registry: one object per attribute type, and the only place that knows their names.
+
+An attribute's ``type`` (``boolean``, ``categorical``, ``histogram``, ``numeric``) decides
+
+- which schema fields it has of its own (``categories``, ``range``, ``edges``) and what they must be;
+- how a device checks a record's true value and prepares it for the encoder (a category becomes
+  its index, a numeric value is clipped to its range, a histogram's value becomes its bucket);
+- which mechanisms may randomise it, and which one ``auto`` picks;
+- the values its estimates are made for, how each is keyed in the counters and shown in the API;
+- what simulation needs: true values for given shares (or a mean), and the shares they realise.
+
+Schema parsing, report validation, simulation, the dashboard and the tools ask the attribute's
+type object (``attribute.kind``); none of them compares type names. Adding a type (``string``,
+to come) is adding one object to :data:`REGISTRY`.
+
+Dependencies run one way: :mod:`.schema` imports this module, which imports :mod:`.mechanisms`;
+neither of those imports the schema. What a type reads of an attribute is the :class:`Typed`
+protocol, which the schema's ``Attribute`` satisfies.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from abc import ABC, abstractmethod
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from . import mechanisms
+from .checks import TOLERANCE, SchemaError, is_number, require_text, show, type_name
+from .mechanisms import AUTO, Mechanism
+
+if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
+    import numpy as np
+
+MIN_CATEGORIES = 2
+MAX_CATEGORIES = 1024
+MAX_CATEGORY_LENGTH = 64
+MAX_BUCKETS = MAX_CATEGORIES
+# Range ends and bucket edges are at most this in magnitude, so they convert to doubles exactly enough.
+MAX_MAGNITUDE = 1e15
+# Consecutive range ends or bucket edges differ by at least this much of the larger magnitude (and
+# by at least this absolutely): the mean is then computed, and shown, in steps of at most 1e-7 of
+# the range (a double carries 2.2e-16 of a number), and no variance of the range underflows. A
+# narrower range is a wrong unit.
+MIN_RELATIVE_WIDTH = 1e-9
+# A number in a record beyond this (in magnitude) cannot be a double; smaller ones are clipped.
+MAX_RECORD_NUMBER = 1e300
+# How a boolean attribute's one estimate value (the share of true) is keyed in counters and estimates.
+BOOLEAN_KEY = "true"
+# How a numeric attribute's one estimate value (its mean) is keyed, and shown in the API's "value".
+MEAN_KEY = "mean"
+# A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
+# its range, m the mean's position in it and c this concentration (a spread-out population).
+CONCENTRATION = 4.0
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A type's own schema fields, parsed: a histogram's ``categories`` are its buckets' names."""
+
+    categories: tuple[str, ...] = ()
+    range: tuple[int | float, int | float] | None = None
+    edges: tuple[int | float, ...] = ()
+
+
+class Typed(mechanisms.Target, Protocol):
+    """What a type reads of an attribute: what its mechanism reads, and a histogram's edges."""
+
+    @property
+    def edges(self) -> tuple[int | float, ...]: ...
+
+
+class AttributeType(ABC):
+    """One attribute type: its schema fields, record values, mechanisms, estimate values, simulation."""
+
+    name: ClassVar[str]  # as a schema's ``type`` names it
+    fields: ClassVar[tuple[str, ...]] = ()  # its own schema fields (given, or derived and given back)
+    mechanisms: ClassVar[tuple[Mechanism, ...]]  # those that may randomise it; the first wins a tie under auto
+    ranked: ClassVar[bool] = False  # the dashboard lists its values largest first (else in their order)
+
+    def __repr__(self) -> str:
+        return f"<attribute type {self.name}>"
+
+    def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
+        """Its own fields of the attribute ``raw`` (the JSON object at ``where``), checked;
+        :class:`SchemaError` naming the field and the bad value if one is wrong."""
+        return Fields()
+
+    def to_dict(self, attribute: Typed) -> dict[str, Any]:
+        """Its own fields as the derived schema shows them."""
+        return {}
+
+    def values_count(self, categories: tuple[str, ...]) -> int:
+        """``d``, the number of values a mechanism chooses among: the ``categories`` (a
+        histogram's buckets), or 2 (a boolean; a mean's mechanisms ignore it)."""
+        return max(2, len(categories))
+
+    def choices(self) -> tuple[str, ...]:
+        """The ``mechanism`` values a schema may give for an attribute of this type."""
+        return (AUTO, *(m.name for m in self.mechanisms))
+
+    def mechanism(self, requested: Any, *, epsilon: float, d: int) -> Mechanism:
+        """The mechanism a schema asked for (a name, or ``auto``); ``ValueError`` saying what it
+        must be if this type cannot take it."""
+        if requested == AUTO:
+            return self.auto(epsilon=epsilon, d=d)
+        for mechanism in self.mechanisms:
+            if mechanism.name == requested:
+                return mechanism
+        raise ValueError(f"must be one of {', '.join(self.choices())} for a {self.name} attribute")
+
+    def auto(self, *, epsilon: float, d: int) -> Mechanism:
+        """What ``auto`` picks: the lowest worst-case variance at ``epsilon`` and ``d`` (Wang et
+        al. 2017 for GRR vs OUE: GRR exactly when :math:`d - 2 < 3e^\\varepsilon`; Wang et al.
+        2019 for a mean: ``duchi`` up to ε ≈ 0.61, ``hm`` above)."""
+        return min(self.mechanisms, key=lambda m: m.worst_variance(epsilon=epsilon, d=d))
+
+    @abstractmethod
+    def prepare(self, attribute: Typed, value: Any) -> Any:
+        """A record's true ``value`` as the encoder takes it (a bool, a category or bucket index,
+        a number clipped to the range); ``ValueError`` saying what it must be, never repeating
+        ``value`` (it may be a true answer)."""
+
+    def keys(self, attribute: Typed) -> tuple[str, ...]:
+        """How each value an estimate is made for is keyed in the counters and estimates."""
+        return attribute.categories
+
+    def values(self, attribute: Typed) -> tuple[Any, ...]:
+        """The values estimates are made for, as the API shows them, in :meth:`keys`' order."""
+        return self.keys(attribute)
+
+    def value_of(self, key: str) -> Any:
+        """The API's ``value`` of a stored ``key``."""
+        return key
+
+    @abstractmethod
+    def example(self, attribute: Typed) -> Any:
+        """A valid record value (benchmarks and tools fill records with it)."""
+
+    # --- simulation (numpy) -------------------------------------------------------------------
+
+    @abstractmethod
+    def population(self, attribute: Typed, share: Any) -> list[float]:
+        """A population spec checked and normalised: one share per value summing to 1 (a
+        boolean's spec is its share of true), or a numeric attribute's mean; ``ValueError`` if not."""
+
+    @abstractmethod
+    def draw(self, attribute: Typed, shares: Sequence[float], n: int, rng: np.random.Generator, *,
+             sampled: bool) -> np.ndarray:
+        """``n`` devices' prepared true values for :meth:`population`'s ``shares`` (see
+        :func:`..simulation.true_values`)."""
+
+    @abstractmethod
+    def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
+        """What ``truth`` (prepared values) holds of each estimate value: its shares, or its mean."""
+
+    @abstractmethod
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        """Record values (JSON) that :meth:`prepare` turns into the prepared values ``truth``."""
+
+
+class _Shares(AttributeType):
+    """What the types estimated as shares have in common: one share per value, drawn as indices."""
+
+    def population(self, attribute: Typed, share: Any) -> list[float]:
+        d = len(attribute.categories)
+        shares = list(share) if isinstance(share, (list, tuple)) else []
+        # Comparisons that a NaN fails (`0 <= s <= 1`, `not ... <= TOLERANCE`), so NaN shares are rejected.
+        valid = all(isinstance(s, (int, float)) and 0 <= s <= 1 for s in shares)
+        if len(shares) != d or not valid or not abs(sum(shares) - 1) <= TOLERANCE:
+            raise ValueError(f"{attribute.name}: give {d} non-negative shares summing to 1, got {share!r}")
+        return [float(s) for s in shares]
+
+    def draw(self, attribute: Typed, shares: Sequence[float], n: int, rng: np.random.Generator, *,
+             sampled: bool) -> np.ndarray:
+        import numpy as np
+
+        if sampled:
+            return rng.choice(len(shares), size=n, p=shares)
+        counts = np.floor(np.asarray(shares) * n).astype(np.int64)
+        counts[np.argmax(shares)] += n - counts.sum()  # the remainder goes to the largest share
+        values = np.repeat(np.arange(len(counts)), counts)
+        rng.shuffle(values)
+        return values
+
+    def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
+        import numpy as np
+
+        return list(np.bincount(truth, minlength=len(attribute.categories)) / truth.shape[0])
+
+
+class Boolean(_Shares):
+    """``true`` or ``false``; estimated: the share of true. Binary randomised response."""
+
+    name = "boolean"
+    mechanisms = (mechanisms.RR,)
+
+    def prepare(self, attribute: Typed, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"must be True or False, got a {type_name(value)}")
+        return value
+
+    def keys(self, attribute: Typed) -> tuple[str, ...]:
+        return (BOOLEAN_KEY,)
+
+    def values(self, attribute: Typed) -> tuple[Any, ...]:
+        return (True,)
+
+    def value_of(self, key: str) -> Any:
+        return True
+
+    def example(self, attribute: Typed) -> bool:
+        return True
+
+    def population(self, attribute: Typed, share: Any) -> list[float]:
+        if not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"{attribute.name}: the share of True must be a number in [0, 1], got {share!r}")
+        return [float(share), 1.0 - float(share)]
+
+    def draw(self, attribute: Typed, shares: Sequence[float], n: int, rng: np.random.Generator, *,
+             sampled: bool) -> np.ndarray:
+        return super().draw(attribute, shares, n, rng, sampled=sampled) == 0  # index 0 is True
+
+    def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
+        return [float(truth.mean())]
+
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        return [bool(v) for v in truth]
+
+
+class Categorical(_Shares):
+    """One of 2 to 1024 named categories; estimated: each one's share. GRR or OUE."""
+
+    name = "categorical"
+    fields = ("categories",)
+    mechanisms = (mechanisms.GRR, mechanisms.OUE)
+    ranked = True  # with many categories, what matters is at the top
+
+    def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
+        return Fields(categories=_categories(raw.get("categories"), f"{where}.categories"))
+
+    def to_dict(self, attribute: Typed) -> dict[str, Any]:
+        return {"categories": list(attribute.categories)}
+
+    def prepare(self, attribute: Typed, value: Any) -> int:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a category name (str), got a {type_name(value)}")
+        index = attribute.index_of.get(value)
+        if index is None:
+            raise ValueError(f"must be one of the schema's categories ({attribute.categories_shown}); the value "
+                             f"given is not")
+        return index
+
+    def example(self, attribute: Typed) -> str:
+        return attribute.categories[0]
+
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        return [attribute.categories[i] for i in truth]
+
+
+class Histogram(_Shares):
+    """A number counted in the buckets its ``edges`` make; from there a categorical attribute."""
+
+    name = "histogram"
+    fields = ("edges", "categories")  # the categories are derived: given back, they must match
+    mechanisms = (mechanisms.GRR, mechanisms.OUE)
+
+    def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
+        edges = _increasing(raw.get("edges"), f"{where}.edges", MIN_CATEGORIES + 1, MAX_BUCKETS + 1)
+        categories = bucket_names(edges)
+        if "categories" in raw and raw["categories"] != list(categories):
+            raise SchemaError(f"{where}.categories", f"{where}.categories is derived from edges and must be "
+                                                     f"{show(list(categories))}, got {show(raw['categories'])}")
+        return Fields(categories=categories, edges=edges)
+
+    def to_dict(self, attribute: Typed) -> dict[str, Any]:
+        return {"edges": list(attribute.edges), "categories": list(attribute.categories)}
+
+    def prepare(self, attribute: Typed, value: Any) -> int:
+        return bucket(attribute.edges, _record_number(value))
+
+    def example(self, attribute: Typed) -> int | float:
+        return attribute.edges[0]
+
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        return [attribute.edges[i] for i in truth]  # each bucket's lower edge is in it
+
+
+class Numeric(AttributeType):
+    """A number in a ``range``; estimated: its mean, in its own units. duchi, pm, hm or laplace."""
+
+    name = "numeric"
+    fields = ("range",)
+    # At ε ≤ 0.61 ``hm`` is ``duchi``: the tie goes to duchi, named first.
+    mechanisms = (mechanisms.DUCHI, mechanisms.PM, mechanisms.HM, mechanisms.LAPLACE)
+
+    def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
+        lo, hi = _increasing(raw.get("range"), f"{where}.range", 2, 2)
+        return Fields(range=(lo, hi))
+
+    def to_dict(self, attribute: Typed) -> dict[str, Any]:
+        return {"range": list(attribute.range)}  # type: ignore[arg-type]
+
+    def prepare(self, attribute: Typed, value: Any) -> float:
+        lo, hi = attribute.range  # type: ignore[misc]
+        return float(min(max(_record_number(value), lo), hi))
+
+    def keys(self, attribute: Typed) -> tuple[str, ...]:
+        return (MEAN_KEY,)
+
+    def example(self, attribute: Typed) -> int | float:
+        return attribute.range[0]  # type: ignore[index]
+
+    def population(self, attribute: Typed, share: Any) -> list[float]:
+        lo, hi = attribute.range  # type: ignore[misc]
+        if not is_number(share) or not lo <= share <= hi:
+            raise ValueError(f"{attribute.name}: the mean must be a number from {lo} to {hi}, got {share!r}")
+        return [float(share)]
+
+    def draw(self, attribute: Typed, shares: Sequence[float], n: int, rng: np.random.Generator, *,
+             sampled: bool) -> np.ndarray:
+        import numpy as np
+
+        lo, hi = attribute.range  # type: ignore[misc]
+        m = (shares[0] - lo) / (hi - lo)
+        if 0 < m < 1:
+            return lo + (hi - lo) * rng.beta(m * CONCENTRATION, (1 - m) * CONCENTRATION, size=n)
+        return np.full(n, float(shares[0]))
+
+    def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
+        return [float(truth.mean())]
+
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        return [float(v) for v in truth]
+
+
+BOOLEAN, CATEGORICAL, HISTOGRAM, NUMERIC = Boolean(), Categorical(), Histogram(), Numeric()
+REGISTRY: dict[str, AttributeType] = {t.name: t for t in (BOOLEAN, CATEGORICAL, NUMERIC, HISTOGRAM)}
+# Every type's own fields: a field of another type is refused on an attribute.
+OWN_FIELDS = tuple(dict.fromkeys(f for t in REGISTRY.values() for f in t.fields))
+
+
+def get(name: Any) -> AttributeType:
+    """The type called ``name``; ``ValueError`` saying what it must be if there is none."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"must be one of {', '.join(REGISTRY)}, got {show(name)}") from None
+
+
+def bucket(edges: Sequence[int | float], x: int | float) -> int:
+    """The index of the histogram bucket of ``x``, clipped to ``[e0, ek]`` first (the last
+    bucket is closed: ``ek`` is in it)."""
+    return min(len(edges) - 2, max(0, bisect_right(edges, x) - 1))
+
+
+def number_text(value: int | float) -> str:
+    """How a bucket name writes an edge: an integer without a decimal point, else Python's shortest
+    round-tripping form (``0.5``, ``1e-07``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def bucket_names(edges: tuple[int | float, ...]) -> tuple[str, ...]:
+    """The names of the buckets that ``edges`` make: ``[e0, e1)``, ..., ``[e(k-1), ek]``."""
+    texts = [number_text(e) for e in edges]
+    last = len(edges) - 2
+    return tuple(f"[{a}, {b}{']' if i == last else ')'}" for i, (a, b) in enumerate(zip(texts, texts[1:])))
+
+
+def _record_number(value: Any) -> float:
+    if not is_number(value) or abs(value) > MAX_RECORD_NUMBER:
+        raise ValueError(f"must be a finite number (int or float, not a bool), got a {type_name(value)} or a "
+                         f"number out of bounds")
+    return value
+
+
+def _increasing(raw: Any, where: str, least: int, most: int) -> tuple[int | float, ...]:
+    """A list of ``least`` to ``most`` finite, strictly increasing numbers (a range, or edges),
+    each at most :data:`MAX_MAGNITUDE` and each step at least :data:`MIN_RELATIVE_WIDTH` of the
+    larger magnitude (and of 1)."""
+    if not isinstance(raw, list) or not least <= len(raw) <= most:
+        count = f"{least}" if least == most else f"{least} to {most}"
+        raise SchemaError(where, f"{where} must be a list of {count} increasing numbers, got {show(raw)}")
+    for i, value in enumerate(raw):
+        if not is_number(value) or not abs(value) <= MAX_MAGNITUDE:
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must be a finite number of magnitude at most "
+                                               f"{MAX_MAGNITUDE:g}, got {show(value)}")
+        if i and not float(value) > float(raw[i - 1]):
+            raise SchemaError(f"{where}[{i}]", f"{where} must be strictly increasing; {show(value)} follows "
+                                               f"{show(raw[i - 1])}")
+        if i and not value - raw[i - 1] >= MIN_RELATIVE_WIDTH * max(1.0, abs(value), abs(raw[i - 1])):
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must exceed {show(raw[i - 1])} by at least "
+                                               f"{MIN_RELATIVE_WIDTH:g} of the larger number (and of 1; choose a "
+                                               f"smaller unit), got {show(value)}")
+    return tuple(raw)
+
+
+def _categories(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not MIN_CATEGORIES <= len(raw) <= MAX_CATEGORIES:
+        raise SchemaError(
+            where, f"{where} must be a list of {MIN_CATEGORIES} to {MAX_CATEGORIES} strings, got {show(raw)}"
+        )
+    seen: set[str] = set()
+    for i, category in enumerate(raw):
+        if not isinstance(category, str) or not 1 <= len(category) <= MAX_CATEGORY_LENGTH:
+            raise SchemaError(
+                f"{where}[{i}]", f"{where}[{i}] must be a non-empty string of at most {MAX_CATEGORY_LENGTH} "
+                f"characters, got {show(category)}"
+            )
+        require_text(category, f"{where}[{i}]")
+        # Two spellings of one text (a precomposed é and e + a combining accent) would look the same
+        # on every page and in every CSV.
+        normal = unicodedata.normalize("NFC", category)
+        if normal in seen:
+            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct, {category!r} appears twice "
+                                               f"(compared after Unicode NFC normalisation)")
+        seen.add(normal)
+    return tuple(raw)
