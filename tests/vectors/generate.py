@@ -389,10 +389,18 @@ VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     ("a-derived-schema-parses-to-itself", parse_schema(SCHEMAS[6]).to_dict()),
     ("histogram-categories-given-back", _attribute(name="h", type="histogram", edges=[0, 1, 2],
                                                    categories=["[0, 1)", "[1, 2]"])),
+    ("a-derived-numeric-schema-parses-to-itself", parse_schema(SCHEMAS[4]).to_dict()),
+    ("the-least-epsilon-an-attribute-may-have", _features(epsilon=2e-4, attributes=[
+        {"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"},
+        {"name": "y", "type": "numeric", "range": [0, 1], "mechanism": "laplace"}])),
 ]
 
 _BAD_P = parse_schema(SCHEMAS[0]).to_dict()
 _BAD_P["attributes"][1]["p"] = 0.5
+_BAD_C = parse_schema(SCHEMAS[4]).to_dict()
+_BAD_C["attributes"][2]["C"] *= 1 + 1e-6
+_OTHER_PARAMETER = parse_schema(SCHEMAS[4]).to_dict()
+_OTHER_PARAMETER["attributes"][1]["scale"] = 1.0
 _BAD_PERMANENT = parse_schema(SCHEMAS[6]).to_dict()
 _BAD_PERMANENT["attributes"][0]["permanent"] = {"epsilon": 1.0, "p": 0.7, "q": 0.3}
 
@@ -437,7 +445,12 @@ INVALID_SCHEMAS: list[tuple[str, Any]] = [
     ("epsilon-under-sample-not-total", _features(split="sample", attributes=[
         {"name": "a", "type": "boolean", "epsilon": 2.0}, {"name": "b", "type": "boolean", "epsilon": 1.0}])),
     ("epsilon-too-small-for-floating-point", _features(epsilon=1e-17, attributes=[{"name": "a", "type": "boolean"}])),
+    ("epsilon-below-1e-4-on-a-numeric", _numeric(mechanism="duchi") | {"epsilon": 1e-300}),
+    ("epsilon-share-below-1e-4", _features(epsilon=1.5e-4, attributes=[{"name": "a", "type": "boolean"},
+                                                                       {"name": "b", "type": "boolean"}])),
     ("p-given-back-wrong", _BAD_P),
+    ("derived-parameter-given-back-wrong", _BAD_C),
+    ("derived-parameter-of-another-mechanism", _OTHER_PARAMETER),
     ("range-one-number", _numeric(range=[0])),
     ("range-decreasing", _numeric(range=[1, 0])),
     ("range-not-finite", _attribute(name="x", type="numeric", range=[0, 1e16])),
@@ -445,6 +458,8 @@ INVALID_SCHEMAS: list[tuple[str, Any]] = [
     ("edges-two", _attribute(name="h", type="histogram", edges=[0, 1])),
     ("edges-not-increasing", _attribute(name="h", type="histogram", edges=[0, 1, 1])),
     ("edges-a-boolean", _attribute(name="h", type="histogram", edges=[0, True, 2])),
+    ("edges-closer-than-1e-9", _attribute(name="h", type="histogram", edges=[0, 1e-10, 1])),
+    ("range-narrower-than-1e-9-of-its-ends", _numeric(range=[1e6, 1e6 + 1e-4])),
     ("histogram-categories-wrong", _attribute(name="h", type="histogram", edges=[0, 1, 2], categories=["a", "b"])),
     ("epsilon-permanent-not-above-epsilon", _features(epsilon_permanent=2.0)),
     ("epsilon-permanent-above-50", _features(epsilon_permanent=51)),
