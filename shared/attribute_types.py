@@ -97,6 +97,11 @@ class AttributeType(ABC):
         histogram's buckets), or 2 (a boolean; a mean's mechanisms ignore it)."""
         return max(2, len(categories))
 
+    def extent(self, attribute: Typed) -> float:
+        """The width of the scale its estimates are on: 1 for a share (the planner and the
+        dashboard size half-widths by it)."""
+        return 1.0
+
     def choices(self) -> tuple[str, ...]:
         """The ``mechanism`` values a schema may give for an attribute of this type."""
         return (AUTO, *(m.name for m in self.mechanisms))
@@ -309,6 +314,10 @@ class Numeric(AttributeType):
 
     def keys(self, attribute: Typed) -> tuple[str, ...]:
         return (MEAN_KEY,)
+
+    def extent(self, attribute: Typed) -> float:
+        lo, hi = attribute.range  # type: ignore[misc]
+        return float(hi - lo)
 
     def example(self, attribute: Typed) -> int | float:
         return attribute.range[0]  # type: ignore[index]

@@ -16,6 +16,12 @@ the half-width at a share of 0, :math:`z\sqrt{q(1-q)/(s n)}/(p-q)`.
 Each plan is made for the schema as published and for its alternatives (every attribute ε/k on
 every report, or one attribute per report with the whole ε), so the panel can show what another
 split would buy.
+
+Half-widths are planned from :data:`MIN_RELATIVE_HALF_WIDTH` of the estimate's scale (1 for a
+share, the range for a mean) up: at the least ε an attribute may have (1e-4), carried by one
+report in 64, at 99.9% confidence, that is still a finite number of reports (about 10²³), where a
+half-width of 1e-308 would need 10⁶¹⁶ (a float overflow, once a division by zero). A half-width
+of the whole scale or more needs one report: the interval is clipped to the scale.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from .estimators import DEFAULT_CONFIDENCE, z_value
 from .schema import Attribute, Schema, SchemaError, parse_schema
 
 ALTERNATIVES = ("equal", "sample")
+# The narrowest half-width planned, as a share of the estimate's scale (see the module docstring).
+MIN_RELATIVE_HALF_WIDTH = 1e-6
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,20 @@ class Plan:
             raise ValueError(f"n must be at least 1, got {n!r}")
         return z_value(self.confidence) * math.sqrt(self.variance / (self.carried * n))
 
+    @property
+    def scale(self) -> float:
+        """The width of the scale the estimates are on: 1 for a share, the range for a mean."""
+        return self.attribute.kind.extent(self.attribute)
+
     def reports_for(self, half_width: float) -> int:
-        """Reports of the schema needed for an interval of about ``half_width`` either side."""
-        if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width > 0):
-            raise ValueError(f"half_width must be a positive number, got {half_width!r}")
+        """Reports of the schema needed for an interval of about ``half_width`` either side;
+        ``ValueError`` below :data:`MIN_RELATIVE_HALF_WIDTH` of :attr:`scale`."""
+        least = MIN_RELATIVE_HALF_WIDTH * self.scale
+        if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width >= least):
+            raise ValueError(f"half_width must be a number of at least {least:g} (a millionth of the scale), "
+                             f"got {half_width!r}")
+        if half_width >= self.scale:  # the interval is clipped to the scale: one report is enough
+            return 1
         return max(1, math.ceil(z_value(self.confidence) ** 2 * self.variance / (self.carried * half_width ** 2)))
 
     def detection_threshold(self, n: int) -> float | None:
@@ -59,6 +77,26 @@ class Plan:
             return None
         p, q = self.attribute.p, self.attribute.q
         return z_value(self.confidence) * math.sqrt(q * (1 - q) / (self.carried * n)) / (p - q)
+
+
+def typed_half_width(attribute: Attribute, text: str) -> float:
+    """The half-width an analyst typed for ``attribute`` (a share's in percentage points, a mean's
+    in its own units), on the estimate's scale; ``ValueError`` with a sentence in the typed units
+    unless it is from :data:`MIN_RELATIVE_HALF_WIDTH` of the scale to the whole scale."""
+    percent = attribute.mech.estimand.percent
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"the half-width for {attribute.name} must be a positive number")
+    shown = 100 if percent else 1  # typed per this much of the estimate's scale
+    scale = attribute.kind.extent(attribute)
+    if not MIN_RELATIVE_HALF_WIDTH * scale <= value / shown <= scale:
+        unit = " percentage points" if percent else ""
+        raise ValueError(f"the half-width for {attribute.name} must be from {MIN_RELATIVE_HALF_WIDTH * scale * shown:g} "
+                         f"to {scale * shown:g}{unit}, got {value:g}")
+    return value / shown
 
 
 def plan(schema: Schema | Mapping[str, Any], *, confidence: float = DEFAULT_CONFIDENCE) -> list[Plan]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import ADMIN, APP_USAGE, db_state
 
@@ -66,3 +68,54 @@ def test_get_one_schema_latest_or_by_version(client):
 
 def test_schemas_list_is_empty_at_first(client):
     assert client.get("/api/v1/schemas").get_json() == {"schemas": []}
+
+
+MEANS = {"name": "means", "version": 1, "epsilon": 8.0, "attributes": [
+    {"name": "minutes", "type": "numeric", "range": [0, 120], "mechanism": "duchi", "epsilon": 2.0},
+    {"name": "pages", "type": "numeric", "range": [1, 50], "mechanism": "pm", "epsilon": 2.0},
+    {"name": "latency", "type": "numeric", "range": [-5, 5.5], "mechanism": "hm", "epsilon": 2.0},
+    {"name": "crashes", "type": "numeric", "range": [0, 10], "mechanism": "laplace", "epsilon": 2.0},
+    {"name": "slow", "type": "numeric", "range": [0, 10], "epsilon": 0.5, "mechanism": "hm"}]}
+
+
+def test_a_derived_numeric_schema_served_over_http_carries_every_parameter_its_mechanism_uses(client):
+    # DESIGN.md's formulas, written out: C = (e^ε + 1)/(e^ε − 1), z = e^(ε/2), C_pm = (z + 1)/(z − 1),
+    # α = 1 − e^(−ε/2) above ε* ≈ 0.61 (else 0), laplace's scale 2/ε. Each attribute at ε = 2 (8 / 4)...
+    schema = {**MEANS, "attributes": MEANS["attributes"][:4]}
+    assert client.post("/api/v1/schemas", json=schema, headers=ADMIN).status_code == 201
+    served = {a["name"]: a for a in client.get("/api/v1/schemas/means/1").get_json()["attributes"]}
+    e, z = math.exp(2.0), math.exp(1.0)
+    c, c_pm, alpha = (e + 1) / (e - 1), (z + 1) / (z - 1), 1 - math.exp(-1.0)
+    expected = {"minutes": {"C": c}, "pages": {"z": z, "C_pm": c_pm},
+                "latency": {"z": z, "C_pm": c_pm, "C": c, "alpha": alpha}, "crashes": {"scale": 1.0}}
+    for name, parameters in expected.items():
+        shown = {k: v for k, v in served[name].items() if k in ("C", "z", "C_pm", "alpha", "scale")}
+        assert shown.keys() == parameters.keys(), name
+        for key, value in parameters.items():
+            assert shown[key] == pytest.approx(value, rel=1e-12), (name, key)
+    # ... and at ε = 0.5, below ε* ≈ 0.61, hm is duchi: α = 0
+    assert client.post("/api/v1/schemas", json={**MEANS, "version": 2, "epsilon": 8.5}, headers=ADMIN).status_code == 201
+    slow = client.get("/api/v1/schemas/means/2").get_json()["attributes"][4]
+    assert slow["alpha"] == 0.0 and slow["C"] == pytest.approx((math.exp(0.5) + 1) / (math.exp(0.5) - 1), rel=1e-12)
+    # the document served beside it describes each of them
+    document = client.get("/api/v1/openapi.json").get_json()
+    properties = document["components"]["schemas"]["Attribute"]["properties"]
+    for key, users in (("C", "duchi, hm"), ("z", "pm, hm"), ("C_pm", "pm, hm"), ("alpha", "hm"), ("scale", "laplace")):
+        assert properties[key]["type"] == "number" and properties[key]["description"].endswith(f"(shown for {users})")
+
+
+@pytest.mark.parametrize("epsilon, attributes, field", [
+    (5e-324, [{"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"}], "epsilon"),
+    (1e-300, [{"name": "x", "type": "numeric", "range": [0, 1]}], "epsilon"),
+    (1.5e-4, [{"name": "x", "type": "numeric", "range": [0, 1]}, {"name": "y", "type": "boolean"}],
+     "attributes[0].epsilon"),
+])
+def test_a_numeric_attribute_at_a_tiny_epsilon_is_a_400_naming_the_field(app, client, epsilon, attributes, field):
+    # 1e-300 was a 500: ZeroDivisionError in duchi's C = (e^ε + 1)/(e^ε − 1) once e^ε rounds to 1
+    before = db_state(app)
+    response = client.post("/api/v1/schemas", json={"name": "tiny", "version": 1, "epsilon": epsilon,
+                                                     "attributes": attributes}, headers=ADMIN)
+    assert response.status_code == 400, response.get_json()
+    body = response.get_json()
+    assert body["details"][0]["field"] == field and "too small" in body["error"] and "0.0001" in body["error"]
+    assert db_state(app) == before

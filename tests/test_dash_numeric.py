@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from html import unescape
 
 import pytest
-from conftest import ADMIN
+from conftest import ADMIN, APP_USAGE
 
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.planner import plan
@@ -91,3 +91,23 @@ def test_an_interval_too_wide_to_be_useful_says_so(client):
     html = client.get("/schemas/memo").get_data(as_text=True)
     assert 'class="notice too-wide"' in html
     assert 'class="notice too-wide"' not in client.get("/schemas/numbers").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("query, sentence", [
+    ("half_width.os=1e-308", "the half-width for os must be from 0.0001 to 100 percentage points, got 1e-308"),
+    ("half_width.os=1e308", "the half-width for os must be from 0.0001 to 100 percentage points, got 1e+308"),
+    ("half_width.os=1e-200&half_width.dark_mode=1e-150",
+     "the half-width for dark_mode must be from 0.0001 to 100 percentage points, got 1e-150; "
+     "the half-width for os must be from 0.0001 to 100 percentage points, got 1e-200"),
+])
+def test_an_extreme_half_width_gets_a_sentence_not_a_server_error(make_app, query, sentence):
+    # Each was a 500: 1e-308 squared is 0 (ZeroDivisionError), 1e308 squared overflows.
+    client = make_app(LDP_CLOCK=lambda: NOW).test_client()
+    assert client.post("/api/v1/schemas", json=APP_USAGE, headers=ADMIN).status_code == 201
+    response = client.get(f"/schemas/app-usage?{query}")
+    assert response.status_code == 200
+    html = text(response.get_data(as_text=True))
+    assert f"Planner: {sentence}." in html
+    # every planner line still shows, at its default half-width (1 percentage point)
+    os_plan = next(p for p in plan(parse_schema(APP_USAGE)) if p.attribute.name == "os")
+    assert f"needs {os_plan.reports_for(0.01):,} reports of the schema per window" in html

@@ -155,6 +155,9 @@ def test_a_leap_day_window_is_accepted(make_app):
                                     {"name": "b", "type": "boolean", "epsilon": 2.0}]},
     {"epsilon": 1e-17, "attributes": [{"name": "c", "type": "categorical", "mechanism": "oue",
                                        "categories": ["x", "y", "z"]}]},
+    # duchi's C = (e^ε + 1)/(e^ε - 1) divided by zero: a 500 at publish
+    {"epsilon": 1e-300, "attributes": [{"name": "x", "type": "numeric", "range": [0, 1]}]},
+    {"epsilon": 5e-324, "attributes": [{"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "hm"}]},
 ])
 def test_an_epsilon_too_small_to_carry_anything_is_refused_at_publish(loaded, changes):
     # p == q in floating point: it was published, and the next refresh divided by zero (a 500)
@@ -172,8 +175,10 @@ def test_an_epsilon_too_small_to_carry_anything_is_refused_at_publish(loaded, ch
 
 
 def test_the_smallest_usable_epsilon_still_estimates(loaded):
+    # two attributes at the least ε an attribute may have, 1e-4 each
     app, client = loaded
-    schema = publish(client, {**APP_USAGE, "name": "small", "epsilon": 1e-12})
+    schema = publish(client, {**APP_USAGE, "name": "small", "epsilon": 2e-4})
+    assert [a["epsilon"] for a in schema["attributes"]] == [1e-4, 1e-4]
     report = randomize(schema, {"dark_mode": True, "os": "linux"}, window="2026-11-21")
     assert client.post("/api/v1/reports", json={"reports": [report]}).status_code == 202
     assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200

@@ -10,7 +10,7 @@ import pytest
 
 from ldp_telemetry.shared import parse_schema
 from ldp_telemetry.shared.estimators import z_value
-from ldp_telemetry.shared.planner import alternatives, plan
+from ldp_telemetry.shared.planner import alternatives, plan, typed_half_width
 from ldp_telemetry.shared.simulation import simulate
 
 SCHEMA = {
@@ -108,3 +108,60 @@ def test_the_planned_half_width_of_a_mean_is_what_simulation_shows(mechanism, me
     assert statistics.mean(half_widths) == pytest.approx(planned.half_width(20_000), rel=0.02)
     print(f"{mechanism}: planned ±{planned.half_width(20_000):.4f}, observed z·sd ±{observed:.4f}, "
           f"mean interval ±{statistics.mean(half_widths):.4f}")
+
+
+NUMERIC = {"name": "minutes", "version": 1, "epsilon": 2.0,
+           "attributes": [{"name": "minutes", "type": "numeric", "range": [0, 120], "mechanism": "laplace"}]}
+
+
+@pytest.mark.parametrize("schema, name, scale", [(SCHEMA, "os", 1.0), (NUMERIC, "minutes", 120.0)])
+def test_a_half_width_below_a_millionth_of_the_scale_is_refused_naming_it(schema, name, scale):
+    # 1e-308 squared is 0 (a ZeroDivisionError), 1e-200's needs overflow ceil(): both were a 500 on the dashboard
+    p = next(p for p in plan(parse_schema(schema)) if p.attribute.name == name)
+    assert p.scale == scale
+    for half_width in (1e-308, 1e-200, 1e-150, 0.99e-6 * scale, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match=f"half_width must be a number of at least {1e-6 * scale:g}"):
+            p.reports_for(half_width)
+    assert p.reports_for(1e-6 * scale) > 10 ** 11
+
+
+@pytest.mark.parametrize("schema, name, scale", [(SCHEMA, "os", 1.0), (NUMERIC, "minutes", 120.0)])
+def test_a_half_width_of_the_whole_scale_or_more_needs_one_report(schema, name, scale):
+    # the interval is clipped to the scale (a share's to [0, 1], a mean's to its range)
+    p = next(p for p in plan(parse_schema(schema)) if p.attribute.name == name)
+    assert p.reports_for(scale) == p.reports_for(2 * scale) == p.reports_for(1e308) == 1
+
+
+def test_the_narrowest_plan_at_the_least_epsilon_is_a_finite_number_of_reports():
+    # The worst case the planner's lower bound is chosen for: each attribute at ε = 1e-4, carried
+    # by one report in 64 (split "sample"), at 99.9%: about 10^23 reports, an exact integer.
+    attributes = [{"name": f"x{i}", "type": "numeric", "range": [0, 1], "mechanism": "laplace"} for i in range(63)]
+    schema = parse_schema({"name": "s", "version": 1, "epsilon": 1e-4, "split": "sample",
+                           "attributes": [{"name": "flag", "type": "boolean"}, *attributes]})
+    for p in plan(schema, confidence=0.999):
+        needed = p.reports_for(1e-6 * p.scale)
+        expected = z_value(0.999) ** 2 * p.variance * 64 / (1e-6 * p.scale) ** 2
+        assert needed == pytest.approx(expected, rel=1e-12) and 1e20 < needed < 1e24
+
+
+@pytest.mark.parametrize("text, expected", [("1", 0.01), ("0.0001", 1e-6), ("100", 1.0), (" 2.5", 0.025)])
+def test_a_typed_half_width_of_a_share_is_in_percentage_points(text, expected):
+    assert typed_half_width(parse_schema(SCHEMA).attribute("os"), text) == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize("attribute, text, message", [
+    ("os", "1e-308", "the half-width for os must be from 0.0001 to 100 percentage points, got 1e-308"),
+    ("os", "1e308", "the half-width for os must be from 0.0001 to 100 percentage points, got 1e+308"),
+    ("os", "101", "the half-width for os must be from 0.0001 to 100 percentage points, got 101"),
+    ("minutes", "1e-5", "the half-width for minutes must be from 0.00012 to 120, got 1e-05"),
+    ("minutes", "121", "the half-width for minutes must be from 0.00012 to 120, got 121"),
+    ("os", "-3", "the half-width for os must be a positive number"),
+    ("os", "1e400", "the half-width for os must be a positive number"),
+    ("os", "nan", "the half-width for os must be a positive number"),
+    ("os", "ten", "the half-width for os must be a positive number"),
+])
+def test_a_typed_half_width_out_of_bounds_is_refused_in_the_typed_units(attribute, text, message):
+    schema = parse_schema(SCHEMA if attribute == "os" else NUMERIC)
+    with pytest.raises(ValueError) as caught:
+        typed_half_width(schema.attribute(attribute), text)
+    assert str(caught.value) == message

@@ -242,7 +242,7 @@ def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str
         p = plans[view.attribute.name]
         latest = next((r.latest.n for r in view.rows if r.latest is not None), 0)
         reports = round(latest / p.carried)  # the schema's reports (under sample, a share carries it)
-        scale = 1.0 if view.percent else float(view.attribute.range[1] - view.attribute.range[0])  # type: ignore[index]
+        scale = p.scale
         target = targets.get(view.attribute.name, 0.01 * scale)
         half = p.half_width(reports) if reports else None
         out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),

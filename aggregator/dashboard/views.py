@@ -13,7 +13,6 @@ so the token leaves the address bar. A bearer header (as for the API) works too.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 
+from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
 from ...shared.windows import LENGTH, window_of
 from .. import auth
@@ -193,13 +193,9 @@ def _targets(schema: Schema) -> tuple[dict[str, float], str | None]:
         if not text:
             continue
         try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value > 0):
-            errors.append(f"the half-width for {name} must be a positive number")
-            continue
-        out[name] = value / 100 if schema.attribute(name).mech.estimand.percent else value
+            out[name] = typed_half_width(schema.attribute(name), text)
+        except ValueError as exc:
+            errors.append(str(exc))
     return out, "; ".join(errors) or None
 
 
