@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..shared.schema import MAX_VERSION, Schema, parse_schema
+from ..shared.schema import Schema, parse_schema, version_from_text
 from .store import Store
 
 
 def version_number(text: str) -> int:
     """A schema version from a URL path or query, 0 for one that cannot exist (so a 404, not a
     400). Checked before ``int()``, which refuses strings of over 4300 digits."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_VERSION else 0
+    return version_from_text(text) or 0
 
 
 class Catalog:

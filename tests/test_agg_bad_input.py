@@ -143,11 +143,18 @@ CASES = [
     ("unknown schema version", "GET", S + "/app-usage/7", {}, 404),
     ("huge schema version", "GET", S + "/app-usage/99999999999999999999999", {}, 404),
     ("non-numeric schema version", "GET", S + "/app-usage/latest", {}, 404),
+    # "²".isdigit() and "١".isdigit() are true; int() refuses the first and reads the second as 1
+    ("superscript schema version", "GET", S + "/app-usage/%C2%B2", {}, 404),
+    ("arabic-indic schema version", "GET", S + "/app-usage/%D9%A1", {}, 404),
     # -- estimates --
     ("estimates without schema", "GET", E, {}, 400),
     ("estimates of an unknown schema", "GET", E + "?schema=nope", {}, 404),
     ("estimates of an unknown version", "GET", E + "?schema=app-usage&version=9", {}, 404),
     ("estimates with a non-numeric version", "GET", E + "?schema=app-usage&version=one", {}, 400),
+    ("estimates with a superscript version", "GET", E + "?schema=app-usage&version=%C2%B2", {}, 400),
+    ("estimates with an 11-digit version", "GET", E + "?schema=app-usage&version=10000000001", {}, 400),
+    ("estimates with a superscript limit", "GET", E + "?schema=app-usage&limit=%C2%B2", {}, 400),
+    ("estimates with a superscript cursor rank", "GET", E + "?schema=app-usage&next=all:%C2%B2", {}, 400),
     ("estimates of an unknown attribute", "GET", E + "?schema=app-usage&attribute=theme", {}, 404),
     ("estimates since a malformed window", "GET", E + "?schema=app-usage&since=yesterday", {}, 400),
     ("estimates in XML", "GET", E + "?schema=app-usage&format=xml", {}, 400),

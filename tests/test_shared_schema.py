@@ -10,7 +10,8 @@ from test_shared_examples import MISSING, example, with_value
 
 from ldp_telemetry.shared import mechanisms
 from ldp_telemetry.shared.reports import randomize
-from ldp_telemetry.shared.schema import MIN_EPSILON, Schema, SchemaError, parse_schema
+from ldp_telemetry.shared.checks import parse_digits
+from ldp_telemetry.shared.schema import MIN_EPSILON, Schema, SchemaError, is_version, parse_schema, version_from_text
 
 E = math.e
 
@@ -460,3 +461,26 @@ def test_a_parsed_schema_is_returned_as_it_is():
 def test_the_message_shows_the_bad_value(path, value, shown):
     with pytest.raises(ValueError, match=f"got {shown}"):
         parse_schema(changed(path, value))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1", 1), ("0001", 1), ("2147483647", 2**31 - 1), ("2147483648", None), ("0", None), ("00000000001", None),
+    ("", None), ("-1", None), ("+1", None), (" 1", None), ("1.0", None), ("²", None), ("\u0661", None), ("1e3", None),
+])
+def test_a_version_from_a_url_is_ascii_digits_at_most_10_of_them_and_a_valid_version(text, expected):
+    assert version_from_text(text) == expected
+    assert is_version(expected) if expected is not None else True
+
+
+@pytest.mark.parametrize("value, expected", [(1, True), (2**31 - 1, True), (0, False), (2**31, False),
+                                             (True, False), (1.0, False), ("1", False), (None, False)])
+def test_a_version_in_json_is_an_integer_from_1_to_2_31_minus_1(value, expected):
+    assert is_version(value) is expected
+
+
+@pytest.mark.parametrize("text, most, expected", [("42", 2, 42), ("042", 2, None), ("9" * 5000, 10, None),
+                                                  ("²", 5, None), ("٣", 5, None), ("", 5, None), ("4 2", 5, None),
+                                                  (" 42", 5, None)])
+def test_digits_are_ascii_and_bounded_in_length(text, most, expected):
+    # 5,000 digits are refused before int() sees them (it raises past 4,300)
+    assert parse_digits(text, most) == expected

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from flask import Flask
 
+from ...shared.checks import parse_digits
 from ...shared.schema import Schema
 from ...shared.windows import ROLLUP, window_start
 from .. import context
@@ -57,9 +58,10 @@ def limit_of(text: str | None) -> int:
     """The ``limit`` query parameter: 1 to :data:`MAX_LIMIT`, :data:`DEFAULT_LIMIT` if absent."""
     if text is None:
         return DEFAULT_LIMIT
-    if not (text.isascii() and text.isdigit() and len(text) <= 7 and 1 <= int(text) <= MAX_LIMIT):
+    limit = parse_digits(text, len(str(MAX_LIMIT)))
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise ReadError("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(text)
+    return limit
 
 
 def cursor_of(schema: Schema, text: str | None) -> tuple[str, int] | None:
@@ -72,9 +74,10 @@ def cursor_of(schema: Schema, text: str | None) -> tuple[str, int] | None:
             window_start(window, schema.window)
         except ValueError:
             raise ReadError("next", "next must be a cursor from the previous page") from None
-    if not (rank.isascii() and rank.isdigit() and len(rank) <= 10 and int(rank) <= _MAX_RANK):
+    number = parse_digits(rank, 10)
+    if number is None or number > _MAX_RANK:
         raise ReadError("next", "next must be a cursor from the previous page")
-    return window, int(rank)
+    return window, number
 
 
 def read(app: Flask, schema: Schema, *, attribute: str | None = None, since: str | None = None,

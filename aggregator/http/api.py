@@ -8,7 +8,8 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
-from ...shared.schema import Schema, SchemaError
+from ...shared.checks import parse_digits
+from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import context
 from ..estimation import refresh, readout
 from ..auth import require_admin, require_reader
@@ -134,8 +135,9 @@ def _estimates_query() -> dict[str, str]:
     if "schema" not in query:
         raise ApiError(400, "the schema query parameter is required: /api/v1/estimates?schema=NAME",
                        [detail("schema", "is required")])
-    if "version" in query and not (query["version"].isascii() and query["version"].isdigit()):
-        raise ApiError(400, "version must be a positive integer", [detail("version", "must be a positive integer")])
+    if "version" in query and parse_digits(query["version"], VERSION_DIGITS) is None:
+        raise ApiError(400, "version must be a whole number (at most 10 digits)",
+                       [detail("version", "must be a whole number")])
     if query.get("format", "json") not in ("json", "csv"):
         raise ApiError(400, "format must be json or csv", [detail("format", "must be json or csv")])
     return query

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
-from ...shared.schema import MAX_VERSION, NAME_RE
+from ...shared.schema import NAME_RE, is_version
 from .errors import StoreUnavailable
 
 
@@ -141,7 +141,7 @@ def estimates_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str
 def schema_key_ok(name: object, version: int | None) -> bool:
     """False for a name or version no published schema can have (nothing to look up)."""
     return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and (
-        version is None or 1 <= version <= MAX_VERSION)
+        version is None or is_version(version))
 
 
 @dataclass(frozen=True)
