@@ -38,7 +38,7 @@ def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windo
     if store.get_schema(schema.name, schema.version) is None:
         store.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z")
     days = window_days(windows)
-    sample = json.dumps(randomize(schema, {a.name: True if a.type == "boolean" else a.categories[0]
+    sample = json.dumps(randomize(schema, {a.name: a.kind.example(a)
                                            for a in schema.attributes})["values"], separators=(",", ":"))
     for chunk_start in range(start, start + count, CHUNK):
         size = min(CHUNK, start + count - chunk_start)

@@ -66,7 +66,7 @@ def report_template(schema: Schema) -> str:
 
 
 def _any_record(schema: Schema) -> dict[str, Any]:
-    return {a.name: True if a.type == "boolean" else a.categories[0] for a in schema.attributes}
+    return {a.name: a.kind.example(a) for a in schema.attributes}
 
 
 def _worker(url: str, schema_dict: dict, batch: int, seconds: float, worker: int, out: mp.Queue) -> None:

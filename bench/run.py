@@ -180,7 +180,7 @@ def bench_refresh(runs: int, reports_per_window: int = 200, windows: int = 30) -
     from ldp_telemetry.shared import randomize
 
     schema = REFRESH_SCHEMA
-    record = {a.name: True if a.type == "boolean" else a.categories[0] for a in schema.attributes}
+    record = {a.name: a.kind.example(a) for a in schema.attributes}
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
         app = create_app({"LDP_DB": f"{folder}/refresh.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
                           "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})

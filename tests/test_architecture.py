@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from ldp_telemetry.shared import mechanisms
+from ldp_telemetry.shared import attribute_types, mechanisms
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("aggregator", "client", "shared", "tools")
@@ -107,4 +107,40 @@ def test_only_the_store_imports_a_database_driver():
     found = [f"{path.relative_to(ROOT)}: {sorted(imported_modules(path) & drivers)}"
              for folder in ("aggregator", "shared", "bench") for path in sorted((ROOT / folder).rglob("*.py"))
              if store not in path.parents and imported_modules(path) & drivers]
+    assert found == []
+
+
+def test_no_module_switches_on_an_attribute_types_name():
+    # A type's name compared with (or used as a key of) anything outside shared/attribute_types.py is
+    # a dispatch that the type's object (attribute.kind) should answer instead. Schema literals such
+    # as {"type": "boolean"} are data, not dispatch, and are not flagged.
+    names = set(attribute_types.REGISTRY)
+    home = ROOT / "shared" / "attribute_types.py"
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
+
+    found = []
+    for path in [*sources(".py"), *sorted((ROOT / "bench").rglob("*.py"))]:
+        if path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare) and any(named(o) for o in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a comparison with a type name")
+            elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a table keyed by type names")
+    assert found == []
+
+
+def test_the_mechanisms_import_nothing_of_the_schema():
+    # schema -> attribute_types -> mechanisms, one way: a mechanism reads its attribute through the
+    # Target protocol it defines.
+    found = []
+    for path in sorted((ROOT / "shared" / "mechanisms").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level >= 2 and \
+                    node.module.split(".")[0] in ("schema", "attribute_types", "reports", "simulation", "planner"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}{node.module}")
     assert found == []

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ldp_telemetry.shared import parse_schema, randomize
+from ldp_telemetry.shared.mechanisms import FixedBytes
 from ldp_telemetry.shared.reports import permanent_source, validate_record, validate_report
 from ldp_telemetry.shared.schema import SchemaError
 from ldp_telemetry.shared.simulation import simulate
@@ -69,9 +70,18 @@ def test_the_derived_histogram_shows_its_buckets_and_parses_back():
 
 @pytest.mark.parametrize("mechanism", ["grr", "oue", "auto"])
 def test_a_histogram_report_is_a_categorical_report(mechanism):
+    # The same coins give the same report as a categorical attribute over the bucket names given
+    # the value's bucket (clipped to the edges first), and it validates as one.
     s = schema({**LOAD, "mechanism": mechanism})
-    for value in (3, 75, 400, 5000):
-        validate_report(randomize(s, {"load_ms": value}), s)
+    buckets = s.attribute("load_ms").categories
+    c = schema({"name": "load_ms", "type": "categorical", "categories": list(buckets), "mechanism": mechanism})
+    assert s.attribute("load_ms").mechanism == c.attribute("load_ms").mechanism
+    for value, bucket in ((-7, 0), (3, 0), (50, 1), (75, 1), (400, 3), (1000, 3), (5000, 3)):
+        coins = os.urandom(4096)
+        report = randomize(s, {"load_ms": value}, window="2026-11-21", source=FixedBytes(coins))
+        same = randomize(c, {"load_ms": buckets[bucket]}, window="2026-11-21", source=FixedBytes(coins))
+        assert report == same
+        assert validate_report(report, s).values == validate_report(same, c).values == report["values"]
 
 
 def test_a_memoised_histogram_keeps_one_permanent_response_per_bucket():

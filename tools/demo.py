@@ -42,7 +42,7 @@ import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
 from ..shared.schema import Schema, parse_schema
-from ..shared.simulation import true_values
+from ..shared.simulation import population_shares, true_values
 from ..shared.windows import LENGTH, ROLLUP, window_of, window_start
 from .process import ServerProcess
 
@@ -226,16 +226,13 @@ def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.r
                   "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
         columns = {}
         for attribute in schema.attributes:
-            if attribute.type == "histogram":
+            if attribute.name not in shares:  # page loads: measured times, not shares (see LOAD_MEDIAN_MS)
                 values = rng.lognormal(np.log(LOAD_MEDIAN_MS), LOAD_SIGMA, size=int(count))
                 columns[attribute.name] = [round(float(v), 1) for v in values]
                 continue
-            spec = shares[attribute.name]
-            spec = [spec, 1 - spec] if attribute.type == "boolean" else spec if attribute.type == "categorical" else [spec]
+            spec = population_shares(attribute, shares[attribute.name])
             values = true_values(attribute, spec, int(count), rng, sampled=False)
-            columns[attribute.name] = ([bool(v) for v in values] if attribute.type == "boolean"
-                                       else [round(float(v), 2) for v in values] if attribute.type == "numeric"
-                                       else [attribute.categories[i] for i in values])
+            columns[attribute.name] = attribute.kind.record_values(attribute, values)
         secrets_of = [secrets.token_bytes(32) if schema.epsilon_permanent else b"" for _ in range(int(count))]
         result += [Device(window, {name: column[i] for name, column in columns.items()}, secrets_of[i])
                    for i in range(int(count))]
@@ -287,16 +284,10 @@ def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str,
     rollup = {(e["attribute"], e["value"]): e for e in estimates if e["window"] == ROLLUP}
     rows = []
     for attribute in schema.attributes:
-        column = [d.record[attribute.name] for d in devices]
-        if attribute.type == "numeric":
-            lo, hi = attribute.range  # type: ignore[misc]
-            truth = sum(min(hi, max(lo, v)) for v in column) / len(column)
-            rows.append(Row(attribute.name, attribute.keys[0], truth, rollup[(attribute.name, attribute.keys[0])]))
-            continue
-        if attribute.type == "histogram":
-            column = [attribute.categories[attribute.bucket(v)] for v in column]
-        for value, key in zip(attribute.values, attribute.keys):
-            truth = sum(v == value for v in column) / len(column)
+        # each record value as the device prepares it (clipped, bucketed), then what the population holds
+        prepared = np.array([attribute.kind.prepare(attribute, d.record[attribute.name]) for d in devices])
+        truths = attribute.kind.realised(attribute, prepared)
+        for value, key, truth in zip(attribute.values, attribute.keys, truths):
             rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, value)]))
     return rows
 
@@ -378,7 +369,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
 def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], confidence: float) -> None:
     header = (f"{'attribute':<15} {'value':<11} {'eps':>4} {'n':>7} {'truth':>8} {'estimate':>9} {'interval':>19}"
               "  covers")
-    units = "; a mean in its own units" if any(a.type == "numeric" for a in schema.attributes) else ""
+    units = "; a mean in its own units" if any(not a.mech.estimand.percent for a in schema.attributes) else ""
     say(f"{schema.name}, every window together ({confidence:.0%} intervals{units}):")
     say(header)
     say("-" * len(header))

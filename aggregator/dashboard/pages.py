@@ -143,7 +143,7 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     rollup = cells.get(ROLLUP, {})
     rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k)) for k in keys]
     n = max((c.n for c in rollup.values()), default=0)
-    if attribute.type == "categorical":
+    if attribute.kind.ranked:
         # Largest first: with many categories, what matters is at the top (a histogram's buckets
         # stay in their order).
         rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
