@@ -92,10 +92,11 @@ def typed_half_width(attribute: Attribute, text: str) -> float:
         raise ValueError(f"the half-width for {attribute.name} must be a positive number")
     shown = 100 if percent else 1  # typed per this much of the estimate's scale
     scale = attribute.kind.extent(attribute)
-    if not MIN_RELATIVE_HALF_WIDTH * scale <= value / shown <= scale:
+    least = MIN_RELATIVE_HALF_WIDTH * scale
+    if not least <= value / shown <= scale:
         unit = " percentage points" if percent else ""
-        raise ValueError(f"the half-width for {attribute.name} must be from {MIN_RELATIVE_HALF_WIDTH * scale * shown:g} "
-                         f"to {scale * shown:g}{unit}, got {value:g}")
+        raise ValueError(f"the half-width for {attribute.name} must be from {least * shown:g} to {scale * shown:g}"
+                         f"{unit}, got {value:g}")
     return value / shown
 
 

@@ -94,7 +94,8 @@ def test_a_derived_numeric_schema_served_over_http_carries_every_parameter_its_m
         for key, value in parameters.items():
             assert shown[key] == pytest.approx(value, rel=1e-12), (name, key)
     # ... and at ε = 0.5, below ε* ≈ 0.61, hm is duchi: α = 0
-    assert client.post("/api/v1/schemas", json={**MEANS, "version": 2, "epsilon": 8.5}, headers=ADMIN).status_code == 201
+    response = client.post("/api/v1/schemas", json={**MEANS, "version": 2, "epsilon": 8.5}, headers=ADMIN)
+    assert response.status_code == 201
     slow = client.get("/api/v1/schemas/means/2").get_json()["attributes"][4]
     assert slow["alpha"] == 0.0 and slow["C"] == pytest.approx((math.exp(0.5) + 1) / (math.exp(0.5) - 1), rel=1e-12)
     # the document served beside it describes each of them

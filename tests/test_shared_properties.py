@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_shared_examples import EXAMPLES, MISSING, example, json_values, with_value
 
 from ldp_telemetry.shared.reports import Report, ReportError, randomize, validate_record, validate_report
-from ldp_telemetry.shared.schema import MAX_CATEGORY_LENGTH, Schema, parse_schema
+from ldp_telemetry.shared.schema import MAX_CATEGORY_LENGTH, MIN_EPSILON, Schema, parse_schema
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SCHEMAS = {name: parse_schema(raw) for name, raw in EXAMPLES.items()}
@@ -106,7 +106,8 @@ valid_schemas = st.fixed_dictionaries(
     {
         "name": names,
         "version": st.integers(1, 2**31 - 1),
-        "epsilon": st.floats(min_value=1e-6, max_value=20),
+        # at most 5 attributes, each at least MIN_EPSILON under split "equal"
+        "epsilon": st.floats(min_value=5 * MIN_EPSILON, max_value=20),
         "attributes": st.lists(attributes, min_size=1, max_size=5, unique_by=lambda a: a["name"]),
     },
     optional={"window": st.sampled_from(["hour", "day"]), "split": st.sampled_from(["equal", "sample"]),

@@ -87,7 +87,8 @@ def test_total_epsilon_accepts_the_interval(epsilon):
                                        {"name": "h", "type": "histogram", "edges": [0, 1, 2]}])
 def test_an_epsilon_below_the_least_an_attribute_may_have_is_refused_naming_the_field(epsilon, attribute):
     # At 5e-324 and 1e-300 duchi's C = (e^ε + 1)/(e^ε - 1) divided by zero: a ZeroDivisionError, not a SchemaError.
-    with pytest.raises(SchemaError, match=f"epsilon is too small: every attribute needs at least 0.0001.*{epsilon!r}") as caught:
+    expected = f"epsilon is too small: every attribute needs at least 0.0001.*{epsilon!r}"
+    with pytest.raises(SchemaError, match=expected) as caught:
         parse_schema(schema_of(attribute, epsilon=epsilon))
     assert caught.value.field == "epsilon"
     with pytest.raises(SchemaError, match="too small") as caught:

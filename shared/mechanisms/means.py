@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ..checks import TOLERANCE
 from ..estimators import Estimate, estimate, z_value
 from .base import MEAN, Mechanism, Target, WireError, check_epsilon
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
@@ -71,8 +72,6 @@ GRID = 2.0 ** -20
 ROUNDING_VARIANCE = GRID * GRID / 4  # the most randomised rounding adds to a report's variance
 # The largest exponential variate a 53-bit uniform gives: -ln(2^-53).
 MAX_EXPONENTIAL = 53 * math.log(2)
-# Wire values may exceed their bound by this relative amount (another client's rounding).
-WIRE_SLACK = 1e-9
 # Slices of the Laplace privacy profile's middle region (its privacy loss varies continuously there).
 _PROFILE_SLICES = 512
 # HM uses PM above this ε (Wang et al. 2019, Eq. 6): the root at which α = 1 - e^{-ε/2} starts to pay.
@@ -212,7 +211,7 @@ class MeanMechanism(Mechanism):
     def check(self, attribute: Target, reported: Any) -> None:
         limit = self.bound(attribute.epsilon)
         if (isinstance(reported, bool) or not isinstance(reported, (int, float))
-                or not abs(reported) <= limit * (1 + WIRE_SLACK)):
+                or not abs(reported) <= limit * (1 + TOLERANCE)):  # another client's rounding
             raise WireError(f"must be a number from {-limit:.17g} to {limit:.17g} ({self.title})")
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
