@@ -38,3 +38,12 @@ def test_plan_names_a_bad_schema(tmp_path):
     path.write_text(json.dumps({**SCHEMA, "epsilon": -1}))
     result = CliRunner().invoke(main, ["plan", str(path)])
     assert result.exit_code == 1 and "epsilon must be a number in (0, 20]" in result.output
+
+
+def test_plan_refuses_a_half_width_below_a_millionth_of_the_scale(tmp_path):
+    # 1e-200 squared is 0: the needed reports divided by zero (a traceback) before the planner refused it
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA))
+    result = CliRunner().invoke(main, ["plan", str(path), "--half-width", "1e-200"])
+    assert result.exit_code == 1, result.output
+    assert "dark_mode: half_width must be a number of at least 1e-06 (a millionth of the scale), got 1e-200" in result.output

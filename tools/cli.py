@@ -157,8 +157,12 @@ def plan(schema_file: Path, reports: int, half_width: float, confidence: float) 
             continue
         for p in plans:
             detects = p.detection_threshold(reports)
+            try:
+                needed = p.reports_for(half_width)
+            except ValueError as exc:  # narrower than the planner plans for (a millionth of the scale)
+                raise click.ClickException(f"{p.attribute.name}: {exc}") from None
             click.echo(f"{split:<13} {p.attribute.name:<16.16} {p.attribute.mechanism:<7} {p.attribute.epsilon:>6.3g} "
-                       f"{p.half_width(reports):>9.4g} {p.reports_for(half_width):>12,} "
+                       f"{p.half_width(reports):>9.4g} {needed:>12,} "
                        f"{'' if detects is None else f'{detects:.4f}':>8}")
 
 
