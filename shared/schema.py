@@ -101,17 +101,15 @@ class Attribute:
     edges: tuple[int | float, ...] = ()  # a histogram's bucket edges, as given
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
-    # how each estimate value is keyed in counters and estimates (the type's keys, read on hot paths)
+    # the registry object of ``type``: its fields, record values, mechanisms, simulation (read on hot paths)
+    kind: attribute_types.AttributeType = field(init=False, compare=False, repr=False)
+    # how each estimate value is keyed in counters and estimates (the type's keys)
     keys: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index_of", {c: i for i, c in enumerate(self.categories)})
+        object.__setattr__(self, "kind", attribute_types.REGISTRY[self.type])
         object.__setattr__(self, "keys", self.kind.keys(self))
-
-    @property
-    def kind(self) -> attribute_types.AttributeType:
-        """The registry object of :attr:`type`: its fields, record values, mechanisms, simulation."""
-        return attribute_types.REGISTRY[self.type]
 
     @property
     def mech(self) -> mechanisms.Mechanism:
