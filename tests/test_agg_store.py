@@ -266,6 +266,32 @@ def test_the_reports_of_one_request_are_not_stored_together(app, client):
     assert runs >= 20, physical
 
 
+@pytest.mark.sqlite_only
+def test_the_wal_keeps_no_arrival_order_once_folded(app, client):
+    """Issue 21, item 8. Reads the ``-wal`` file itself. Each fold appends the pages it wrote to the
+    WAL, so 20 requests folded one after another (a quiet server folds each request a moment after
+    it) left the 20 ids at strictly increasing offsets: arrival order, kept until 10,000 pages of
+    WAL were checkpointed, and then still in the file beyond its new end. A fold now copies the WAL
+    into the database and truncates it when no reader is in the way: nothing of it is left."""
+    from pathlib import Path
+
+    store = store_of(app)
+    sent = []
+    for _ in range(20):
+        batch = reports(1)
+        assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
+        store.settle()  # folded on its own
+        sent += batch
+    wal = Path(app.config["LDP_DB"] + "-wal")
+    data = wal.read_bytes() if wal.exists() else b""
+    offsets = [data.find(r["id"].encode()) for r in sent]
+    assert offsets == [-1] * len(sent) and len(data) == 0, offsets
+    with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the reports are in the database itself
+        assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == len(sent)
+        # The WAL is bounded when a reader keeps it from being truncated: cut back at its next reset.
+        assert store._db.conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 0
+
+
 @pytest.mark.postgres_only
 def test_the_reports_of_one_request_are_not_stored_together_in_postgresql(app, client):
     """Reads the tables themselves, in their physical order (partition by partition, each in heap

@@ -20,7 +20,9 @@ Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fi
 process appending to it. A segment whose lock can be taken was left by a process that died: it is
 folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
 or a folding thread). Segments are deleted once folded, a fraction of a second after they were
-written under load: arrival order survives only that long.
+written under load: arrival order survives only that long. The database's own WAL also holds the
+folds in the order they were made; the store truncates it after folding (``after_folding``: at
+once when settling, else at most a second later).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before
 MAX_UNFOLDED = 50_000
 MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
+# The folding thread calls after_folding() (the SQLite store: truncate the WAL) at most this often,
+# so that under load one call serves many folds; settle() calls it at once.
+AFTER_FOLDING_INTERVAL = 1.0
 SUFFIX = ".log"
 # Data only, not the file's times (macOS has no fdatasync: fsync there).
 _sync_data = getattr(os, "fdatasync", os.fsync)
@@ -70,13 +75,17 @@ class Inbox:
     ``store_rows(rows)`` stores and counts the new ones of ``rows`` in the database (exactly once,
     however often it sees a row) and returns how many were already stored. ``durable``: sync each
     append to the disk (``full``), not only to the operating system (``normal``: survives a
-    killed process, not a power cut).
+    killed process, not a power cut). ``after_folding()`` is called after folds that stored
+    something (the SQLite store truncates its WAL there): by :meth:`settle` at once, by the
+    folding thread at most every :data:`AFTER_FOLDING_INTERVAL` seconds, the thread staying until
+    it has run through. It returns whether it did (False, or an error, which is logged: again later).
     """
 
     folder: Path
     store_rows: Callable[[list[ReportRow]], int]
     durable: bool
     on_duplicates: Callable[[int], None] = lambda n: None
+    after_folding: Callable[[], bool] = lambda: True
     _pid: int = -1
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the current segment and the pending ids
     _fold_lock: threading.Lock = field(default_factory=threading.Lock)  # one fold at a time in a process
@@ -85,6 +94,8 @@ class Inbox:
     _rotated: list[_Segment] = field(default_factory=list)  # written, not yet folded
     _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
     _thread: threading.Thread | None = None
+    _folded: bool = False  # something was folded since after_folding() last ran through
+    _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -182,8 +193,9 @@ class Inbox:
                 self._fold_orphans()
             except Exception:  # the database busy or gone: the segments stay and are tried again
                 log.exception("folding the inbox failed; trying again in %s s", FOLD_INTERVAL)
+            self._after_folding(AFTER_FOLDING_INTERVAL)
             with self._lock:
-                if not self._pending and not self._rotated:
+                if not self._pending and not self._rotated and not self._folded:
                     self._thread = None
                     return
 
@@ -245,6 +257,7 @@ class Inbox:
                 rows = _parse(f.read(), path)
         if rows:
             duplicates = self.store_rows(rows)
+            self._folded = True
             if duplicates:
                 self.on_duplicates(duplicates)
         # Counted: from here nothing may fail the fold (a retry would count nothing, but find no file).
@@ -273,6 +286,20 @@ class Inbox:
             waiting &= set(self._fold_orphans())
         if waiting:
             log.warning("%d inbox segments of other processes were not folded within %g s", len(waiting), seconds)
+        self._after_folding()
+
+    def _after_folding(self, interval: float = 0.0) -> None:
+        """Call ``after_folding`` if something was folded since it last ran through, and it last
+        ran at least ``interval`` seconds ago."""
+        with self._fold_lock:
+            if not self._folded or time.monotonic() - self._after_at < interval:
+                return
+            self._after_at = time.monotonic()
+            try:
+                if self.after_folding():
+                    self._folded = False
+            except Exception as exc:
+                log.warning("after folding the inbox: %s; trying again in %s s", exc, AFTER_FOLDING_INTERVAL)
 
 
 def _line(row: ReportRow) -> str:

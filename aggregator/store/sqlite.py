@@ -53,7 +53,7 @@ class SQLiteStore(Store):
         self._lock_fd: int | None = None
         self._lock_mutex = threading.Lock()
         self._inbox = Inbox(Path(self.path + "-inbox"), self._fold, durable=self._db.synchronous == "FULL",
-                            on_duplicates=lambda n: self.on_late_duplicates(n))
+                            on_duplicates=lambda n: self.on_late_duplicates(n), after_folding=self._truncate_wal)
 
     @property
     def busy_timeout(self) -> float:
@@ -153,6 +153,13 @@ class SQLiteStore(Store):
                 _add(conn, with_rollup(counts(new)))
             new_count += len(new)
         return len(countable) - new_count
+
+    @translated
+    def _truncate_wal(self) -> bool:
+        """After a fold: the WAL holds the folds in the order they were made (arrival order), so it
+        is copied into the database and cut to nothing as soon as no reader is in the way (else
+        on the next try). Then the reports are only in the id-ordered table."""
+        return self._db.truncate_wal()
 
     @translated
     def footprint(self) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """SQLite connections as the store uses them: one per thread, set up once (WAL, durability, cache,
 checkpoints, secure delete), write transactions that take the write lock first, read snapshots,
-and the translation of every ``sqlite3`` error into the store's own (:mod:`.errors`).
+the WAL's truncation, and the translation of every ``sqlite3`` error into the store's own
+(:mod:`.errors`).
 
 Every write runs in ``BEGIN IMMEDIATE``: it takes SQLite's write lock before reading, so a
 transaction never has to upgrade a read lock (which SQLite refuses without waiting when another
@@ -22,6 +23,10 @@ from .errors import StoreBusy, StoreError, StoreUnavailable, translating
 BUSY_TIMEOUT = 10.0
 CACHE_KIB = 64 * 1024  # page cache per connection
 WAL_CHECKPOINT_PAGES = 10_000
+# The WAL is cut back to this many bytes whenever it starts over after a complete checkpoint, so a
+# WAL that grew while a reader kept every checkpoint from completing does not stay that big, nor
+# keep old frames (in commit order) beyond its new end. 0: cut back to nothing.
+WAL_SIZE_LIMIT = 0
 # How often a writer tries again for the write lock: from 0.5 ms, doubling, to at most 4 ms.
 _FIRST_PAUSE, _MAX_PAUSE = 0.0005, 0.004
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -65,6 +70,7 @@ class Connections:
             # (~40 MiB of WAL) instead of 1,000 lets one checkpoint absorb many rewrites of a page.
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             # Retention must erase: deleted reports are overwritten, not left in free pages.
             conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
@@ -113,6 +119,22 @@ class Connections:
                 pause = min(2 * pause, _MAX_PAUSE)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+
+    def truncate_wal(self) -> bool:
+        """Copy the whole WAL into the database and truncate it to zero bytes, without waiting:
+        if a writer or a reader of an older snapshot is in the way, copy what can be copied
+        (as a passive checkpoint does) and leave the rest for the next call. Whether it was cut.
+
+        Each commit appends the pages it wrote to the WAL, so the WAL holds the recent folds in
+        the order they were made (arrival order, DESIGN.md "Storage"); a checkpoint alone leaves
+        them in the file, to be overwritten only as far as later commits reach."""
+        conn = self.conn
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            blocked, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        return not blocked
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
