@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Iterator
@@ -281,3 +282,106 @@ def test_a_starting_app_folds_what_dead_processes_left_without_waiting_for_live_
     assert len(segments(db)) == 1  # the dead one's was folded, the live one's is still its own
     store_of(live).settle()
     assert counters(live, reports + dead) == expected_counters(APP_USAGE, reports + dead)
+
+
+# -- segments that cannot be deleted, drafts left by a kill (issue 21, item 12) -----------------
+
+
+@contextlib.contextmanager
+def immutable(path: Path):
+    """``path`` made immutable (``chattr +i``: not even root may delete it, or, for a folder, any
+    entry of it), and mutable again after. Skips the test where the file system or the
+    privileges do not allow it: no other honest way makes an unlink fail for root."""
+    try:
+        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot make {path} immutable here (chattr +i: {getattr(exc, 'stderr', exc)!r})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def late(app) -> str:
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    return next(line for line in text.splitlines() if line.startswith("ldp_reports_duplicate_late_total "))
+
+
+def another_process(db: str):
+    """The store of another process on ``db`` (as a worker has it), and the late duplicates it finds."""
+    from ldp_telemetry.aggregator import open_database
+
+    store = open_database(db)[0]
+    found: list[int] = []
+    store.on_late_duplicates = found.append
+    return store, found
+
+
+def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_counted_again(db, slow_fold):
+    # Issue 21: a folded segment that could not be deleted was folded again at every refresh, by
+    # every process: counts stayed exact, but the late duplicates grew without end.
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    reports = make_reports(30)
+    assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
+    with immutable(Path(db + "-inbox")):  # nothing in it can be deleted (as a read-only folder)
+        for _ in range(3):  # refreshes
+            store_of(app).settle()
+        other, found = another_process(db)
+        for _ in range(3):  # its refreshes
+            other.settle()
+        assert (late(app), sum(found)) == ("ldp_reports_duplicate_late_total 0.0", 0)
+        (left,) = segments(db)
+        assert left.stat().st_size == 0  # folded, then emptied where it could not be deleted
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    store_of(app).settle()  # deletable again: it goes
+    assert segments(db) == []
+
+
+def test_a_folded_segment_that_can_be_neither_emptied_nor_deleted_is_counted_late_at_most_once(db, slow_fold):
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    reports = make_reports(30)
+    assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
+    (segment,) = segments(db)
+    with immutable(segment):
+        for _ in range(3):
+            store_of(app).settle()
+        # The process that folded it remembers it (by name and inode) and never folds it again.
+        assert late(app) == "ldp_reports_duplicate_late_total 0.0"
+        # Another process finds its reports stored once, and then remembers it too.
+        other, found = another_process(db)
+        for _ in range(3):
+            other.settle()
+        assert found == [30]
+        assert segments(db) == [segment]
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    store_of(app).settle()
+    assert segments(db) == []
+
+
+def test_a_draft_left_by_a_killed_process_is_deleted_once_it_is_old_and_unlocked(db):
+    # A process killed between creating a segment's draft and naming it left a 0-byte *.draft for
+    # good. A draft never holds an acknowledged report (appends go to the named segment only).
+    import fcntl
+
+    app = sqlite_app(db)
+    folder = Path(db + "-inbox")
+    folder.mkdir(exist_ok=True)
+    old, fresh, held = (folder / f"{name}.draft" for name in ("old", "fresh", "held"))
+    for draft in (old, fresh, held):
+        draft.touch()
+    an_hour_ago = time.time() - 3600
+    for draft in (old, held):
+        os.utime(draft, (an_hour_ago, an_hour_ago))
+    fd = os.open(held, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a live process is making this one
+    try:
+        store_of(app).settle()
+        assert sorted(p.name for p in folder.glob("*.draft")) == ["fresh.draft", "held.draft"]
+    finally:
+        os.close(fd)
+    store_of(app).settle()
+    assert sorted(p.name for p in folder.glob("*.draft")) == ["fresh.draft"]  # a moment old: left alone

@@ -19,7 +19,11 @@ Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fi
 :class:`.base.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
 process appending to it. A segment whose lock can be taken was left by a process that died: it is
 folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
-or a folding thread). Segments are deleted once folded, a fraction of a second after they were
+or a folding thread). A folded segment is emptied before it is deleted, so one that cannot be
+deleted (a folder made read-only) is never folded again, by anyone; one that can be neither
+emptied nor deleted (an immutable file) is remembered by the process that folded it (by name and
+inode) and folded at most once more by each other process. A ``*.draft`` left by a process killed
+while it made a segment is deleted by a settle once it is unlocked and a minute old. Segments are deleted once folded, a fraction of a second after they were
 written under load: arrival order survives only that long. The database's own WAL also holds the
 folds in the order they were made; the store truncates it after folding (``after_folding``: at
 once when settling, else at most a second later).
@@ -56,6 +60,10 @@ SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fol
 # so that under load one call serves many folds; settle() calls it at once.
 AFTER_FOLDING_INTERVAL = 1.0
 SUFFIX = ".log"
+DRAFT_SUFFIX = ".draft"
+# A draft (a segment being made: created, then locked, then named) whose lock can be taken and that
+# is older than this was left by a process killed while making it; it never held a report.
+DRAFT_SECONDS = 60.0
 # Data only, not the file's times (macOS has no fdatasync: fsync there).
 _sync_data = getattr(os, "fdatasync", os.fsync)
 
@@ -95,6 +103,8 @@ class Inbox:
     _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
     _thread: threading.Thread | None = None
     _folded: bool = False  # something was folded since after_folding() last ran through
+    # Segments folded here that could not be deleted: name -> (device, inode). Never folded again.
+    _undeletable: dict[str, tuple[int, int]] = field(default_factory=dict)
     _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
@@ -166,7 +176,7 @@ class Inbox:
         """A new segment, locked before it gets its ``.log`` name: no one can take it for a dead
         process's. Under ``full`` the folder is synced too, so the name survives a power cut."""
         name = secrets.token_hex(12)
-        draft, path = self.folder / f"{name}.draft", self.folder / f"{name}{SUFFIX}"
+        draft, path = self.folder / f"{name}{DRAFT_SUFFIX}", self.folder / f"{name}{SUFFIX}"
         fd = None
         try:
             self.folder.mkdir(mode=0o700, exist_ok=True)
@@ -220,9 +230,12 @@ class Inbox:
         live = []
         for path in self._segments():
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+                fd = _open_segment(path)
             except FileNotFoundError:
                 continue  # folded meanwhile
+            except OSError as exc:  # not even readable: nothing here can fold it
+                log.warning("cannot open the inbox segment %s: %s", path, exc)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -231,7 +244,15 @@ class Inbox:
                 continue
             # The owner unlinks a segment before it lets go of the lock: a segment that lost its
             # name between our open and our lock was folded already.
-            if os.fstat(fd).st_nlink == 0:
+            stat = os.fstat(fd)
+            if stat.st_nlink == 0:
+                os.close(fd)
+                continue
+            if self._undeletable.get(path.name) == (stat.st_dev, stat.st_ino):
+                # Folded here already and not deleted then: deleted now if it can be, never folded again.
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    self._undeletable.pop(path.name)
                 os.close(fd)
                 continue
             try:
@@ -261,7 +282,9 @@ class Inbox:
             if duplicates:
                 self.on_duplicates(duplicates)
         # Counted: from here nothing may fail the fold (a retry would count nothing, but find no file).
-        _discard(path, fd, sync=self.durable)
+        stat = os.fstat(fd)
+        if not _discard(path, fd, sync=self.durable):
+            self._undeletable[path.name] = (stat.st_dev, stat.st_ino)
 
     def _segments(self) -> list[Path]:
         """Every segment in the folder but this process's own."""
@@ -278,6 +301,7 @@ class Inbox:
         at all for 0)."""
         self._fold_own()
         live = self._fold_orphans()
+        self._delete_dead_drafts()
         waiting = {p for p in live if _size(p) > 0} if seconds > 0 else set()
         deadline = time.monotonic() + seconds
         while waiting and time.monotonic() < deadline:
@@ -287,6 +311,27 @@ class Inbox:
         if waiting:
             log.warning("%d inbox segments of other processes were not folded within %g s", len(waiting), seconds)
         self._after_folding()
+
+    def _delete_dead_drafts(self) -> None:
+        """Delete the drafts of processes killed while they made a segment: unlocked, and older
+        than :data:`DRAFT_SECONDS` (a live process locks its draft a moment after creating it)."""
+        try:
+            drafts = list(self.folder.glob(f"*{DRAFT_SUFFIX}"))
+        except OSError:
+            return
+        for draft in drafts:
+            try:
+                fd = os.open(draft, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if time.time() - os.fstat(fd).st_mtime > DRAFT_SECONDS:
+                    draft.unlink()
+            except OSError:
+                pass  # locked (being made), or not ours to delete: left as it is
+            finally:
+                os.close(fd)
 
     def _after_folding(self, interval: float = 0.0) -> None:
         """Call ``after_folding`` if something was folded since it last ran through, and it last
@@ -321,14 +366,34 @@ def _parse(data: bytes, path: Path) -> list[ReportRow]:
     return rows
 
 
-def _discard(path: Path, fd: int, *, sync: bool = False) -> None:
-    """Delete a segment, then let go of its lock (so no one takes it for a dead process's)."""
+def _open_segment(path: Path) -> int:
+    """A descriptor of a segment another process left: for reading and writing (emptied once folded),
+    or for reading only where the file may not be written (then it cannot be emptied)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _discard(path: Path, fd: int, *, sync: bool = False) -> bool:
+    """Empty a segment and delete it, then let go of its lock (so no one takes it for a dead
+    process's): whether it is gone or at least empty. Emptied first: one that cannot be deleted
+    (its folder read-only) then holds nothing anyone would fold again."""
+    emptied = False
+    try:
+        os.ftruncate(fd, 0)
+        emptied = True
+    except OSError:
+        pass  # a descriptor for reading only, or an immutable file: deleting it may still work
     try:
         path.unlink(missing_ok=True)
         if sync:
             _sync_folder(path.parent)
-    except OSError:
-        log.exception("cannot delete the folded inbox segment %s (folding it again counts nothing)", path)
+        return True
+    except OSError as exc:
+        log.warning("cannot delete the folded inbox segment %s (%s); %s", path, exc,
+                    "it is empty" if emptied else "this process will not fold it again")
+        return emptied
     finally:
         os.close(fd)
 
