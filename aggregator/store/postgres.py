@@ -15,7 +15,18 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   commits share the next one (:class:`.groupcommit.GroupCommit`), and every writer locks rows in
   key order (reports sorted by id, counters by key), so concurrent ingests do not deadlock.
 - **No arrival order**: reports are partitioned by hash of their id (:mod:`.postgres_migrations`)
-  and inserted in id order.
+  and inserted in id order. That spreads a request's reports over the partitions, but every row
+  also carries the id of the transaction that wrote it (``xmin``, in commit order) and sits in its
+  partition's heap in commit order (``ctid``): ``SELECT xmin, id FROM reports`` grouped a request's
+  reports and ordered the requests. So ingest also notes each new id in ``unsettled``, and
+  :meth:`PostgresStore.settle` (every refresh calls it) rewrites those reports: it takes up to
+  :data:`SETTLE_CHUNK` ids from ``unsettled`` in id order (``FOR UPDATE SKIP LOCKED``: nodes
+  settling at once take different ones), deletes the reports and inserts them again in id order,
+  in one transaction, chunk after chunk for at most :data:`SETTLE_SECONDS`. Then the reports
+  that arrived between two settles share one ``xmin`` and lie in id order, which is random: what is
+  left of arrival order is which refresh interval a report arrived in. An ingest of an id being
+  rewritten waits for the rewrite's index entry and finds it stored: exactly once still holds.
+  The old row versions stay in the table files until (auto)vacuum reclaims them, as deleted rows do.
 - **Retention** deletes expired reports in chunks found by walking the id key (no index on
   ``window_end``: it cost every report a write); the hash partitions cannot be dropped by window
   (partitions by window would put a request's backlog of windows side by side again).
@@ -36,8 +47,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -55,6 +68,8 @@ from .groupcommit import GroupCommit
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows, with_rollup
 
+log = logging.getLogger(__name__)
+
 # Seconds a statement waits for a row or table lock (and a thread for a pooled connection)
 # before the store is busy: as long as the SQLite store waits for its write lock.
 BUSY_TIMEOUT = 10.0
@@ -63,6 +78,10 @@ CONNECT_TIMEOUT = 5  # seconds, unless the URL says otherwise
 POOL_SIZE = 10
 # Advisory lock keys (the first of the two int4 keys; the second is the schema's hash).
 _JOBS_LOCK, _MIGRATIONS_LOCK = 0x1D9_0001, 0x1D9_0002
+# Settling rewrites this many reports per transaction, chunk after chunk for at most SETTLE_SECONDS
+# per call (several nodes settling at once share the work); what is left waits for the next settle.
+SETTLE_CHUNK = 10_000
+SETTLE_SECONDS = 5.0
 # Tries of an ingest transaction that hit a deadlock or a serialization failure (each rolled back whole).
 _TRIES = 3
 _ESTIMATE_COLUMNS = EstimateRow._fields
@@ -71,10 +90,23 @@ _BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.Seria
 _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 _INSERT_NEW_REPORTS = """
-    INSERT INTO reports (id, schema, version, "window", window_end, "values")
-    SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bigint[], %s::text[])
-        AS r(id, schema, version, "window", window_end, "values") ORDER BY id COLLATE "C"
-    ON CONFLICT (id) DO NOTHING RETURNING id"""
+    WITH new AS (
+        INSERT INTO reports (id, schema, version, "window", window_end, "values")
+        SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bigint[], %s::text[])
+            AS r(id, schema, version, "window", window_end, "values") ORDER BY id COLLATE "C"
+        ON CONFLICT (id) DO NOTHING RETURNING id),
+    noted AS (INSERT INTO unsettled (id) SELECT id FROM new)  -- rewritten by the next settle
+    SELECT id FROM new"""
+# Settling: take a chunk of unsettled ids (those other settles hold are skipped), in id order from
+# where the last chunk ended; then rewrite their reports in one statement, in id order.
+_TAKE_UNSETTLED = """
+    DELETE FROM unsettled WHERE id IN (
+        SELECT id FROM unsettled WHERE id > %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+    RETURNING id"""
+_REWRITE_REPORTS = """
+    WITH moved AS (DELETE FROM reports WHERE id = ANY(%s::text[]) RETURNING *)
+    INSERT INTO reports SELECT * FROM moved ORDER BY id COLLATE "C"
+"""
 _ADD_TOTALS = """
     INSERT INTO totals (schema, version, "window", attribute, n, window_end)
     SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])
@@ -288,6 +320,35 @@ class PostgresStore(Store):
         raise AssertionError("unreachable")
 
     @_translated
+    def settle(self, *, wait: bool = True) -> None:
+        """Every report is counted as it is stored; what settling does here is take arrival order
+        out of the reports stored since the last settle (see the module's "No arrival order"):
+        rewrite them, :data:`SETTLE_CHUNK` per transaction, for at most :data:`SETTLE_SECONDS`.
+        ``wait=False`` (a process starting up): nothing, the next refresh does it."""
+        if not wait:
+            return
+        deadline = time.monotonic() + SETTLE_SECONDS
+        after, moved = "", 0
+        while True:
+            with self._transaction() as conn:
+                ids = [i for (i,) in conn.execute(_TAKE_UNSETTLED, (after, SETTLE_CHUNK))]
+                if ids:
+                    conn.execute(_REWRITE_REPORTS, (ids,))
+            moved += len(ids)
+            # Fewer than a chunk: none left past ``after`` but those other settles are rewriting.
+            if len(ids) < SETTLE_CHUNK or time.monotonic() >= deadline:
+                break
+            after = max(ids)
+        if moved:
+            self._vacuum_unsettled()
+
+    def _vacuum_unsettled(self) -> None:
+        """Reclaim the ids just taken from ``unsettled`` (they were in arrival order) and, if it is
+        empty now and no one is writing it, cut its file back; never waits for a lock."""
+        with self._connect(autocommit=True) as conn:
+            conn.execute("VACUUM (SKIP_LOCKED) unsettled")
+
+    @_translated
     def footprint(self) -> dict[str, int]:
         with self._transaction(snapshot=True) as conn:
             return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
@@ -296,6 +357,10 @@ class PostgresStore(Store):
 
     @_translated
     def stale_windows(self, confidence: float) -> list[Stale]:
+        try:
+            self.settle()  # what a refresh reads first: the reports stored since the last one are rewritten
+        except StoreBusy as exc:  # the counters are right as they are: it is tried again next time
+            log.warning("could not rewrite the reports stored since the last settle: %s", exc)
         with self._transaction() as conn:
             return POSTGRES.stale_windows(conn, confidence)
 

@@ -5,7 +5,8 @@ starting at once apply each exactly once). Their meaning is in :mod:`.base`.
 No arrival order: a report's primary key is its random id and there is no serial column.
 PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the id
 into :data:`REPORT_PARTITIONS` tables and each transaction inserts in id order: the reports of
-one request land in different tables, not next to each other.
+one request land in different tables, not next to each other. Within a table, and in ``xmin``,
+they are still in the order of their requests until settling rewrites them (``unsettled``).
 """
 
 from __future__ import annotations
@@ -43,4 +44,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("m002_reports_without_window_index", "DROP INDEX reports_window_end"),
     # The retention cutoff, kept: erased windows stay refused after the clock moves back.
     ("m003_retention_cutoff", "CREATE TABLE retention (id integer PRIMARY KEY CHECK (id = 1), cutoff bigint NOT NULL)"),
+    # The ids of the reports stored since they were last rewritten (PostgresStore.settle), which
+    # still carry their request's transaction id (xmin) and their place in arrival order; reports
+    # stored before this migration are rewritten too, a bounded number per settle.
+    ("m004_unsettled_reports", """
+        CREATE TABLE unsettled (id text COLLATE "C" NOT NULL PRIMARY KEY);
+        INSERT INTO unsettled SELECT id FROM reports;
+    """),
 )
