@@ -292,6 +292,24 @@ def test_the_wal_keeps_no_arrival_order_once_folded(app, client):
         assert store._db.conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 0
 
 
+@pytest.mark.sqlite_only
+def test_the_folding_thread_truncates_the_wal_by_itself(app, client):
+    """Without a settle: the folding thread folds a request a moment after it, and truncates the
+    WAL within about a second after that (at most once a second under load)."""
+    import time
+    from pathlib import Path
+
+    sent = reports(3)
+    assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
+    wal, folder = Path(app.config["LDP_DB"] + "-wal"), Path(app.config["LDP_DB"] + "-inbox")
+    deadline = time.monotonic() + 15
+    while (list(folder.glob("*.log")) or wal.exists() and wal.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(folder.glob("*.log")) == [] and (not wal.exists() or wal.stat().st_size == 0)
+    with sqlite3.connect(app.config["LDP_DB"]) as conn:
+        assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == len(sent)
+
+
 @pytest.mark.postgres_only
 def test_the_reports_of_one_request_are_not_stored_together_in_postgresql(app, client):
     """Reads the tables themselves, in their physical order (partition by partition, each in heap
@@ -417,6 +435,30 @@ def test_nodes_settling_at_once_beside_retried_ingests_keep_every_report_exactly
     assert sorted(sql(location, 'SELECT id, "values" FROM reports')) == sorted(
         (r["id"], json.dumps(r["values"], separators=(",", ":"))) for r in every)
     assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, every)
+
+
+@pytest.mark.postgres_only
+def test_a_settle_rewrites_a_bounded_number_of_reports_and_the_next_one_goes_on(app, client, monkeypatch):
+    from ldp_telemetry.aggregator.store import postgres
+
+    monkeypatch.setattr(postgres, "SETTLE_CHUNK", 7)
+    monkeypatch.setattr(postgres, "SETTLE_SECONDS", 0.0)  # one chunk per settle
+    location = app.config["LDP_DB"]
+    sent = reports(20)
+    assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
+    left = []
+    for _ in range(4):
+        store_of(app).settle()
+        with psycopg_connection(location) as conn:
+            left.append(conn.execute("SELECT count(*) FROM unsettled").fetchone()[0])
+    assert left == [13, 6, 0, 0]
+    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
+
+
+def psycopg_connection(location: str):
+    import psycopg
+
+    return psycopg.connect(location)
 
 
 @pytest.mark.postgres_only
