@@ -317,7 +317,7 @@ def another_process(db: str):
     return store, found
 
 
-def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_counted_again(db, slow_fold):
+def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_counted_again(db, slow_fold, caplog):
     # Issue 21: a folded segment that could not be deleted was folded again at every refresh, by
     # every process: counts stayed exact, but the late duplicates grew without end.
     app = sqlite_app(db)
@@ -334,6 +334,7 @@ def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_
         assert (late(app), sum(found)) == ("ldp_reports_duplicate_late_total 0.0", 0)
         (left,) = segments(db)
         assert left.stat().st_size == 0  # folded, then emptied where it could not be deleted
+        assert caplog.text.count("cannot delete the folded inbox segment") == 2  # once per process
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     store_of(app).settle()  # deletable again: it goes
     assert segments(db) == []

@@ -103,7 +103,8 @@ class Inbox:
     _pending: set[str] = field(default_factory=set)  # ids acknowledged here and not yet folded
     _thread: threading.Thread | None = None
     _folded: bool = False  # something was folded since after_folding() last ran through
-    # Segments folded here that could not be deleted: name -> (device, inode). Never folded again.
+    # Segments folded here that could not be deleted: name -> (device, inode). Never folded again
+    # here (only their deletion is tried again, quietly).
     _undeletable: dict[str, tuple[int, int]] = field(default_factory=dict)
     _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
@@ -377,8 +378,8 @@ def _open_segment(path: Path) -> int:
 
 def _discard(path: Path, fd: int, *, sync: bool = False) -> bool:
     """Empty a segment and delete it, then let go of its lock (so no one takes it for a dead
-    process's): whether it is gone or at least empty. Emptied first: one that cannot be deleted
-    (its folder read-only) then holds nothing anyone would fold again."""
+    process's): whether it is gone. Emptied first: one that cannot be deleted (its folder
+    read-only) then holds nothing anyone would fold again."""
     emptied = False
     try:
         os.ftruncate(fd, 0)
@@ -392,8 +393,8 @@ def _discard(path: Path, fd: int, *, sync: bool = False) -> bool:
         return True
     except OSError as exc:
         log.warning("cannot delete the folded inbox segment %s (%s); %s", path, exc,
-                    "it is empty" if emptied else "this process will not fold it again")
-        return emptied
+                    "it is emptied" if emptied else "this process will not fold it again")
+        return False
     finally:
         os.close(fd)
 
