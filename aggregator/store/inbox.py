@@ -19,14 +19,16 @@ Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fi
 :class:`.base.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
 process appending to it. A segment whose lock can be taken was left by a process that died: it is
 folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
-or a folding thread). A folded segment is emptied before it is deleted, so one that cannot be
-deleted (a folder made read-only) is never folded again, by anyone; one that can be neither
-emptied nor deleted (an immutable file) is remembered by the process that folded it (by name and
-inode) and folded at most once more by each other process. A ``*.draft`` left by a process killed
-while it made a segment is deleted by a settle once it is unlocked and a minute old. Segments are deleted once folded, a fraction of a second after they were
+or a folding thread). Segments are deleted once folded, a fraction of a second after they were
 written under load: arrival order survives only that long. The database's own WAL also holds the
 folds in the order they were made; the store truncates it after folding (``after_folding``: at
 once when settling, else at most a second later).
+
+A folded segment is emptied before it is deleted, so one that cannot be deleted (its folder made
+read-only) is never folded again, by anyone; one that can be neither emptied nor deleted (an
+immutable file) is remembered by the process that folded it (by name and inode) and folded at
+most once more by each other process. A ``*.draft`` left by a process killed while it made a
+segment is deleted by a settle once it is unlocked and a minute old.
 """
 
 from __future__ import annotations
