@@ -26,6 +26,8 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   that arrived between two settles share one ``xmin`` and lie in id order, which is random: what is
   left of arrival order is which refresh interval a report arrived in. An ingest of an id being
   rewritten waits for the rewrite's index entry and finds it stored: exactly once still holds.
+  A chunk holds ``retention`` in SHARE mode and leaves out reports of erased windows, so that
+  retention (which deletes by ids read in a snapshot) never misses a report rewritten meanwhile.
   The old row versions stay in the table files until (auto)vacuum reclaims them, as deleted rows do.
 - **Retention** deletes expired reports in chunks found by walking the id key (no index on
   ``window_end``: it cost every report a write); the hash partitions cannot be dropped by window
@@ -105,7 +107,9 @@ _TAKE_UNSETTLED = """
     RETURNING id"""
 _REWRITE_REPORTS = """
     WITH moved AS (DELETE FROM reports WHERE id = ANY(%s::text[]) RETURNING *)
-    INSERT INTO reports SELECT * FROM moved ORDER BY id COLLATE "C"
+    INSERT INTO reports SELECT * FROM moved
+    WHERE NOT EXISTS (SELECT 1 FROM retention WHERE moved.window_end <= retention.cutoff)
+    ORDER BY id COLLATE "C"
 """
 _ADD_TOTALS = """
     INSERT INTO totals (schema, version, "window", attribute, n, window_end)
@@ -331,9 +335,7 @@ class PostgresStore(Store):
         after, moved = "", 0
         while True:
             with self._transaction() as conn:
-                ids = [i for (i,) in conn.execute(_TAKE_UNSETTLED, (after, SETTLE_CHUNK))]
-                if ids:
-                    conn.execute(_REWRITE_REPORTS, (ids,))
+                ids = _rewrite_unsettled(conn, after)
             moved += len(ids)
             # Fewer than a chunk: none left past ``after`` but those other settles are rewriting.
             if len(ids) < SETTLE_CHUNK or time.monotonic() >= deadline:
@@ -449,6 +451,23 @@ class PostgresStore(Store):
                                              (_JOBS_LOCK,))
                 self._leader.close()
             self._leader, self._held = None, False
+
+
+def _rewrite_unsettled(conn: psycopg.Connection, after: str) -> list[str]:
+    """One chunk of settling, in the caller's transaction: up to :data:`SETTLE_CHUNK` unsettled ids
+    after ``after``, their reports deleted and inserted again in id order, less those of windows
+    retention has erased. The ids taken.
+
+    Retention reads the expired ids in a snapshot, then deletes them by id: a row rewritten by a
+    transaction that commits in between is a new row that delete cannot see, and the report would
+    outlive its window for good. So a chunk holds the retention table in SHARE mode: retention's
+    raising of the cutoff waits for the chunks in progress (their new rows are then in its
+    snapshot), and a chunk that starts later reads the new cutoff and leaves those reports out."""
+    conn.execute("LOCK TABLE retention IN SHARE MODE")
+    ids = [i for (i,) in conn.execute(_TAKE_UNSETTLED, (after, SETTLE_CHUNK))]
+    if ids:
+        conn.execute(_REWRITE_REPORTS, (ids,))
+    return ids
 
 
 def _insert_kept(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:
