@@ -109,6 +109,7 @@ class Inbox:
     # here (only their deletion is tried again, quietly).
     _undeletable: dict[str, tuple[int, int]] = field(default_factory=dict)
     _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
+    _unreadable: set[str] = field(default_factory=set)  # segments this process could not open (warned)
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -236,8 +237,10 @@ class Inbox:
                 fd = _open_segment(path)
             except FileNotFoundError:
                 continue  # folded meanwhile
-            except OSError as exc:  # not even readable: nothing here can fold it
-                log.warning("cannot open the inbox segment %s: %s", path, exc)
+            except OSError as exc:  # not even readable: nothing here can fold it (said once)
+                if path.name not in self._unreadable:
+                    self._unreadable.add(path.name)
+                    log.warning("cannot open the inbox segment %s: %s", path, exc)
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
