@@ -249,7 +249,10 @@ class Store(ABC):
         """Count every report ingested before this call (in this process or another), so that
         reads of the counters see them. ``wait=False``: only this process's and those of
         processes that died (what a process starting up recovers), without waiting for live
-        ones. Nothing to do for a store that counts as it ingests."""
+        ones. Nothing to count for a store that counts as it ingests. Settling is also where a
+        store takes arrival order out of what it stored since the last settle (DESIGN.md,
+        "Storage"): the SQLite store truncates its WAL, the PostgreSQL store rewrites those
+        reports (with ``wait=True``; every refresh settles first)."""
 
     @abstractmethod
     def footprint(self) -> dict[str, int]:
