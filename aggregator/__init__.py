@@ -41,11 +41,14 @@ def open_database(location: str, synchronous: str = "full") -> tuple[Store, Cata
     return store, catalog
 
 
-def migrated_database(values: Mapping[str, Any]) -> tuple[Store, Catalog]:
+def migrated_database(values: Mapping[str, Any], metrics: Metrics | None = None) -> tuple[Store, Catalog]:
     """The database of checked settings ``values``, migrated, and its catalog;
-    :class:`settings.SettingsError` if unusable."""
+    :class:`settings.SettingsError` if unusable. Late duplicates (also those the first settle
+    finds) go to ``metrics``."""
     try:
         store, catalog = open_database(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
+        if metrics is not None:
+            store.on_late_duplicates = metrics.late_duplicates.inc
         store.migrate()
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
@@ -78,9 +81,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
-    store, catalog = migrated_database(values)
     metrics = Metrics()
-    store.on_late_duplicates = metrics.late_duplicates.inc
+    store, catalog = migrated_database(values, metrics)
     app.extensions["ldp"] = {"store": store, "catalog": catalog, "metrics": metrics, "pages": PageCache()}
 
     from .http import api, ops
