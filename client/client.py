@@ -178,7 +178,7 @@ class TelemetryClient:
         if not self._sender.is_alive():
             self._outbox.close()
             if self._owns_transport:
-                self._transport.close()  # type: ignore[attr-defined]
+                self._transport.close()
 
     def __enter__(self) -> TelemetryClient:
         return self

@@ -386,6 +386,46 @@ def test_a_byte_dripping_body_is_cut_at_the_deadline_too(serve):
     transport.close()
 
 
+def test_requests_a_server_holds_past_their_deadline_are_bounded(serve):
+    # An abandoned request's thread ends when the server lets it; a server that never does may
+    # hold MAX_ABANDONED of them, and then no more requests are sent to it, so it cannot make
+    # the client pile up threads and sockets. When they end, requests go out again.
+    release = threading.Event()
+
+    def hold(handler):
+        # A header byte each 0.05 s: every read gets data within its timeout, and the headers never end.
+        try:
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while not release.wait(0.05):
+                handler.wfile.write(b"a")
+                handler.wfile.flush()
+        except OSError:
+            pass
+        handler.close_connection = True
+
+    server = serve(hold)
+    transport = RequestsTransport()
+    try:
+        for _ in range(transport_module.MAX_ABANDONED + 2):
+            with pytest.raises(transport_module.DeadlineExceeded):
+                transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 0.2)
+        assert len(server.requests) == transport_module.MAX_ABANDONED
+        release.set()  # the server closes them all: their threads end
+        server.answer = lambda h: h.send(202, ACK)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                reply = transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 5)
+                break
+            except transport_module.DeadlineExceeded:
+                assert time.monotonic() < deadline, "the abandoned requests never ended"
+                time.sleep(0.05)
+        assert reply.status == 202 and reply.body == json.loads(ACK)
+    finally:
+        release.set()
+        transport.close()
+
+
 def test_server_text_is_escaped_before_it_reaches_the_log(tmp_path, serve, caplog):
     forged = "no\nCRITICAL root: all reports deleted \x1b[2J"
     body = json.dumps({"error": forged, "details": [{"index": 0, "field": "x\ny", "message": forged}]}).encode()
