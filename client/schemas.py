@@ -19,7 +19,7 @@ from ldp_telemetry.shared.reports import max_report_bytes
 from ldp_telemetry.shared.schema import NAME_RE
 
 from . import retry
-from .outbox import Outbox
+from .outbox import Outbox, OutboxError
 from .transport import Transport, shown
 
 LOG = logging.getLogger("ldp_telemetry.client")
@@ -106,7 +106,12 @@ class SchemaSource:
     def attach(self, outbox: Outbox) -> None:
         """Cache fetched schemas in ``outbox``, and start from the copy cached there, if any."""
         self._outbox = outbox
-        if self.fetched and (cached := outbox.cached_schema(self.name)) is not None:
+        try:
+            cached = outbox.cached_schema(self.name) if self.fetched else None
+        except OutboxError as exc:  # start as on a first run: the server's copy comes soon
+            LOG.error("%s; fetching schema %r from the server instead", exc, self.name)
+            cached = None
+        if cached is not None:
             self._offer(cached, "cached copy")
 
     @property
@@ -142,7 +147,10 @@ class SchemaSource:
             LOG.warning("fetching schema %r answered HTTP 200 without a JSON object", self.name)
             return False
         if self._offer(response.body, "from the server") and self._outbox is not None:
-            self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+            try:
+                self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+            except OutboxError as exc:  # the schema is in use; only the copy for the next start is missing
+                LOG.error("%s", exc)
         return True
 
     def _offer(self, definition: Any, source: str) -> bool:

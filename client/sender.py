@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import queue
 import random
-import sqlite3
 import threading
 import time
 from datetime import datetime
@@ -41,7 +40,7 @@ from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
 from . import retry
 from .ledger import Ledger
-from .outbox import Outbox
+from .outbox import Outbox, OutboxError
 from .recorder import Recorder
 from .schemas import SchemaSource
 from .transport import Response, Transport, shown
@@ -164,9 +163,9 @@ class Sender(threading.Thread):
                 self._refresh_schema()
             if self._outbox.count and time.monotonic() >= self._deliver_due:
                 self._deliver()
-        except sqlite3.Error as exc:  # e.g. the file locked by another process for long: wait, go on
+        except OutboxError as exc:  # e.g. the file locked by another process for long: wait, go on
             delay = self._backoff(0.0)
-            LOG.error("the outbox could not be used (%s); trying again in %.1f s", exc, delay)
+            LOG.error("%s; trying again in %.1f s", exc, delay)
         self._end_turn()
         return self._done()
 
@@ -251,7 +250,7 @@ class Sender(threading.Thread):
             return
         try:
             appended = self._outbox.append(self._fresh, self._ledger)
-        except sqlite3.Error:
+        except OutboxError:
             # e.g. a full disk: keep them in memory (the newest, within the outbox's bound) and retry
             del self._fresh[:-self._settings.max_outbox]
             raise
