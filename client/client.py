@@ -88,6 +88,8 @@ class TelemetryClient:
         """
         if self._closed or self._no_disk:
             return RecordResult(False, self._no_disk or CLOSED)
+        if self._sender.failure:
+            return RecordResult(False, self._sender.failure)
         if self._source.current is None:
             return self._hold(values)
         report, result = self._recorder.make(values, self._recorder.now())

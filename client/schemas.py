@@ -43,13 +43,31 @@ def check_size(schema: Schema, most: int) -> None:
                          f"more than this app's max_report_bytes {most}: refused, nothing will be recorded under it")
 
 
+def parse(definition: Any) -> Schema:
+    """``definition`` (a dict or a :class:`Schema`) as a :class:`Schema`; ``ValueError`` if it
+    is none.
+
+    The shared parser means to raise only ``ValueError``, but a schema is the server's text or
+    the app's data, and a number it did not foresee (an ε so small that a division by it fails)
+    can end in another exception. At this boundary any of them is what it means to the client,
+    an invalid schema, so the app gets the ``ValueError`` it was promised and the sender thread
+    refuses the schema instead of ending on it.
+    """
+    try:
+        return parse_schema(definition)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- see above: any failure here is an invalid schema
+        raise ValueError(f"invalid schema ({type(exc).__name__}: {exc})") from exc
+
+
 def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
     """The name of the schema ``spec`` names or holds; ``ValueError`` if it is no schema."""
     if isinstance(spec, str):
         if not NAME_RE.fullmatch(spec):
             raise ValueError(f"schema must be a schema name matching [a-z0-9][a-z0-9_-]{{0,63}}, got {spec!r:.80}")
         return spec
-    return parse_schema(spec).name
+    return parse(spec).name
 
 
 class SchemaSource:
@@ -68,7 +86,7 @@ class SchemaSource:
         self._outbox: Outbox | None = None
         self._older_versions_used: set[int] = set()  # warned about once each
         if not self.fetched:
-            schema = parse_schema(spec)
+            schema = parse(spec)
             self._check(schema)  # given in code: the app hears at once
             self._use(schema)
 
@@ -160,11 +178,11 @@ class SchemaSource:
         version stays valid on the server (published schemas are immutable).
         """
         try:
-            schema = parse_schema(definition)
+            schema = parse(definition)
             if schema.name != self.name:
                 raise ValueError(f"it is schema {schema.name!r}, not {self.name!r}")
             self._check(schema)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 -- whatever judging the server's schema raises refuses it
             # The complaint may quote the server's text: shown escaped, since the app may log it.
             reason = f"schema {self.name!r} ({source}) refused: {shown(exc, 500)}"
             LOG.error("%s", reason)

@@ -197,3 +197,21 @@ def test_retry_after_parsing(value, seconds):
 def test_retry_after_of_no_text_is_none(headers):
     assert retry.retry_after(headers, NOON) is None
 
+
+def test_a_sender_that_ends_anyway_makes_record_say_so(tmp_path):
+    # Nothing a server sends ends the sender now; were a bug to end it all the same, record() must
+    # not keep answering "queued" while nothing reaches the outbox. The injected sleep failing is
+    # such a bug: it is called while the sender handles a failed delivery.
+    def broken_sleep(seconds: float) -> None:
+        raise RuntimeError("the app's sleep is broken")
+
+    client = TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                             transport=DeadNetwork(), sleep=broken_sleep)
+    try:
+        assert client.record(RECORD).queued
+        client._sender.join(10)  # noqa: SLF001
+        result = client.record(RECORD)
+        assert not result.queued and "sender stopped on an unexpected error: RuntimeError" in result.reason
+        assert client._sender.failure == result.reason  # noqa: SLF001
+    finally:
+        client.close(1)
