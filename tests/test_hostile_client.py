@@ -21,6 +21,7 @@ import pytest
 from client_support import BOOL_AND_OS, Clock, ScriptedTransport, closed_endpoint
 from ldp_telemetry.client import RequestsTransport, TelemetryClient
 from ldp_telemetry.client import transport as transport_module
+from ldp_telemetry.shared import parse_schema
 
 RECORD = {"dark_mode": True, "os": "linux"}
 ACK = b'{"accepted": 1, "duplicates": 0}'
@@ -324,6 +325,9 @@ def test_a_schema_redirect_within_the_origin_is_followed(tmp_path, serve):
     server = serve(schema_or(lambda h: h.send(301, headers=[("Location", "/moved/app-usage")])))
     with TelemetryClient(server.url, "app-usage", max_epsilon=4, data_dir=tmp_path) as client:
         assert client.wait_for_schema(10)
+        # The schema served at the redirect's target, and it came by way of the redirect.
+        assert client.schema.to_dict() == parse_schema(BOOL_AND_OS).to_dict()
+    assert server.requests[:2] == [("GET", "/api/v1/schemas/app-usage"), ("GET", "/moved/app-usage")]
 
 
 @pytest.mark.parametrize("same_origin", [True, False])
