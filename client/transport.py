@@ -1,7 +1,7 @@
-"""How the client talks HTTP: a two-method interface, and the default one built on requests.
+"""How the client talks HTTP: a small interface, and the default one built on requests.
 
 The client only ever posts a JSON body and gets a JSON document. Anything with these two methods
-can carry its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
+(and a ``close()``) can carry its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
 the real client against the real aggregator without patching anything.
 
 The default transport trusts no server: ``timeout`` is an overall deadline for the whole request
@@ -12,11 +12,13 @@ apps must survive their upgrades of requests and urllib3.
 
 How the deadline holds: requests can bound each read, not a whole exchange, and gives no public
 handle on the socket to shut while it reads the status line and headers. So each request runs in
-a thread of its own while the caller waits for it at most ``timeout`` seconds; the caller's time
-is bounded whatever the server does. A request past its deadline is abandoned: its thread stops
-at the next chunk of the body, or, in the headers, when the server lets it (each read still ends
-after ``timeout`` seconds of silence). A hostile server can hold at most
-:data:`MAX_ABANDONED` such threads; while it does, new requests fail at once rather than add more.
+a thread of its own while the caller waits for it at most ``timeout`` seconds, so the caller's
+time (the sender's, and ``close()``'s) is bounded whatever the server does. A request past its
+deadline is abandoned, and its thread ends when the server lets it: at a silence longer than the
+read timeout (at most ``timeout``), when the server closes, or at the next full chunk of a body.
+A server can hold at most :data:`MAX_ABANDONED` such threads (and their connections); while it
+does, new requests fail at once rather than add more, and the sender backs off as after any
+network error.
 """
 
 from __future__ import annotations
