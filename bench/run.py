@@ -32,7 +32,7 @@ from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, encoders, hostile, ingest, servers
+from . import bulkload, encoders, hostile, ingest, send, servers
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -42,7 +42,7 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile")
+STEPS = ("record", "send", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
 # the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
@@ -342,6 +342,12 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         row("  p99 us (queued)", rec["queued"]["p99_us"], ".1f", "-", None)
         row("  median CPU us of the calling thread (queued)", rec["queued"]["cpu_median_us"], ".1f", "-", None)
         row("  median us (suppressed: same window)", rec["suppressed"]["median_us"], ".1f", "-", None)
+    snd = results.get("send")
+    if snd:
+        row("client send, one post_json of 1 report, median ms", snd["batch1"]["median_ms"], ".3f", "-", None)
+        row("  p99 ms", snd["batch1"]["p99_ms"], ".3f", "-", None)
+        row("  of 100 reports, median ms", snd["batch100"]["median_ms"], ".3f", "-", None)
+        row("  p99 ms", snd["batch100"]["p99_ms"], ".3f", "-", None)
     enc = results.get("encoders")
     if enc:
         row("randomize, one report (rr + grr), us", enc["ours_randomize_report"], ".2f", "-", None)
@@ -373,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], Any]] = {
         "encoders": encoders.run,
         "record": bench_record,
+        "send": send.run,
         "refresh": lambda: bench_refresh(max(3, args.runs)),
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
         "nodes": lambda: bench_nodes(args.runs, args.seconds),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from . import ledger as ledger_module
 from . import options as options_module
 from .datadir import default_data_dir, device_secret, outbox_path
 from .ledger import Ledger
-from .outbox import Outbox
+from .outbox import Outbox, OutboxError
 from .recorder import Recorder, RecordResult
 from .schemas import SchemaSource
 from .sender import MAX_WAIT, Sender
@@ -53,10 +52,10 @@ class TelemetryClient:
                                     max_report_bytes=settings.max_report_bytes)
         folder = Path(settings.data_dir) if settings.data_dir is not None else default_data_dir()
         self._no_disk: str | None = None  # why nothing is recorded: the data folder is unusable
-        self._outbox, secret = self._open(folder)
         clock = settings.clock
         since = windows.window_of((clock or _utc_now)() - ledger_module.KEPT, "day")
-        self._ledger = Ledger(per_day=settings.max_epsilon_per_day, rows=self._outbox.ledger_rows(since))
+        self._outbox, secret, spent = self._open(folder, since)
+        self._ledger = Ledger(per_day=settings.max_epsilon_per_day, rows=spent)
         self._source.attach(self._outbox)
         self._recorder = Recorder(self._source, self._ledger, secret, clock)
         self._lock = threading.Lock()  # orders record()'s hand-over against close()
@@ -89,6 +88,8 @@ class TelemetryClient:
         """
         if self._closed or self._no_disk:
             return RecordResult(False, self._no_disk or CLOSED)
+        if self._sender.failure:
+            return RecordResult(False, self._sender.failure)
         if self._source.current is None:
             return self._hold(values)
         report, result = self._recorder.make(values, self._recorder.now())
@@ -176,9 +177,12 @@ class TelemetryClient:
         # The sender's request deadline ends with the stop, so it finishes soon after it.
         self._sender.join(timeout + 1.0)
         if not self._sender.is_alive():
-            self._outbox.close()
+            try:
+                self._outbox.close()
+            except OutboxError as exc:  # close() never raises into the app; what was committed stays
+                LOG.error("%s", exc)
             if self._owns_transport:
-                self._transport.close()  # type: ignore[attr-defined]
+                self._transport.close()
 
     def __enter__(self) -> TelemetryClient:
         return self
@@ -186,22 +190,25 @@ class TelemetryClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _open(self, folder: Path) -> tuple[Outbox, bytes | None]:
-        """The outbox file and the device's secret. If they cannot be used (no writable folder,
-        a corrupt file), an empty outbox in memory, and nothing is recorded: the app keeps
-        running, but without a ledger that outlives the process a restart could spend a
-        window's budget twice."""
+    def _open(self, folder: Path, since: str) -> tuple[Outbox, bytes | None, list[tuple[str, str, float]]]:
+        """The outbox file, the device's secret and the ledger's rows from the window ``since`` on.
+        If they cannot be used (no writable folder, a corrupt or locked file), an empty outbox in
+        memory, and nothing is recorded: the app keeps running, but without a ledger that outlives
+        the process a restart could spend a window's budget twice."""
         limits = {"max_reports": self.settings.max_outbox, "max_bytes": self.settings.max_outbox_bytes}
         outbox = None
         try:
             outbox = Outbox(outbox_path(folder, self._source.name), self.endpoint, **limits)
-            return outbox, device_secret(folder)
-        except (OSError, sqlite3.Error) as exc:
+            return outbox, device_secret(folder), outbox.ledger_rows(since)
+        except (OSError, OutboxError) as exc:
             if outbox is not None:
-                outbox.close()
+                try:
+                    outbox.close()
+                except OutboxError:
+                    pass  # the folder is unusable anyway; nothing was written
             self._no_disk = f"the data folder {folder} cannot be used ({exc}), so no ledger can be kept: nothing is recorded"
             LOG.error("%s", self._no_disk)
-            return Outbox(Path(":memory:"), self.endpoint, **limits), None
+            return Outbox(Path(":memory:"), self.endpoint, **limits), None, []
 
 
 def _utc_now() -> datetime:

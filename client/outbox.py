@@ -6,6 +6,10 @@ each report is kept for the endpoint it was made for, and a client sends only it
 endpoint's. Only randomised reports are ever written here; a true value never is. A report and
 its ledger row are committed in one transaction, so a crash can lose a report that was never
 sent, but never forget a window that was spent. Only the sender thread writes reports here.
+
+Every failure of the file (locked by another process for long, a full disk, a damaged file) leaves
+this module as :class:`OutboxError`, so its callers handle one error of the outbox's own and
+never depend on which database keeps it.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import json
 import logging
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import ledger
 
@@ -30,6 +35,20 @@ CREATE INDEX IF NOT EXISTS outbox_endpoint ON outbox (endpoint, seq);
 CREATE TABLE IF NOT EXISTS schemas (endpoint TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL,
                                     PRIMARY KEY (endpoint, name));
 """ + ledger.TABLE
+
+
+class OutboxError(Exception):
+    """The outbox file could not be used; what was asked of it did not happen (a write is
+    rolled back whole)."""
+
+
+@contextmanager
+def _failing_as(what: str) -> Iterator[None]:
+    """Turn a database error inside the block into :class:`OutboxError` saying ``what`` failed."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise OutboxError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -51,27 +70,28 @@ class Outbox:
         self.max_reports = max_reports
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # In WAL mode NORMAL is durable across an app crash; only an OS crash may lose the
-            # last commits, and those reports were never acknowledged, so nothing is double-counted.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_TABLES)
-            if "size" not in {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}:  # an older file
-                self._db.execute("ALTER TABLE outbox ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
-            self._db.execute("UPDATE outbox SET size = length(CAST(body AS BLOB)) WHERE size = 0")
-            self.count, self.bytes = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE endpoint = ?", (endpoint,)
-            ).fetchone()
-        except BaseException:
-            self._db.close()
-            raise
+        with _failing_as(f"could not open the outbox {path}"):
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # In WAL mode NORMAL is durable across an app crash; only an OS crash may lose the
+                # last commits, and those reports were never acknowledged, so nothing is double-counted.
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(_TABLES)
+                if "size" not in {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}:  # an older file
+                    self._db.execute("ALTER TABLE outbox ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
+                self._db.execute("UPDATE outbox SET size = length(CAST(body AS BLOB)) WHERE size = 0")
+                self.count, self.bytes = self._db.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE endpoint = ?", (endpoint,)
+                ).fetchone()
+            except BaseException:
+                self._db.close()
+                raise
 
     def ledger_rows(self, since: str) -> list[tuple[str, str, float]]:
         """Every (schema, window, ε) the ledger holds from the window ``since`` on; older rows
         are deleted (window names sort in time order)."""
-        with self._lock:
+        with self._lock, _failing_as("could not read the ledger"):
             self._db.execute('DELETE FROM ledger WHERE "window" < ?', (since,))
             return self._db.execute('SELECT schema, "window", epsilon FROM ledger').fetchall()
 
@@ -80,7 +100,7 @@ class Outbox:
         transaction, then evict the oldest beyond the bounds."""
         stored = evicted = added = 0
         refused: dict[str, int] = {}
-        with self._lock:
+        with self._lock, _failing_as("could not store reports in the outbox"):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for report in reports:
@@ -121,7 +141,7 @@ class Outbox:
         """The oldest reports, as ``(seq, report)``, left in place until removed: at most ``limit``
         of them, naming at most ``max_windows`` windows, and (but for a first report that is
         bigger on its own) at most ``max_bytes`` as a ``{"reports": [...]}`` body."""
-        with self._lock:
+        with self._lock, _failing_as("could not read the outbox"):
             rows = self._db.execute(
                 "SELECT seq, body, size FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
             ).fetchall()
@@ -148,7 +168,7 @@ class Outbox:
     def remove(self, seqs: list[int]) -> None:
         """Delete reports the server acknowledged or rejected for good."""
         count = size = 0
-        with self._lock:
+        with self._lock, _failing_as("could not remove reports from the outbox"):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(seqs), _CHUNK):
@@ -167,7 +187,7 @@ class Outbox:
 
     def cached_schema(self, name: str) -> dict[str, Any] | None:
         """The schema called ``name`` as last fetched from this endpoint, if any."""
-        with self._lock:
+        with self._lock, _failing_as("could not read the cached schema"):
             row = self._db.execute(
                 "SELECT definition FROM schemas WHERE endpoint = ? AND name = ?", (self.endpoint, name)
             ).fetchone()
@@ -175,13 +195,13 @@ class Outbox:
         return definition if isinstance(definition, dict) else None  # a damaged copy is no copy
 
     def cache_schema(self, definition: dict[str, Any]) -> None:
-        with self._lock:
+        with self._lock, _failing_as("could not cache the schema"):
             self._db.execute(
                 "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?)", (self.endpoint, definition["name"], _dumps(definition))
             )
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, _failing_as("could not close the outbox"):
             self._db.close()
 
 

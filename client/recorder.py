@@ -63,4 +63,14 @@ class Recorder:
         reason = self._ledger.claim(schema.name, window, schema.epsilon)
         if reason is not None:
             return None, RecordResult(False, reason, window)
-        return encode_report(schema, truth, window, device_secret=self._secret), RecordResult(True, QUEUED, window)
+        try:
+            report = encode_report(schema, truth, window, device_secret=self._secret)
+        except ValueError:
+            self._ledger.release(schema.name, window)
+            raise
+        except Exception as exc:  # noqa: BLE001 -- the schema's numbers failed, not the app's record
+            # Only the type is told: the text of an error inside an encoder could quote a true value.
+            self._ledger.release(schema.name, window)
+            return None, RecordResult(False, f"schema {schema.name!r} version {schema.version} cannot encode "
+                                             f"this record ({type(exc).__name__}): nothing recorded", window)
+        return report, RecordResult(True, QUEUED, window)

@@ -8,12 +8,17 @@ seconds, never sooner than the server's ``Retry-After``; any other 4xx is final.
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Mapping
 
 # A Retry-After beyond a day is more likely a bug than a plan; never let it silence a device.
 MAX_RETRY_AFTER = 86_400.0
+_DELAY_SECONDS = re.compile(r"[0-9]+")  # ASCII only: \d would take any Unicode digit
+# An HTTP date is 29 characters (obsolete forms up to ~40); delay-seconds past MAX_RETRY_AFTER are
+# capped anyway, so a longer value is garbage, never a wait worth honouring.
+_MAX_RETRY_AFTER_TEXT = 64
 _MAX_EXPONENT = 60  # 2**60 * base is past any cap; a bigger power of two only risks overflow
 
 
@@ -34,22 +39,28 @@ def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) 
 
 
 def retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
-    """The server's ``Retry-After`` (delay-seconds or an HTTP date) in seconds from ``now``.
+    """The server's ``Retry-After`` (delay-seconds or an HTTP date) in seconds from ``now``,
+    within [0, :data:`MAX_RETRY_AFTER`].
 
-    ``headers`` has lower-case names. None when absent or unreadable.
+    ``headers`` has lower-case names. None when absent or unreadable. Read strictly, as RFC 9110
+    writes it: delay-seconds are ASCII digits only (``str.isdigit`` also takes "²" or "٣",
+    which ``float`` then refuses), and a value too long to be either form is not parsed at all
+    (a run of digits past ``int``'s limit of 4,300 raises, and a day's worth of seconds needs 5).
     """
     value = headers.get("retry-after")
-    if value is None:
+    if not isinstance(value, str):
         return None
-    value = value.strip()
-    if value.isdigit():
+    value = value.strip(" \t")
+    if len(value) > _MAX_RETRY_AFTER_TEXT:
+        return None
+    if _DELAY_SECONDS.fullmatch(value):
         seconds = float(value)
     else:
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            seconds = (when - now).total_seconds()
+        except (TypeError, ValueError, IndexError, OverflowError):  # what a malformed date raises
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - now).total_seconds()
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -19,7 +19,7 @@ from ldp_telemetry.shared.reports import max_report_bytes
 from ldp_telemetry.shared.schema import NAME_RE
 
 from . import retry
-from .outbox import Outbox
+from .outbox import Outbox, OutboxError
 from .transport import Transport, shown
 
 LOG = logging.getLogger("ldp_telemetry.client")
@@ -43,13 +43,31 @@ def check_size(schema: Schema, most: int) -> None:
                          f"more than this app's max_report_bytes {most}: refused, nothing will be recorded under it")
 
 
+def parse(definition: Any) -> Schema:
+    """``definition`` (a dict or a :class:`Schema`) as a :class:`Schema`; ``ValueError`` if it
+    is none.
+
+    The shared parser means to raise only ``ValueError``, but a schema is the server's text or
+    the app's data, and a number it did not foresee (an ε so small that a division by it fails)
+    can end in another exception. At this boundary any of them is what it means to the client,
+    an invalid schema, so the app gets the ``ValueError`` it was promised and the sender thread
+    refuses the schema instead of ending on it.
+    """
+    try:
+        return parse_schema(definition)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- see above: any failure here is an invalid schema
+        raise ValueError(f"invalid schema ({type(exc).__name__}: {exc})") from exc
+
+
 def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
     """The name of the schema ``spec`` names or holds; ``ValueError`` if it is no schema."""
     if isinstance(spec, str):
         if not NAME_RE.fullmatch(spec):
             raise ValueError(f"schema must be a schema name matching [a-z0-9][a-z0-9_-]{{0,63}}, got {spec!r:.80}")
         return spec
-    return parse_schema(spec).name
+    return parse(spec).name
 
 
 class SchemaSource:
@@ -68,7 +86,7 @@ class SchemaSource:
         self._outbox: Outbox | None = None
         self._older_versions_used: set[int] = set()  # warned about once each
         if not self.fetched:
-            schema = parse_schema(spec)
+            schema = parse(spec)
             self._check(schema)  # given in code: the app hears at once
             self._use(schema)
 
@@ -106,7 +124,12 @@ class SchemaSource:
     def attach(self, outbox: Outbox) -> None:
         """Cache fetched schemas in ``outbox``, and start from the copy cached there, if any."""
         self._outbox = outbox
-        if self.fetched and (cached := outbox.cached_schema(self.name)) is not None:
+        try:
+            cached = outbox.cached_schema(self.name) if self.fetched else None
+        except OutboxError as exc:  # start as on a first run: the server's copy comes soon
+            LOG.error("%s; fetching schema %r from the server instead", exc, self.name)
+            cached = None
+        if cached is not None:
             self._offer(cached, "cached copy")
 
     @property
@@ -142,7 +165,10 @@ class SchemaSource:
             LOG.warning("fetching schema %r answered HTTP 200 without a JSON object", self.name)
             return False
         if self._offer(response.body, "from the server") and self._outbox is not None:
-            self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+            try:
+                self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+            except OutboxError as exc:  # the schema is in use; only the copy for the next start is missing
+                LOG.error("%s", exc)
         return True
 
     def _offer(self, definition: Any, source: str) -> bool:
@@ -152,11 +178,11 @@ class SchemaSource:
         version stays valid on the server (published schemas are immutable).
         """
         try:
-            schema = parse_schema(definition)
+            schema = parse(definition)
             if schema.name != self.name:
                 raise ValueError(f"it is schema {schema.name!r}, not {self.name!r}")
             self._check(schema)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 -- whatever judging the server's schema raises refuses it
             # The complaint may quote the server's text: shown escaped, since the app may log it.
             reason = f"schema {self.name!r} ({source}) refused: {shown(exc, 500)}"
             LOG.error("%s", reason)

@@ -23,6 +23,12 @@ records waiting for their schema, the outbox and the transport. Each turn it
 Waits (backoff, the next schema fetch, a pending record's expiry) are deadlines the queue's
 ``get`` waits for, so new records are stored while the sender backs off and ``stop()`` ends a
 wait at once.
+
+Nothing a server sends can end the thread: its answers are judged where they are read (a
+``Retry-After`` that is no number is ignored, a schema that cannot be parsed is refused), and a
+turn that fails anyway is logged, with the exception's text escaped since it may quote the
+server, and followed by a backoff, as a failed delivery is. Were the thread to end all the same,
+:attr:`Sender.failure` says why, and ``record()`` stops answering "queued".
 """
 
 from __future__ import annotations
@@ -30,10 +36,10 @@ from __future__ import annotations
 import logging
 import queue
 import random
-import sqlite3
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, NamedTuple
 
@@ -41,7 +47,7 @@ from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
 from . import retry
 from .ledger import Ledger
-from .outbox import Outbox
+from .outbox import Outbox, OutboxError
 from .recorder import Recorder
 from .schemas import SchemaSource
 from .transport import Response, Transport, shown
@@ -94,6 +100,7 @@ class Sender(threading.Thread):
         self._stop_by = float("inf")
         self._stopping = threading.Event()
         self._why = ""  # the last delivery failure, for the log
+        self.failure: str | None = None  # why the thread ended before it was stopped, if it did
 
     # -- the app's side: never blocks, never raises ------------------------------------------
 
@@ -148,8 +155,11 @@ class Sender(threading.Thread):
         try:
             while not self._turn():
                 pass
-        except Exception:  # a bug here must never reach the app; reports wait on disk
-            LOG.exception("the telemetry sender stopped on an unexpected error")
+        except BaseException as exc:  # only a bug in the loop itself gets here: reports wait on disk
+            self.failure = f"the telemetry sender stopped on an unexpected error: {described(exc)}"
+            LOG.error("%s", self.failure)
+            if not isinstance(exc, Exception):
+                raise
         finally:
             self._finish()
 
@@ -164,9 +174,15 @@ class Sender(threading.Thread):
                 self._refresh_schema()
             if self._outbox.count and time.monotonic() >= self._deliver_due:
                 self._deliver()
-        except sqlite3.Error as exc:  # e.g. the file locked by another process for long: wait, go on
+        except OutboxError as exc:  # e.g. the file locked by another process for long: wait, go on
             delay = self._backoff(0.0)
-            LOG.error("the outbox could not be used (%s); trying again in %.1f s", exc, delay)
+            LOG.error("%s; trying again in %.1f s", exc, delay)
+        except Exception as exc:  # noqa: BLE001 -- a turn may fail; the sender must not end on it
+            # Every failure a server can cause is handled where its answer is read; this is the
+            # last line against a bug. Waiting as after a failed delivery keeps a repeating one
+            # from spinning, and the next turn starts from the outbox, whose state is always whole.
+            delay = self._backoff(0.0)
+            LOG.error("a telemetry sender turn failed (%s); trying again in %.1f s", described(exc), delay)
         self._end_turn()
         return self._done()
 
@@ -240,6 +256,10 @@ class Sender(threading.Thread):
         except ValueError as exc:  # names the attribute, never the value
             LOG.warning("dropped a pending record that does not fit schema %r: %s", self._source.name, exc)
             return
+        except Exception as exc:  # noqa: BLE001 -- its text could quote a true value: only its type is logged
+            LOG.warning("dropped a pending record that schema %r could not take: %s", self._source.name,
+                        type(exc).__name__)
+            return
         if report is None:
             LOG.info("a pending record was not reported: %s", result.reason)
         else:
@@ -251,7 +271,7 @@ class Sender(threading.Thread):
             return
         try:
             appended = self._outbox.append(self._fresh, self._ledger)
-        except sqlite3.Error:
+        except OutboxError:
             # e.g. a full disk: keep them in memory (the newest, within the outbox's bound) and retry
             del self._fresh[:-self._settings.max_outbox]
             raise
@@ -264,7 +284,12 @@ class Sender(threading.Thread):
 
     def _refresh_schema(self) -> None:
         timeout = self._request_timeout()
-        if self._source.refresh(self._transport, self._settings.endpoint, timeout):
+        try:
+            answered = self._source.refresh(self._transport, self._settings.endpoint, timeout)
+        except Exception as exc:  # noqa: BLE001 -- a fetch that fails in any way is asked again later
+            LOG.error("fetching schema %r failed (%s)", self._source.name, described(exc))
+            answered = False
+        if answered:
             self._schema_attempt = 0
             self._schema_due = time.monotonic() + self._settings.schema_refresh
         else:
@@ -363,6 +388,17 @@ class Sender(threading.Thread):
                         len(self._pending))
             self._pending = []
         self._end_turn()
+
+
+def described(exc: BaseException) -> str:
+    """An exception for a log line: its type, its text escaped (it may quote the server) and
+    where it was raised, which a bug report needs and which holds no data."""
+    where = ""
+    if (tb := exc.__traceback__) is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {'/'.join(Path(tb.tb_frame.f_code.co_filename).parts[-2:])}:{tb.tb_lineno}"
+    return f"{type(exc).__name__}: {shown(exc)}{where}"
 
 
 def _is_acknowledgement(body: Any) -> bool:

@@ -1,27 +1,35 @@
-"""How the client talks HTTP: a two-method interface, and the default one built on requests.
+"""How the client talks HTTP: a small interface, and the default one built on requests.
 
 The client only ever posts a JSON body and gets a JSON document. Anything with these two methods
-can carry its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
+(and a ``close()``) can carry its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
 the real client against the real aggregator without patching anything.
 
 The default transport trusts no server: ``timeout`` is an overall deadline for the whole request
-(a server dripping one byte at a time defeats a per-read timeout, so a timer shuts the
-connection when the deadline passes); a redirect is followed only to the same origin
-(scheme, host and port); a response body is read to at most :data:`MAX_RESPONSE_BYTES`.
+(a server dripping one byte at a time defeats a per-read timeout); a redirect is followed only to
+the same origin (scheme, host and port); a response body is read to at most
+:data:`MAX_RESPONSE_BYTES`. It uses public ``requests`` API only: an SDK inside other people's
+apps must survive their upgrades of requests and urllib3.
+
+How the deadline holds: requests can bound each read, not a whole exchange, and gives no public
+handle on the socket to shut while it reads the status line and headers. So each request runs in
+a thread of its own while the caller waits for it at most ``timeout`` seconds, so the caller's
+time (the sender's, and ``close()``'s) is bounded whatever the server does. A request past its
+deadline is abandoned, and its thread ends when the server lets it: at a silence longer than the
+read timeout (at most ``timeout``), when the server closes, or at the next full chunk of a body.
+A server can hold at most :data:`MAX_ABANDONED` such threads (and their connections); while it
+does, new requests fail at once rather than add more, and the sender backs off as after any
+network error.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from typing import Any, Mapping, NamedTuple, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
 
 # A response body past this is not read (a hostile or broken server could otherwise stream the
 # app out of memory), and the request counts as failed.
@@ -32,6 +40,11 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 # answered 301/302/303 into a GET, whose answer (a 405, or a 200 page) says nothing of the reports.
 _KEEPS_THE_BODY = (307, 308)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Requests past their deadline whose threads a server may still hold (see the module's docstring).
+MAX_ABANDONED = 4
+# The body is read in chunks this small so that a thread past its deadline stops soon: a read
+# returns only when its chunk is full (or the body ends), however slowly the bytes come.
+_CHUNK = 16 * 1024
 
 
 class ResponseTooLarge(requests.RequestException):
@@ -51,11 +64,17 @@ class Response(NamedTuple):
 
 
 class Transport(Protocol):
-    """Carries the client's requests. A network failure is any exception; the client retries."""
+    """Carries the client's requests. A network failure is any exception; the client retries.
+
+    ``timeout`` is the request's overall deadline in seconds. :meth:`close` releases what the
+    transport holds (connections); the client calls it only on a transport it made itself.
+    """
 
     def post_json(self, url: str, body: Any, timeout: float) -> Response: ...
 
     def get_json(self, url: str, timeout: float) -> Response: ...
+
+    def close(self) -> None: ...
 
 
 def shown(text: Any, limit: int = 300) -> str:
@@ -81,8 +100,8 @@ class RequestsTransport:
 
     def __init__(self, session: requests.Session | None = None):
         self._session = session or requests.Session()
-        for prefix in ("http://", "https://"):
-            self._session.mount(prefix, _WatchedAdapter())
+        self._lock = threading.Lock()
+        self._abandoned = 0  # requests past their deadline whose threads have not ended yet
 
     def post_json(self, url: str, body: Any, timeout: float) -> Response:
         data = json.dumps(body, separators=(",", ":")).encode("utf-8")  # compact: the size the sender counted
@@ -95,122 +114,89 @@ class RequestsTransport:
         self._session.close()
 
     def _request(self, method: str, url: str, timeout: float, **kwargs: Any) -> Response:
+        with self._lock:
+            if self._abandoned >= MAX_ABANDONED:
+                raise DeadlineExceeded(f"{self._abandoned} earlier requests past their deadline are still held "
+                                       "by the server; not sending another until one ends")
         deadline = time.monotonic() + timeout
-        watch = _Watch(deadline)
-        _CURRENT.watch = watch
+        exchange = _Exchange(lambda: _exchange(self._session, method, url, deadline, kwargs), self._ended)
+        threading.Thread(target=exchange.run, name="ldp-telemetry-request", daemon=True).start()
+        if not exchange.finished.wait(timeout):
+            with self._lock:
+                if exchange.abandon():
+                    self._abandoned += 1
+                    raise DeadlineExceeded(f"no complete answer within {timeout:g} s")
+        return exchange.outcome()
+
+    def _ended(self) -> None:
+        """An abandoned request's thread has ended."""
+        with self._lock:
+            self._abandoned -= 1
+
+
+class _Exchange:
+    """One request run in its own thread: its outcome, or its abandonment by the caller."""
+
+    def __init__(self, work: Callable[[], Response], on_abandoned_end: Callable[[], None]):
+        self.finished = threading.Event()
+        self._work = work
+        self._on_abandoned_end = on_abandoned_end
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._response: Response | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            for _ in range(MAX_REDIRECTS + 1):
-                left = max(0.001, deadline - time.monotonic())
-                reply = self._session.request(method, url, timeout=(left, left), allow_redirects=False, stream=True,
-                                              **kwargs)
-                location = reply.headers.get("location")
-                follow = reply.status_code in (_KEEPS_THE_BODY if method == "POST" else _REDIRECTS)
-                if not (follow and location and same_origin(url, urljoin(url, location))):
-                    return _response(reply, watch)
-                reply.close()
-                url = urljoin(url, location)
-            return _response(reply, watch)
-        except requests.RequestException:
-            if watch.expired:
-                raise DeadlineExceeded(f"no complete answer within {timeout:g} s") from None
-            raise
-        finally:
-            _CURRENT.watch = None
-            watch.cancel()
-            if watch.expired:  # the pool may hold the connection that was shut: start afresh
-                for adapter in self._session.adapters.values():
-                    adapter.close()
+            self._response = self._work()
+        except BaseException as exc:  # handed to the caller, which raises it in its own thread
+            self._error = exc
+        with self._lock:
+            self.finished.set()
+            abandoned = self._abandoned
+        if abandoned:
+            self._on_abandoned_end()
+
+    def abandon(self) -> bool:
+        """Give up on the request, unless it has just finished; True if it was given up."""
+        with self._lock:
+            if not self.finished.is_set():
+                self._abandoned = True
+            return self._abandoned
+
+    def outcome(self) -> Response:
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
 
 
-def _response(reply: requests.Response, watch: _Watch) -> Response:
-    """The response with its JSON body, read to at most :data:`MAX_RESPONSE_BYTES`."""
+def _exchange(session: requests.Session, method: str, url: str, deadline: float, kwargs: dict[str, Any]) -> Response:
+    """The request, following redirects within the origin, with its body read by ``deadline``."""
+    for _ in range(MAX_REDIRECTS + 1):
+        left = max(0.001, deadline - time.monotonic())
+        reply = session.request(method, url, timeout=(left, left), allow_redirects=False, stream=True, **kwargs)
+        location = reply.headers.get("location")
+        follow = reply.status_code in (_KEEPS_THE_BODY if method == "POST" else _REDIRECTS)
+        if not (follow and location and same_origin(url, urljoin(url, location))):
+            break
+        reply.close()
+        url = urljoin(url, location)
+    return _response(reply, deadline)
+
+
+def _response(reply: requests.Response, deadline: float) -> Response:
+    """The response with its JSON body, read to at most :data:`MAX_RESPONSE_BYTES` by ``deadline``."""
     content = bytearray()
     with reply:
-        for chunk in reply.iter_content(64 * 1024):
+        for chunk in reply.iter_content(_CHUNK):
             content += chunk
             if len(content) > MAX_RESPONSE_BYTES:
                 raise ResponseTooLarge(f"the response body is over {MAX_RESPONSE_BYTES} bytes")
-    if watch.expired:  # the body may look complete, cut short by the shut connection
-        raise DeadlineExceeded("the answer was cut at the deadline")
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded("the answer was still coming at the deadline")
     try:
         body = json.loads(bytes(content)) if content else None
     except (ValueError, RecursionError):
         body = None
     return Response(reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, body)
-
-
-class _Watch:
-    """The connections one request uses; shuts them when its deadline passes, which ends any
-    read or write blocked on them at once."""
-
-    def __init__(self, deadline: float):
-        self.expired = False
-        self._connections: list[Any] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def add(self, connection: Any) -> None:
-        with self._lock:
-            self._connections.append(connection)
-            if self.expired:
-                _shut(connection)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for connection in self._connections:
-                _shut(connection)
-
-
-def _shut(connection: Any) -> None:
-    sock = getattr(connection, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-class _Current(threading.local):
-    watch: _Watch | None = None
-
-
-_CURRENT = _Current()
-
-
-class _WatchedPool:
-    """Hands each connection it lends out to the current request's :class:`_Watch`."""
-
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        connection = super()._get_conn(timeout)  # type: ignore[misc]
-        if (watch := _CURRENT.watch) is not None:
-            watch.add(connection)
-        return connection
-
-
-class _WatchedHTTPPool(_WatchedPool, HTTPConnectionPool):
-    pass
-
-
-class _WatchedHTTPSPool(_WatchedPool, HTTPSConnectionPool):
-    pass
-
-
-class _WatchedAdapter(HTTPAdapter):
-    """requests' adapter, with pools whose connections a deadline can shut."""
-
-    _POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = self._POOLS
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        manager.pool_classes_by_scheme = self._POOLS
-        return manager

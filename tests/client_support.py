@@ -65,6 +65,9 @@ class FlaskTransport:
         self._check()
         return _response(self.test_client.get(urlsplit(url).path))
 
+    def close(self) -> None:
+        pass  # the test client holds no connection
+
     def _check(self) -> None:
         if self.down:
             raise ConnectionError("the test network is down")
@@ -92,6 +95,9 @@ class ScriptedTransport:
     def get_json(self, url: str, timeout: float) -> Response:
         raise ConnectionError("no schema server in a scripted test")
 
+    def close(self) -> None:
+        pass  # no connection to close
+
 
 class DeadNetwork:
     """Every request fails, as with the cable pulled."""
@@ -101,6 +107,9 @@ class DeadNetwork:
 
     def get_json(self, url: str, timeout: float) -> Response:
         raise ConnectionError("the network is down")
+
+    def close(self) -> None:
+        pass  # no connection to close
 
 
 def hours_ago(clock: Clock, hours: int) -> None:

@@ -13,6 +13,7 @@ import pytest
 from client_support import BOOL_AND_OS, Clock, closed_endpoint
 from ldp_telemetry import shared
 from ldp_telemetry.client import TelemetryClient, default_data_dir
+from ldp_telemetry.client.outbox import Outbox, OutboxError
 
 RECORD = {"dark_mode": True, "os": "linux"}
 
@@ -209,3 +210,31 @@ def test_the_client_keeps_no_reference_to_a_pending_records_values(app, client):
 
 def tmp_dir(app) -> str:
     return app.instance_path + "/device"
+
+
+def test_the_outbox_raises_its_own_error_never_the_databases(tmp_path):
+    # Its callers handle OutboxError alone; a sqlite3 error reaching them was a sender stopped.
+    spoiled = tmp_path / "spoiled.sqlite3"
+    spoiled.write_bytes(b"this is not a database, " * 100)
+    with pytest.raises(OutboxError, match="could not open the outbox") as opened:
+        Outbox(spoiled, "http://aggregator.test", max_reports=10, max_bytes=10_000)
+    assert isinstance(opened.value.__cause__, sqlite3.DatabaseError) and not isinstance(opened.value, sqlite3.Error)
+    outbox = Outbox(tmp_path / "fine.sqlite3", "http://aggregator.test", max_reports=10, max_bytes=10_000)
+    outbox.close()
+    for use in (lambda: outbox.peek(limit=1, max_bytes=1000, max_windows=1), lambda: outbox.remove([1]),
+                lambda: outbox.cached_schema("app-usage"), lambda: outbox.ledger_rows("2026-01-01")):
+        with pytest.raises(OutboxError):
+            use()
+
+
+def test_an_outbox_failing_under_a_running_client_is_logged_and_the_sender_goes_on(tmp_path, caplog):
+    client = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path, backoff_base=0.01,
+                             backoff_cap=0.05)
+    try:
+        client._outbox.close()  # noqa: SLF001 -- the real outbox, made unusable under the sender
+        assert client.record(RECORD).queued
+        assert not client.flush(0.5)  # the report cannot be stored, so it is not delivered either
+        assert any("could not store reports in the outbox" in r.getMessage() for r in caplog.records)
+        assert client._sender.is_alive()  # noqa: SLF001
+    finally:
+        client.close(1)

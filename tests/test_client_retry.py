@@ -182,7 +182,36 @@ def test_is_retryable(status, retryable):
 @pytest.mark.parametrize("value, seconds", [
     ("12", 12.0), (" 3 ", 3.0), ("0", 0.0), (format_datetime(NOON - timedelta(minutes=5), usegmt=True), 0.0),
     ("Sat, 21 Nov 2026 12:01:00 GMT", 60.0), ("99999999", retry.MAX_RETRY_AFTER), ("soon", None), ("-5", None),
+    # Unicode digits pass str.isdigit() and then make float() raise: "²" ended the sender thread.
+    ("\u00b2", None), ("\u0663", None), ("\uff11\uff12", None), ("1.5", None), ("1e5", None), ("+5", None),
+    # 5,000 digits are past int()'s limit; a date that is no date must not raise either.
+    ("9" * 5000, None), ("Fri, 99 Foo 99999 99:99:99 GMT", None), ("Mon, 01 Jan 1 00:00:00 +9999", None),
+    ("Sat, 21 Nov 2026 12:01:00 GMT" + " " * 100, 60.0),
 ])
 def test_retry_after_parsing(value, seconds):
     assert retry.retry_after({"retry-after": value}, NOON) == seconds
     assert retry.retry_after({}, NOON) is None
+
+
+@pytest.mark.parametrize("headers", [{"retry-after": None}, {"retry-after": 5}, {"retry-after": b"5"}])
+def test_retry_after_of_no_text_is_none(headers):
+    assert retry.retry_after(headers, NOON) is None
+
+
+def test_a_sender_that_ends_anyway_makes_record_say_so(tmp_path):
+    # Nothing a server sends ends the sender now; were a bug to end it all the same, record() must
+    # not keep answering "queued" while nothing reaches the outbox. The injected sleep failing is
+    # such a bug: it is called while the sender handles a failed delivery.
+    def broken_sleep(seconds: float) -> None:
+        raise RuntimeError("the app's sleep is broken")
+
+    client = TelemetryClient("http://aggregator.test", BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                             transport=DeadNetwork(), sleep=broken_sleep)
+    try:
+        assert client.record(RECORD).queued
+        client._sender.join(10)  # noqa: SLF001
+        result = client.record(RECORD)
+        assert not result.queued and "sender stopped on an unexpected error: RuntimeError" in result.reason
+        assert client._sender.failure == result.reason  # noqa: SLF001
+    finally:
+        client.close(1)

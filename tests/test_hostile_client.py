@@ -8,6 +8,7 @@ never drops a report it has no proof of delivery for. The servers here are real 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -20,6 +21,7 @@ import pytest
 from client_support import BOOL_AND_OS, Clock, ScriptedTransport, closed_endpoint
 from ldp_telemetry.client import RequestsTransport, TelemetryClient
 from ldp_telemetry.client import transport as transport_module
+from ldp_telemetry.shared import parse_schema
 
 RECORD = {"dark_mode": True, "os": "linux"}
 ACK = b'{"accepted": 1, "duplicates": 0}'
@@ -271,7 +273,7 @@ class Scripted(Hostile):
         self.server.answer(self)
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.requests.append(("POST", self.path))
         self.server.answer(self)
 
@@ -323,6 +325,9 @@ def test_a_schema_redirect_within_the_origin_is_followed(tmp_path, serve):
     server = serve(schema_or(lambda h: h.send(301, headers=[("Location", "/moved/app-usage")])))
     with TelemetryClient(server.url, "app-usage", max_epsilon=4, data_dir=tmp_path) as client:
         assert client.wait_for_schema(10)
+        # The schema served at the redirect's target, and it came by way of the redirect.
+        assert client.schema.to_dict() == parse_schema(BOOL_AND_OS).to_dict()
+    assert server.requests[:2] == [("GET", "/api/v1/schemas/app-usage"), ("GET", "/moved/app-usage")]
 
 
 @pytest.mark.parametrize("same_origin", [True, False])
@@ -384,6 +389,46 @@ def test_a_byte_dripping_body_is_cut_at_the_deadline_too(serve):
         transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 2)
     assert time.monotonic() - started < 5  # as above: 2 s, and slack for a loaded machine
     transport.close()
+
+
+def test_requests_a_server_holds_past_their_deadline_are_bounded(serve):
+    # An abandoned request's thread ends when the server lets it; a server that never does may
+    # hold MAX_ABANDONED of them, and then no more requests are sent to it, so it cannot make
+    # the client pile up threads and sockets. When they end, requests go out again.
+    release = threading.Event()
+
+    def hold(handler):
+        # A header byte each 0.05 s: every read gets data within its timeout, and the headers never end.
+        try:
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while not release.wait(0.05):
+                handler.wfile.write(b"a")
+                handler.wfile.flush()
+        except OSError:
+            pass
+        handler.close_connection = True
+
+    server = serve(hold)
+    transport = RequestsTransport()
+    try:
+        for _ in range(transport_module.MAX_ABANDONED + 2):
+            with pytest.raises(transport_module.DeadlineExceeded):
+                transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 0.2)
+        assert len(server.requests) == transport_module.MAX_ABANDONED
+        release.set()  # the server closes them all: their threads end
+        server.answer = lambda h: h.send(202, ACK)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                reply = transport.post_json(server.url + "/api/v1/reports", {"reports": []}, 5)
+                break
+            except transport_module.DeadlineExceeded:
+                assert time.monotonic() < deadline, "the abandoned requests never ended"
+                time.sleep(0.05)
+        assert reply.status == 202 and reply.body == json.loads(ACK)
+    finally:
+        release.set()
+        transport.close()
 
 
 def test_server_text_is_escaped_before_it_reaches_the_log(tmp_path, serve, caplog):
@@ -464,3 +509,86 @@ class DeadNetworkOnce(ScriptedTransport):
 
     def post_json(self, url, body, timeout):
         raise ConnectionError("down")
+
+
+GOOD_SCHEMA = json.dumps(BOOL_AND_OS).encode()
+
+
+def schema_with(**fields):
+    return json.dumps({**BOOL_AND_OS, **fields}).encode()
+
+
+# Answers a hostile or broken server can give, each to the request it is given for. Each of these
+# is answered a few times, then the server behaves: the client must have survived them all.
+GARBAGE = {
+    # Answers to a post of reports.
+    "503, Retry-After: superscript two": ("POST", lambda h: h.send(503, b"{}", headers=[("Retry-After", "\u00b2")])),
+    "429, Retry-After: 5,000 digits": ("POST", lambda h: h.send(429, b"{}", headers=[("Retry-After", "9" * 5000)])),
+    "503, Retry-After: a date that is none": ("POST", lambda h: h.send(
+        503, b"{}", headers=[("Retry-After", "Fri, 99 Foo 99999 99:99:99 GMT")])),
+    "202, no JSON": ("POST", lambda h: h.send(202, b"{garbage")),
+    "202, JSON nested past the recursion limit": ("POST", lambda h: h.send(202, b"[" * 100_000 + b"]" * 100_000)),
+    "202, a number of 5,000 digits": ("POST", lambda h: h.send(202, b'{"accepted": ' + b"9" * 5000 + b', "duplicates": 0}')),
+    "202, counts of the wrong types": ("POST", lambda h: h.send(202, b'{"accepted": 1e999, "duplicates": true}')),
+    "400, details of the wrong types": ("POST", lambda h: h.send(400, json.dumps({
+        "error": {"nested": ["\x1b[2J"]}, "details": [{"index": True}, {"index": 1e308}, {"index": -1}, 7,
+                                                       {"index": "0"}, {"field": None}]}).encode())),
+    "400, details not a list": ("POST", lambda h: h.send(400, b'{"error": null, "details": {"index": 0}}')),
+    # Answers to a fetch of the schema.
+    "schema: no JSON": ("GET", lambda h: h.send(200, b"{garbage")),
+    "schema: a list": ("GET", lambda h: h.send(200, b"[1, 2]")),
+    "schema: nested past the recursion limit": ("GET", lambda h: h.send(200, b"[" * 100_000 + b"]" * 100_000)),
+    "schema: epsilon 5e-324 and a numeric attribute": ("GET", lambda h: h.send(200, schema_with(
+        epsilon=5e-324, attributes=[{"name": "minutes", "type": "numeric", "range": [0, 120]}]))),
+    "schema: epsilon as a string": ("GET", lambda h: h.send(200, schema_with(epsilon="2"))),
+    "schema: epsilon of 400 digits": ("GET", lambda h: h.send(200, schema_with(epsilon=10 ** 400))),
+    "schema: a range past any float": ("GET", lambda h: h.send(200, schema_with(
+        attributes=[{"name": "minutes", "type": "numeric", "range": [0, "1e999"]}]).replace(b'"1e999"', b"1e999"))),
+    "schema: attributes of the wrong types": ("GET", lambda h: h.send(200, schema_with(attributes=[[1], {"name": 5}]))),
+    "schema: another schema's name, with a forged log line": ("GET", lambda h: h.send(200, schema_with(
+        name="other", description="x\nCRITICAL root: forged"))),
+}
+
+
+@pytest.mark.parametrize("kind", GARBAGE)
+def test_no_garbage_from_a_server_stops_the_sender(tmp_path, serve, caplog, kind):
+    # Each used to end (or was one cause away from ending) the sender thread, after which record()
+    # kept answering "queued" and nothing reached the outbox or the server again.
+    method, garbage = GARBAGE[kind]
+    served = []  # the garbage answers given
+    posted = []  # the report batches the server acknowledged
+
+    def answer(handler):
+        if handler.command == method and len(served) < 3:
+            served.append(handler.path)
+            return garbage(handler)
+        if handler.command == "GET":
+            return handler.send(200, GOOD_SCHEMA)
+        posted.append(json.loads(handler.body)["reports"])
+        return handler.send(202, json.dumps({"accepted": len(posted[-1]), "duplicates": 0}).encode())
+
+    server = serve(answer)
+    clock = Clock()
+    caplog.set_level(logging.INFO, logger="ldp_telemetry.client")
+    client = TelemetryClient(server.url, "app-usage", max_epsilon=4, max_epsilon_per_day=96, data_dir=tmp_path,
+                             clock=clock, backoff_base=0.01, backoff_cap=0.05, schema_refresh=0.05)
+    try:
+        deadline = time.monotonic() + 30
+        while len(served) < 3 and time.monotonic() < deadline:
+            # A report answered with a 400 is dropped, as it should be: record another to post.
+            if client.flush(0.05):
+                clock.advance(hours=1)
+                client.record(RECORD)  # held for the schema, queued, or refused with the schema
+        assert len(served) == 3, "the client stopped asking"
+        while client.schema is None and time.monotonic() < deadline:  # a refused schema is asked for again
+            time.sleep(0.02)
+        clock.advance(hours=1)  # a new window: a report made after the garbage
+        later = client.record(RECORD)
+        assert later.queued, later.reason
+        assert client.flush(10)
+        assert later.window in [report["window"] for batch in posted for report in batch]
+        assert client._sender.is_alive() and client._sender.failure is None  # noqa: SLF001
+    finally:
+        client.close(2)
+    logged = [r.getMessage() for r in caplog.records]
+    assert not any("\n" in m or "\x1b" in m for m in logged)
