@@ -103,10 +103,11 @@ def test_a_greedy_schema_given_in_code_is_refused_and_nothing_is_written(tmp_pat
     {"name": "minutes", "type": "numeric", "range": [0, 120], "mechanism": "pm"},
 ])
 def test_a_schema_in_code_whose_numbers_break_the_math_is_a_value_error(tmp_path, attribute):
-    # An epsilon of 5e-324 passes the (0, 20] check and then divides by zero deriving the
-    # mechanism's constants: the constructor raised ZeroDivisionError.
+    # An epsilon of 5e-324 passed the (0, 20] check and then divided by zero deriving the
+    # mechanism's constants: the constructor raised ZeroDivisionError. The shared schema model
+    # now refuses it, naming the bound.
     tiny = {**DAY, "epsilon": 5e-324, "attributes": [attribute]}
-    with pytest.raises(ValueError, match="schema"):
+    with pytest.raises(ValueError, match="epsilon is too small"):
         TelemetryClient(closed_endpoint(), tiny, max_epsilon=4.0, data_dir=tmp_path / "data")
     assert not (tmp_path / "data").exists()
 
