@@ -1,0 +1,63 @@
+/**
+ * Memoisation's deterministic coins: HMAC-SHA256(device secret, message ‖ counter) for counter
+ * 0, 1, ... (4 bytes big-endian), concatenated. Web Crypto is asynchronous while the encoders
+ * draw synchronously, so the blocks are computed ahead ({@link hmacStream}) and handed out by a
+ * {@link StreamBytes}; an encoder that needs more (GRR's rejections) gets a longer stream.
+ */
+
+import type { RandomSource } from "./random.js";
+
+/** The device's secret: its 32 raw bytes, or an HMAC-SHA256 CryptoKey made from them (in a
+ * browser it is kept non-extractable, so no script can read it back). */
+export type DeviceSecret = Uint8Array | CryptoKey;
+
+export const DEVICE_SECRET_BYTES = 32;
+
+/** Thrown when a memoised schema meets a platform without `crypto.subtle` (outside a secure context). */
+export function subtle(): SubtleCrypto {
+  const s = globalThis.crypto?.subtle;
+  if (!s) {
+    throw new Error("memoised schemas (epsilon_permanent) need crypto.subtle for HMAC-SHA256, which exists only " +
+      "in secure contexts (HTTPS or localhost): this page cannot randomise them");
+  }
+  return s;
+}
+
+export function isCryptoKey(value: unknown): value is CryptoKey {
+  return typeof CryptoKey !== "undefined" && value instanceof CryptoKey;
+}
+
+/** An HMAC-SHA256 key for `secret` (a key is returned as it is). */
+export async function hmacKey(secret: DeviceSecret, extractable = false): Promise<CryptoKey> {
+  if (isCryptoKey(secret)) return secret;
+  return subtle().importKey("raw", secret as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, extractable, ["sign"]);
+}
+
+/** The first `blocks` × 32 bytes of the stream for `message`. */
+export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: number): Promise<Uint8Array> {
+  const s = subtle();
+  const parts = await Promise.all(Array.from({ length: blocks }, (_, counter) => {
+    const data = new Uint8Array(message.length + 4);
+    data.set(message);
+    new DataView(data.buffer).setUint32(message.length, counter, false);
+    return s.sign("HMAC", key, data);
+  }));
+  const out = new Uint8Array(blocks * 32);
+  parts.forEach((p, i) => out.set(new Uint8Array(p), i * 32));
+  return out;
+}
+
+/** Raised by {@link StreamBytes} when the precomputed stream is too short: the caller computes more. */
+export class StreamExhausted extends Error {}
+
+export class StreamBytes implements RandomSource {
+  private at = 0;
+  constructor(private readonly data: Uint8Array) {}
+
+  take(n: number): Uint8Array {
+    if (this.at + n > this.data.length) throw new StreamExhausted("the HMAC stream is too short");
+    const out = this.data.subarray(this.at, this.at + n);
+    this.at += n;
+    return out;
+  }
+}

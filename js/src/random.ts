@@ -1,0 +1,101 @@
+/**
+ * Where a device's coins come from: a source of random bytes, passed to every encoder.
+ *
+ * Production uses {@link SYSTEM}, the platform CSPRNG (`crypto.getRandomValues`, never
+ * `Math.random`: a predictable coin undoes randomised response). A test vector passes
+ * {@link FixedBytes} instead. Every draw is defined byte for byte in tests/vectors/README.md,
+ * so this client reproduces the Python one exactly:
+ *
+ * - a Bernoulli(p) coin reads 8 bytes little-endian, keeps the top 53 bits, and is 1 when that
+ *   number is below floor(p * 2^53);
+ * - a uniform integer below n reads ceil(bits / 8) bytes little-endian (bits = bit length of
+ *   n - 1), keeps the low `bits` bits and reads again while the number is >= n.
+ */
+
+export interface RandomSource {
+  /** Exactly `n` random bytes. */
+  take(n: number): Uint8Array;
+}
+
+const TWO_21 = 2 ** 21;
+export const SCALE = 2 ** 53;
+const POOL = 4096;
+
+/** Bytes from `crypto.getRandomValues`, fetched 4 KiB at a time (one call serves hundreds of coins). */
+export class SystemRandom implements RandomSource {
+  private pool = new Uint8Array(0);
+  private at = 0;
+
+  take(n: number): Uint8Array {
+    if (this.at + n > this.pool.length) {
+      const c = globalThis.crypto;
+      if (!c || typeof c.getRandomValues !== "function") {
+        throw new Error("ldp-telemetry needs crypto.getRandomValues (a CSPRNG); this platform has none");
+      }
+      this.pool = new Uint8Array(Math.max(POOL, n));
+      // getRandomValues fills at most 65,536 bytes per call.
+      for (let i = 0; i < this.pool.length; i += 65536) c.getRandomValues(this.pool.subarray(i, i + 65536));
+      this.at = 0;
+    }
+    const out = this.pool.subarray(this.at, this.at + n);
+    this.at += n;
+    return out;
+  }
+}
+
+/** Given bytes, handed out in order (test vectors). Running out is an error, never a wrap. */
+export class FixedBytes implements RandomSource {
+  used = 0;
+  constructor(private readonly data: Uint8Array) {}
+
+  take(n: number): Uint8Array {
+    if (this.used + n > this.data.length) {
+      throw new Error(`the fixed random bytes ran out: ${n} more wanted after ${this.used} of ${this.data.length}`);
+    }
+    const out = this.data.subarray(this.used, this.used + n);
+    this.used += n;
+    return out;
+  }
+}
+
+export const SYSTEM: RandomSource = new SystemRandom();
+
+/** A uniform integer in [0, 2^53): 8 bytes little-endian, top 53 bits. Exact in a double:
+ * (hi·2^32 + lo) >> 11 = hi·2^21 + floor(lo / 2^11). */
+export function uniform53(source: RandomSource): number {
+  const b = source.take(8);
+  const lo = (b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)) >>> 0;
+  const hi = (b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24)) >>> 0;
+  return hi * TWO_21 + (lo >>> 11);
+}
+
+/** The number a 53-bit draw must fall below to be a 1 with `probability` (p·2^53 is exact). */
+export function threshold(probability: number): number {
+  return Math.floor(probability * SCALE);
+}
+
+export function bernoulli(probability: number, source: RandomSource): boolean {
+  return uniform53(source) < threshold(probability);
+}
+
+/** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
+export function randbelow(n: number, source: RandomSource): number {
+  if (!(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError(`randbelow needs 1 <= n <= 2^48, got ${n}`);
+  let bits = 0;
+  for (let m = n - 1; m > 0; m = Math.floor(m / 2)) bits++;
+  if (bits === 0) return 0;
+  const size = Math.ceil(bits / 8);
+  const modulus = 2 ** bits; // keeping the low bits is a remainder by 2^bits (exact below 2^53)
+  for (;;) {
+    const b = source.take(size);
+    let value = 0;
+    for (let i = size - 1; i >= 0; i--) value = value * 256 + b[i];
+    value %= modulus;
+    if (value < n) return value;
+  }
+}
+
+/** A uniform double in [0, 1): a 53-bit integer over 2^53. */
+export function uniform(source: RandomSource): number {
+  return uniform53(source) / SCALE;
+}
