@@ -1,0 +1,106 @@
+/**
+ * How the client talks HTTP, trusting no server (as client/transport.py): an overall deadline
+ * for each request (an AbortController: a server dripping a byte at a time cannot hold it), a
+ * redirect followed only to the same origin (fetch's `redirect: "manual"`; a browser hides a
+ * redirect's target, so there a redirect is simply not followed), at most MAX_RESPONSE_BYTES of an
+ * answer read, no cookies and no referrer (a page's URL would link a report to what its user was
+ * doing), and server text escaped before it reaches a log.
+ */
+
+export const MAX_RESPONSE_BYTES = 1 << 20;
+const MAX_REDIRECTS = 5;
+// A POST follows only the redirects that keep its method and body.
+const KEEPS_THE_BODY = [307, 308];
+
+export interface Answer {
+  status: number;
+  headers: Headers;
+  body: unknown; // the parsed JSON, or undefined
+}
+
+export type Fetch = typeof fetch;
+
+/** Text from a server as it may appear in a log line: quoted, control and non-ASCII characters
+ * escaped, at most `limit` characters, so it cannot forge or hide a line of the app's log. */
+export function shown(text: unknown, limit = 300): string {
+  return JSON.stringify(String(text).slice(0, limit)).replace(/[^\x20-\x7e]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}
+
+export function sameOrigin(a: string, b: string): boolean {
+  try {
+    return new URL(a).origin === new URL(b).origin;
+  } catch {
+    return false;
+  }
+}
+
+async function readBounded(response: Response, signal: AbortSignal): Promise<string> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    if (signal.aborted) throw new Error("the request's deadline passed");
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > MAX_RESPONSE_BYTES) {
+      await reader.cancel().catch(() => undefined);
+      throw new Error(`the answer is over ${MAX_RESPONSE_BYTES} bytes`);
+    }
+    parts.push(value);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    all.set(p, at);
+    at += p.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
+export interface RequestOptions {
+  method: "GET" | "POST";
+  body?: string;
+  contentType?: string;
+  timeoutMs: number;
+  keepalive?: boolean;
+  fetch: Fetch;
+}
+
+/** One request within its deadline. Throws for a network failure, a deadline, an oversized
+ * answer; any HTTP status is an answer. */
+export async function request(url: string, o: RequestOptions): Promise<Answer> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), o.timeoutMs);
+  try {
+    let target = url;
+    for (let hop = 0; ; hop++) {
+      const response = await o.fetch(target, {
+        method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
+        referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
+        headers: o.contentType ? { "Content-Type": o.contentType } : {},
+      });
+      const location = response.headers.get("location");
+      const redirected = response.status >= 300 && response.status < 400 && location !== null;
+      if (redirected && hop < MAX_REDIRECTS && (o.method === "GET" || KEEPS_THE_BODY.includes(response.status))) {
+        const next = new URL(location, target).href;
+        if (sameOrigin(next, url)) {
+          await response.body?.cancel().catch(() => undefined);
+          target = next;
+          continue;
+        }
+      }
+      const text = await readBounded(response, controller.signal);
+      let body: unknown;
+      try {
+        body = text ? JSON.parse(text) : undefined;
+      } catch {
+        body = undefined;
+      }
+      return { status: response.status, headers: response.headers, body };
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,113 @@
+/**
+ * The schema the client records under, and the guardrails that refuse a greedy or huge one (as
+ * client/schemas.py). Given in code it is checked at construction; given by name it is fetched in
+ * the background and cached in the store, so the client works when the server is down at
+ * start-up. The client trusts no server: a schema over the app's maxEpsilon, or whose reports
+ * could be over maxReportBytes, is refused, whoever sent it.
+ */
+
+import { request, shown, type Fetch } from "./http.js";
+import type { Logger } from "./options.js";
+import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
+import { isRetryable } from "./retry.js";
+import { NAME_RE, parseSchema, schemaDict, type Schema } from "./schema.js";
+import type { Store } from "./storage.js";
+
+export class SchemaSource {
+  readonly name: string;
+  readonly fetched: boolean;
+  current?: Schema;
+  previous?: Schema; // the version in use before current: records may still fit it
+  refusal?: string;
+
+  constructor(spec: string | object, private readonly maxEpsilon: number, private readonly maxBytes: number,
+    private readonly log: Logger) {
+    if (typeof spec === "string") {
+      if (!NAME_RE.test(spec)) throw new TypeError(`schema must be a schema name matching [a-z0-9][a-z0-9_-]{0,63}, got ${shown(spec, 80)}`);
+      this.name = spec;
+      this.fetched = true;
+    } else {
+      const schema = parseSchema(spec); // given in code: the app hears at once
+      this.check(schema);
+      this.name = schema.name;
+      this.fetched = false;
+      this.current = schema;
+    }
+  }
+
+  private check(schema: Schema): void {
+    if (schema.epsilon > this.maxEpsilon) {
+      throw new Error(`schema ${schema.name} version ${schema.version} spends epsilon ${schema.epsilon} per report, more than this app's maxEpsilon ${this.maxEpsilon}: refused, nothing will be recorded under it`);
+    }
+    const size = maxReportBytes(schema);
+    if (size > this.maxBytes) {
+      throw new Error(`schema ${schema.name} version ${schema.version} makes reports of up to ${size} bytes, more than this app's maxReportBytes ${this.maxBytes}: refused`);
+    }
+  }
+
+  /** The schema `values` fit and their true values: the current one, else the previous version
+   * (the server published attributes this app does not send yet). Throws the current one's RecordError. */
+  fitting(values: unknown): [Schema, Truth] {
+    const current = this.current!;
+    try {
+      return [current, validateRecord(current, values)];
+    } catch (e) {
+      if (this.previous) {
+        try {
+          return [this.previous, validateRecord(this.previous, values)];
+        } catch {
+          // the current schema's complaint is the one to give
+        }
+      }
+      throw e;
+    }
+  }
+
+  /** Use `definition` if it is a valid schema of the right name within the budget. */
+  offer(definition: unknown, from: string): boolean {
+    let schema: Schema;
+    try {
+      schema = parseSchema(definition);
+      if (schema.name !== this.name) throw new Error(`it is schema ${schema.name}, not ${this.name}`);
+      this.check(schema);
+    } catch (e) {
+      // The complaint may quote the server's text: escaped, since the app may log it.
+      const reason = `schema ${this.name} (${from}) refused: ${shown((e as Error).message, 500)}`;
+      this.log.error(reason);
+      if (!this.current) this.refusal = reason;
+      return false;
+    }
+    if (this.current && this.current.version !== schema.version) this.previous = this.current;
+    this.current = schema;
+    this.refusal = undefined;
+    return true;
+  }
+
+  async loadCached(store: Store): Promise<void> {
+    if (!this.fetched || this.current) return;
+    const cached = await store.cachedSchema(this.name);
+    if (cached !== undefined) this.offer(cached, "cached copy");
+  }
+
+  /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
+   * false to retry soon (network error, retryable status, 404: it may be published soon). */
+  async refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store?: Store): Promise<boolean> {
+    let answer;
+    try {
+      answer = await request(`${endpoint}/api/v1/schemas/${encodeURIComponent(this.name)}`, { method: "GET", timeoutMs, fetch });
+    } catch (e) {
+      this.log.info?.(`could not fetch schema ${this.name}: ${shown((e as Error).name)}`);
+      return false;
+    }
+    if (answer.status !== 200) {
+      this.log.warn(`fetching schema ${this.name} answered HTTP ${answer.status}`);
+      return !(isRetryable(answer.status) || answer.status < 400);
+    }
+    if (typeof answer.body !== "object" || answer.body === null || Array.isArray(answer.body)) {
+      this.log.warn(`fetching schema ${this.name} answered HTTP 200 without a JSON object`);
+      return false;
+    }
+    if (this.offer(answer.body, "from the server") && store) await store.cacheSchema(this.name, schemaDict(this.current!));
+    return true;
+  }
+}

@@ -1,0 +1,123 @@
+/**
+ * Where the client keeps what must outlive a page or a process: the outbox of randomised
+ * reports, the ledger, the cached schema and the device's secret. Never a true value.
+ *
+ * One small interface, three homes: IndexedDB in a browser ({@link openIndexedDb}), files in a
+ * data folder under Node ({@link openFiles}), memory elsewhere (with one warning: a reload resets
+ * the ledger). Each store's {@link Store.append} is the ledger's check-and-spend and the outbox
+ * write in one atomic step, so two tabs or processes cannot both spend a window.
+ */
+
+import type { DeviceSecret } from "./hmac.js";
+import { refusal } from "./ledger.js";
+import type { Report } from "./reports.js";
+import { dayOf } from "./windows.js";
+
+export interface Row {
+  seq: number;
+  report: Report;
+  bytes: number;
+}
+
+export interface Limits {
+  maxReports: number;
+  maxBytes: number;
+  perDay: number;
+}
+
+export interface Appended {
+  /** Reports refused by the ledger on storage (another tab or process spent first), with why. */
+  refused: string[];
+  /** The oldest reports dropped to keep the outbox within its limits. */
+  evicted: number;
+}
+
+export interface Store {
+  readonly kind: "indexeddb" | "files" | "memory";
+  /** The device's secret, made on first use (32 random bytes; a non-extractable key in a browser). */
+  deviceSecret(): Promise<DeviceSecret>;
+  cachedSchema(name: string): Promise<unknown>;
+  cacheSchema(name: string, derived: unknown): Promise<void>;
+  /** The ledger of `schema`: [window, ε] for every window spent. */
+  ledger(schema: string): Promise<[string, number][]>;
+  /** For each report: spend its window in the ledger if the rules allow, and add it to the outbox. */
+  append(reports: Report[], limits: Limits): Promise<Appended>;
+  /** The oldest rows, oldest first. */
+  peek(limit: number): Promise<Row[]>;
+  remove(seqs: number[]): Promise<void>;
+  count(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** The state a file or memory store keeps, and the rules applied to it (IndexedDB keeps the same
+ * in object stores). */
+export interface State {
+  schemas: Record<string, unknown>;
+  ledger: Record<string, Record<string, number>>; // schema -> window -> ε
+  outbox: Row[];
+  next: number;
+}
+
+export function emptyState(): State {
+  return { schemas: {}, ledger: {}, outbox: [], next: 1 };
+}
+
+export const UTF8 = new TextEncoder();
+
+/** The ledger check-and-spend and the outbox append, on a state held by one owner at a time. */
+export function appendTo(state: State, reports: Report[], limits: Limits): Appended {
+  const out: Appended = { refused: [], evicted: 0 };
+  for (const report of reports) {
+    const spent = (state.ledger[report.schema] ??= {});
+    const day = dayOf(report.window);
+    const sameDay = Object.fromEntries(Object.entries(spent).filter(([w]) => dayOf(w) === day));
+    const why = refusal(sameDay, report.window, report.epsilon, limits.perDay);
+    if (why) {
+      out.refused.push(why);
+      continue;
+    }
+    spent[report.window] = report.epsilon;
+    state.outbox.push({ seq: state.next++, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+  }
+  let bytes = state.outbox.reduce((a, r) => a + r.bytes, 0);
+  while (state.outbox.length && (state.outbox.length > limits.maxReports || bytes > limits.maxBytes)) {
+    bytes -= state.outbox.shift()!.bytes;
+    out.evicted++;
+  }
+  return out;
+}
+
+/** The store of last resort: nothing outlives the page or process. */
+export class MemoryStore implements Store {
+  readonly kind = "memory";
+  private state = emptyState();
+  private secret?: Uint8Array;
+
+  async deviceSecret(): Promise<DeviceSecret> {
+    if (!this.secret) globalThis.crypto.getRandomValues((this.secret = new Uint8Array(32)));
+    return this.secret;
+  }
+  async cachedSchema(name: string): Promise<unknown> {
+    return this.state.schemas[name];
+  }
+  async cacheSchema(name: string, derived: unknown): Promise<void> {
+    this.state.schemas[name] = derived;
+  }
+  async ledger(schema: string): Promise<[string, number][]> {
+    return Object.entries(this.state.ledger[schema] ?? {});
+  }
+  async append(reports: Report[], limits: Limits): Promise<Appended> {
+    return appendTo(this.state, reports, limits);
+  }
+  async peek(limit: number): Promise<Row[]> {
+    return this.state.outbox.slice(0, limit);
+  }
+  async remove(seqs: number[]): Promise<void> {
+    const gone = new Set(seqs);
+    this.state.outbox = this.state.outbox.filter((r) => !gone.has(r.seq));
+  }
+  async count(): Promise<number> {
+    return this.state.outbox.length;
+  }
+  async close(): Promise<void> {}
+}

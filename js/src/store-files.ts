@@ -1,0 +1,157 @@
+/**
+ * The Node store: files in a data folder (`dataDir`; by default the Python client's place,
+ * `$XDG_DATA_HOME` or `~/.local/share`, `~/Library/Application Support`, `%LOCALAPPDATA%`, plus
+ * `ldp-telemetry/`), folder 0700 and files 0600. The device secret is the Python client's own
+ * file (`device-secret`, 32 bytes), so both clients on one machine are one device. The outbox,
+ * ledger and cached schema of a schema are one JSON file, `js-outbox-<schema>.json`, replaced
+ * atomically (write a temporary file, rename); every change happens under a lock file, so two
+ * processes cannot both spend a window.
+ */
+
+import type { DeviceSecret } from "./hmac.js";
+import type { Report } from "./reports.js";
+import { appendTo, emptyState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+
+type Fs = typeof import("node:fs/promises");
+
+// Node's modules are loaded by a computed name, so a bundler building for a browser leaves them alone.
+const nodeModule = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ `node:${name}`);
+
+const SECRET_FILE = "device-secret";
+const STALE_LOCK_MS = 30_000; // a lock older than this was left by a process that died holding it
+const LOCK_WAIT_MS = 10_000;
+
+export async function defaultDataDir(): Promise<string> {
+  const os = (await nodeModule("os")) as typeof import("node:os");
+  const path = (await nodeModule("path")) as typeof import("node:path");
+  const env = (globalThis as { process?: { env: Record<string, string | undefined>; platform: string } }).process!;
+  let base: string;
+  if (env.platform === "win32") base = env.env.LOCALAPPDATA || path.join(os.homedir(), "AppData", "Local");
+  else if (env.platform === "darwin") base = path.join(os.homedir(), "Library", "Application Support");
+  else {
+    const xdg = env.env.XDG_DATA_HOME ?? "";
+    // The XDG spec says a relative path is invalid and must be ignored.
+    base = path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".local", "share");
+  }
+  return path.join(base, "ldp-telemetry");
+}
+
+export class FileStore implements Store {
+  readonly kind = "files";
+  private constructor(private readonly fs: Fs, private readonly dir: string, private readonly file: string,
+    private readonly join: (...p: string[]) => string) {}
+
+  static async open(dataDir: string | undefined, schema: string): Promise<FileStore> {
+    const fs = (await nodeModule("fs/promises")) as Fs;
+    const path = (await nodeModule("path")) as typeof import("node:path");
+    const dir = dataDir ?? (await defaultDataDir());
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    return new FileStore(fs, dir, path.join(dir, `js-outbox-${schema}.json`), path.join);
+  }
+
+  get path(): string {
+    return this.file;
+  }
+
+  async deviceSecret(): Promise<DeviceSecret> {
+    const file = this.join(this.dir, SECRET_FILE);
+    try {
+      return await this.readSecret(file);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    }
+    // Written to a private temporary file and linked into place: linking fails if another
+    // process (or the Python client) made the secret first, and then theirs is used.
+    const temporary = this.join(this.dir, `.device-secret-${process.pid}-${Date.now()}`);
+    const secret = globalThis.crypto.getRandomValues(new Uint8Array(32));
+    await this.fs.writeFile(temporary, secret, { mode: 0o600, flag: "wx" });
+    try {
+      await this.fs.link(temporary, file);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    } finally {
+      await this.fs.unlink(temporary);
+    }
+    return this.readSecret(file);
+  }
+
+  private async readSecret(file: string): Promise<Uint8Array> {
+    const bytes = new Uint8Array(await this.fs.readFile(file));
+    if (bytes.length !== 32) throw new Error(`${file} is damaged: ${bytes.length} bytes, not 32`);
+    return bytes;
+  }
+
+  private async read(): Promise<State> {
+    let text: string;
+    try {
+      text = await this.fs.readFile(this.file, "utf8");
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return emptyState();
+      throw e;
+    }
+    try {
+      const state = JSON.parse(text) as State;
+      if (Array.isArray(state.outbox) && typeof state.ledger === "object" && typeof state.next === "number") return state;
+    } catch {
+      // fall through: a damaged file is set aside, not trusted
+    }
+    await this.fs.rename(this.file, `${this.file}.damaged-${Date.now()}`);
+    return emptyState();
+  }
+
+  private async write(state: State): Promise<void> {
+    const temporary = `${this.file}.${process.pid}.tmp`;
+    await this.fs.writeFile(temporary, JSON.stringify(state), { mode: 0o600 });
+    await this.fs.rename(temporary, this.file);
+  }
+
+  /** Runs `change` on the state under the lock file and writes the result. */
+  private async locked<T>(change: (state: State) => T): Promise<T> {
+    const lock = `${this.file}.lock`;
+    const start = Date.now();
+    for (;;) {
+      try {
+        await (await this.fs.open(lock, "wx", 0o600)).close();
+        break;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+        const age = await this.fs.stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
+        if (age > STALE_LOCK_MS) await this.fs.rm(lock, { force: true });
+        else if (Date.now() - start > LOCK_WAIT_MS) throw new Error(`${lock} is held by another process`);
+        else await new Promise((r) => setTimeout(r, 5 + Math.random() * 20));
+      }
+    }
+    try {
+      const state = await this.read();
+      const result = change(state);
+      await this.write(state);
+      return result;
+    } finally {
+      await this.fs.rm(lock, { force: true });
+    }
+  }
+
+  async cachedSchema(name: string): Promise<unknown> {
+    return (await this.read()).schemas[name];
+  }
+  async cacheSchema(name: string, derived: unknown): Promise<void> {
+    await this.locked((s) => void (s.schemas[name] = derived));
+  }
+  async ledger(schema: string): Promise<[string, number][]> {
+    return Object.entries((await this.read()).ledger[schema] ?? {});
+  }
+  async append(reports: Report[], limits: Limits): Promise<Appended> {
+    return this.locked((s) => appendTo(s, reports, limits));
+  }
+  async peek(limit: number): Promise<Row[]> {
+    return (await this.read()).outbox.slice(0, limit);
+  }
+  async remove(seqs: number[]): Promise<void> {
+    const gone = new Set(seqs);
+    await this.locked((s) => void (s.outbox = s.outbox.filter((r) => !gone.has(r.seq))));
+  }
+  async count(): Promise<number> {
+    return (await this.read()).outbox.length;
+  }
+  async close(): Promise<void> {}
+}
