@@ -20,8 +20,11 @@ $(BENCH_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# The JS client's tests need the aggregator from .venv (its end-to-end test starts `ldp-telemetry serve`)
+# and its dev tools from js/package-lock.json (npm ci; CI has Node 20).
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	cd js && npm ci --no-audit --no-fund && npm test
 
 demo: $(STAMP)
 	$(VENV)/bin/ldp-telemetry demo $(DEMO_ARGS)
@@ -31,4 +34,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache js/node_modules js/dist

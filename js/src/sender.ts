@@ -49,6 +49,7 @@ export class Sender {
   private running?: Promise<void>;
   private again = false;
   private stored = 0; // rows in storage, as last counted
+  private counted = false; // storage was counted at least once (until then nothing is known to be settled)
   private waiters: (() => void)[] = [];
   busy = 0; // work outside the queue the client is doing (pending records, memoised encodings)
   stopped = false;
@@ -65,7 +66,7 @@ export class Sender {
   }
 
   get settled(): boolean {
-    return this.busy === 0 && this.fresh.length === 0 && this.stored === 0 && !this.running;
+    return this.counted && this.busy === 0 && this.fresh.length === 0 && this.stored === 0 && !this.running;
   }
 
   /** Run a turn after `ms` (or sooner if one is already due). */
@@ -152,6 +153,7 @@ export class Sender {
     }
     this.mirror = await store.peek(this.s.maxBatch);
     this.stored = await store.count();
+    this.counted = true;
   }
 
   private async refreshSchema(store: Store): Promise<void> {

@@ -1,0 +1,14 @@
+// Prints the browser bundle's size, minified and gzipped, beside its budget (DESIGN.md: 10 KB).
+import { readFileSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+
+export const BUDGET = 10 * 1024;
+export function bundleSize() {
+  const code = readFileSync(new URL("../dist/ldp-telemetry.min.js", import.meta.url));
+  return { minified: code.length, gzipped: gzipSync(code, { level: 9 }).length };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { minified, gzipped } = bundleSize();
+  console.log(`dist/ldp-telemetry.min.js: ${minified} bytes minified, ${gzipped} bytes gzipped (budget ${BUDGET})`);
+}

@@ -1,0 +1,244 @@
+// The client against servers that misbehave: real HTTP servers on localhost (not our aggregator,
+// which behaves) that redirect elsewhere, drip, flood, reject and inject text into logs, plus the
+// client's own rules (RecordError, maxEpsilon, the ledger's daily cap, the outbox's bounds).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { MemoryStore, RecordError, TelemetryClient } from "../dist/index.js";
+import { quietLogger, tempDir } from "./helpers.js";
+
+const SCHEMA = { name: "hostile", version: 1, epsilon: 1, window: "day", attributes: [{ name: "flag", type: "boolean" }] };
+
+/** A server whose every request is answered by `handle(req, res, body)`; `requests` keeps them. */
+async function server(handle) {
+  const requests = [];
+  const s = createServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => (body += d));
+    req.on("end", () => {
+      requests.push({ method: req.method, url: req.url, body, headers: req.headers });
+      handle(req, res, body);
+    });
+  });
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${s.address().port}`;
+  return { url, requests, close: () => new Promise((r) => { s.closeAllConnections(); s.close(r); }) };
+}
+
+const ack = (res, n = 1) => {
+  res.writeHead(202, { "Content-Type": "application/json" });
+  res.end(JSON.stringify({ accepted: n, duplicates: 0 }));
+};
+
+function client(url, extra = {}) {
+  const logger = quietLogger();
+  const t = new TelemetryClient({ endpoint: url, schema: SCHEMA, maxEpsilon: 2, store: new MemoryStore(), logger,
+    backoffBaseMs: 10, backoffCapMs: 50, requestTimeoutMs: 1000, ...extra });
+  return { t, logger };
+}
+
+test("record() throws a RecordError naming the attribute, never the value, and nothing else", async () => {
+  const { t } = client("http://127.0.0.1:9");
+  await t.waitForSchema(2000);
+  assert.throws(() => t.record({ flag: "secret-value" }), (e) => e instanceof RecordError && e.field === "flag" && !e.message.includes("secret-value"));
+  assert.throws(() => t.record({ flagg: true }), (e) => e instanceof RecordError && e.field === "flagg");
+  await t.close(0);
+  assert.deepEqual(t.record({ flag: true }), { queued: false, pending: false, reason: "the client is closed" });
+});
+
+test("a schema over maxEpsilon is refused: in code at construction, from the server on every record", async () => {
+  assert.throws(() => new TelemetryClient({ endpoint: "http://127.0.0.1:9", schema: SCHEMA, maxEpsilon: 0.5, store: new MemoryStore() }), /maxEpsilon/);
+  const s = await server((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ ...SCHEMA, epsilon: 8 }));
+  });
+  try {
+    const { t } = client(s.url, { schema: "hostile" });
+    t.record({ flag: true });
+    assert.equal(await t.waitForSchema(2000), false);
+    const r = t.record({ flag: true });
+    assert.equal(r.queued, false);
+    assert.match(r.reason, /refused/);
+    await t.close(0);
+  } finally {
+    await s.close();
+  }
+});
+
+test("a redirect to another origin is not followed; one to the same origin is", async () => {
+  const elsewhere = await server((req, res) => ack(res));
+  const s = await server((req, res) => {
+    if (req.url === "/api/v1/reports") {
+      res.writeHead(307, { Location: `${elsewhere.url}/api/v1/reports` });
+      res.end();
+    } else ack(res);
+  });
+  try {
+    const { t } = client(s.url);
+    t.record({ flag: true });
+    assert.equal(await t.flush(400), false);
+    assert.equal(elsewhere.requests.length, 0, "the report went to another origin");
+    await t.close(0);
+  } finally {
+    await Promise.all([s.close(), elsewhere.close()]);
+  }
+  const same = await server((req, res) => {
+    if (req.url === "/api/v1/reports") {
+      res.writeHead(308, { Location: "/v2/reports" });
+      res.end();
+    } else ack(res);
+  });
+  try {
+    const { t } = client(same.url);
+    t.record({ flag: true });
+    assert.equal(await t.flush(5000), true);
+    assert.deepEqual(same.requests.map((r) => r.url), ["/api/v1/reports", "/v2/reports"]);
+    assert.equal(JSON.parse(same.requests[1].body).reports.length, 1);
+    await t.close(0);
+  } finally {
+    await same.close();
+  }
+});
+
+test("a server that drips its answer or sends too much is cut off, and the report kept for a retry", async () => {
+  let mode = "drip";
+  const s = await server((req, res) => {
+    if (mode === "drip") {
+      res.writeHead(202, { "Content-Type": "application/json" });
+      res.write("{"); // and never more: only the request's deadline ends this
+    } else if (mode === "flood") {
+      res.writeHead(202, { "Content-Type": "application/json" });
+      res.end(`{"accepted": 1, "duplicates": 0, "pad": "${"x".repeat(2 << 20)}"}`);
+    } else ack(res);
+  });
+  try {
+    const { t, logger } = client(s.url, { requestTimeoutMs: 200 });
+    t.record({ flag: true });
+    assert.equal(await t.flush(600), false);
+    mode = "flood";
+    assert.equal(await t.flush(600), false);
+    mode = "ack";
+    assert.equal(await t.flush(5000), true, logger.lines.join("\n"));
+    const ids = new Set(s.requests.map((r) => JSON.parse(r.body).reports[0].id));
+    assert.equal(ids.size, 1, "every retry sends the same report (same id)");
+    await t.close(0);
+  } finally {
+    await s.close();
+  }
+});
+
+test("a 400 naming some reports drops those only; the server's text is escaped in the log", async () => {
+  let first = true;
+  const s = await server((req, res, body) => {
+    const n = JSON.parse(body).reports.length;
+    if (first && n === 2) {
+      first = false;
+      res.writeHead(400, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ error: "bad\n\u001b[31mFORGED LOG LINE", details: [{ index: 1, field: "values.flag\r\nX", message: "no" }] }));
+    } else ack(res, n);
+  });
+  try {
+    // Two reports of two days already in the outbox, as after a restart, go as one batch.
+    const store = new MemoryStore();
+    const logger = quietLogger();
+    await store.append([
+      { id: "a".repeat(32), schema: "hostile", version: 1, window: "2026-11-20", epsilon: 1, values: { flag: true } },
+      { id: "b".repeat(32), schema: "hostile", version: 1, window: "2026-11-21", epsilon: 1, values: { flag: false } },
+    ], { maxReports: 10, maxBytes: 1 << 20, perDay: 1 });
+    const t = new TelemetryClient({ endpoint: s.url, schema: SCHEMA, maxEpsilon: 2, store, logger, backoffBaseMs: 10 });
+    assert.equal(await t.flush(5000), true);
+    assert.equal(s.requests.length, 2);
+    assert.deepEqual(JSON.parse(s.requests[1].body).reports.map((r) => r.id), ["a".repeat(32)]);
+    const line = logger.lines.find((l) => l.includes("rejected"));
+    assert.ok(line, logger.lines.join("\n"));
+    assert.ok(!/[\r\n\u001b]/.test(line), `unescaped server text: ${line}`);
+    await t.close(0);
+  } finally {
+    await s.close();
+  }
+});
+
+test("requests send no cookies and no referrer, and are never followed blindly", async () => {
+  const inits = [];
+  const s = await server((req, res) => ack(res));
+  try {
+    const recording = (url, init) => {
+      inits.push(init);
+      return fetch(url, init);
+    };
+    const { t } = client(s.url, { fetch: recording });
+    t.record({ flag: true });
+    assert.equal(await t.flush(5000), true);
+    assert.ok(inits.length >= 1);
+    for (const init of inits) {
+      assert.equal(init.credentials, "omit");
+      assert.equal(init.referrerPolicy, "no-referrer");
+      assert.equal(init.redirect, "manual");
+      assert.ok(init.signal instanceof AbortSignal);
+    }
+    await t.close(0);
+  } finally {
+    await s.close();
+  }
+});
+
+test("the ledger: one report per window, a day and its hours overlap, and the daily cap", async () => {
+  const store = new MemoryStore();
+  const limits = { maxReports: 100, maxBytes: 1 << 20, perDay: 2.5 };
+  const report = (window, id) => ({ id: id.repeat(32), schema: "s", version: 1, window, epsilon: 1, values: {} });
+  const a = await store.append([report("2026-11-21T05", "a"), report("2026-11-21T05", "b"), report("2026-11-21", "c"),
+    report("2026-11-21T06", "d"), report("2026-11-21T07", "e"), report("2026-11-22", "f")], limits);
+  assert.equal(a.refused.length, 3); // the same hour, its day, then the cap (2 spent + 1 > 2.5)
+  assert.deepEqual((await store.peek(10)).map((r) => r.report.id[0]), ["a", "d", "f"]);
+});
+
+test("the outbox is bounded in reports and bytes: the oldest go first", async () => {
+  const store = new MemoryStore();
+  const report = (i) => ({ id: String(i).padStart(32, "x"), schema: "s", version: 1, window: `2026-11-${String(i).padStart(2, "0")}`, epsilon: 1, values: {} });
+  const r = await store.append([1, 2, 3, 4, 5].map(report), { maxReports: 3, maxBytes: 1 << 20, perDay: 1 });
+  assert.equal(r.evicted, 2);
+  assert.deepEqual((await store.peek(10)).map((x) => x.report.window), ["2026-11-03", "2026-11-04", "2026-11-05"]);
+  const size = (await store.peek(1))[0].bytes;
+  const r2 = await store.append([6].map(report), { maxReports: 10, maxBytes: 2 * size, perDay: 1 });
+  assert.equal(r2.evicted, 2);
+});
+
+test("records made before the schema is known wait in memory, within maxPending", async () => {
+  const { t } = client("http://127.0.0.1:9", { schema: "hostile", maxPending: 2 });
+  assert.equal(t.record({ flag: true }).pending, true);
+  assert.equal(t.record({ flag: false }).pending, true);
+  const third = t.record({ flag: true });
+  assert.equal(third.pending, false);
+  assert.match(third.reason, /maxPending/);
+  await t.close(0);
+});
+
+test("the Node data folder: files 0600 in a 0700 folder, the outbox holds randomised reports only", async () => {
+  const dir = join(tempDir(), "data");
+  const s = await server((req, res) => {
+    res.writeHead(503, { "Retry-After": "0" });
+    res.end();
+  });
+  try {
+    const logger = quietLogger();
+    const t = new TelemetryClient({ endpoint: s.url, schema: { ...SCHEMA, attributes: [{ name: "x", type: "numeric", range: [0, 100], mechanism: "laplace" }] },
+      maxEpsilon: 2, dataDir: dir, logger, backoffBaseMs: 10 });
+    assert.equal(await t.waitForSchema(5000), true);
+    t.record({ x: 42.4242421 });
+    assert.equal(await t.flush(300), false); // the server says 503: the report waits on disk
+    await t.close(0);
+    const { readdirSync, readFileSync, statSync } = await import("node:fs");
+    const files = readdirSync(dir);
+    assert.ok(files.includes("js-outbox-hostile.json"), files.join(", "));
+    for (const f of files) {
+      assert.equal(statSync(join(dir, f)).mode & 0o777, 0o600, f);
+      assert.ok(!readFileSync(join(dir, f), "latin1").includes("42.4242421"), `${f} holds the true value`);
+    }
+    const outbox = JSON.parse(readFileSync(join(dir, "js-outbox-hostile.json"), "utf8"));
+    assert.equal(outbox.outbox.length, 1);
+    assert.deepEqual(Object.keys(outbox.outbox[0].report).sort(), ["epsilon", "id", "schema", "values", "version", "window"]);
+  } finally {
+    await s.close();
+  }
+});
