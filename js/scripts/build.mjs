@@ -2,20 +2,33 @@
 // <script> tag (global `LdpTelemetry`), then type-checks with tsc, which writes the .d.ts files.
 import { build } from "esbuild";
 import { execFileSync } from "node:child_process";
-import { rmSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { minify } from "terser";
 
 process.chdir(fileURLToPath(new URL("..", import.meta.url)));
 rmSync("dist", { recursive: true, force: true });
 const common = { bundle: true, target: "es2022", logLevel: "warning" };
 await build({ ...common, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
-// The browser has no file system: the file store is swapped for a stub, so Node's code stays out.
+
+// The browser bundle has a budget of 10 KB gzipped (DESIGN.md), so it is built for size:
+// - no file system in a browser: the file store is swapped for a stub, so Node's code stays out;
+// - internal member names (never JSON keys, options or public API) are shortened;
+// - terser's compressor runs over esbuild's output (a few hundred bytes smaller).
 const browserStore = {
   name: "browser-store",
   setup(b) {
     b.onResolve({ filter: /\/store-files\.js$/ }, () => ({ path: fileURLToPath(new URL("../src/store-files.browser.ts", import.meta.url)) }));
   },
 };
-await build({ ...common, entryPoints: ["src/browser.ts"], format: "iife", globalName: "LdpTelemetry", minify: true,
-  outfile: "dist/ldp-telemetry.min.js", platform: "browser", plugins: [browserStore] });
+const INTERNAL = ("acked again attempt batchLimit byName compose counted days deliverDue encodeLater epsilonOf failure " +
+  "fetched fresh hold inflight internal irr keepaliveBytes mech memoisable mirror nextDue notify onHide onVisibility pool " +
+  "randomise ready resolvePending respond running schemaAttempt schemaDue secret sender stored streams timer turn " +
+  "uninformativeKeep varianceAt waiters why wire wireBytes worstVariance parameters permanentResponse answered claim " +
+  "learn release persist refreshSchema deliver drop post step wake waitSettled busy stopped sendNow loadCached offer " +
+  "fitting refusal previous bit make maxBytes beforeTurn perDay batch").split(" ");
+const bundle = await build({ ...common, entryPoints: ["src/browser.ts"], format: "iife", globalName: "LdpTelemetry",
+  minify: true, write: false, platform: "browser", plugins: [browserStore], mangleProps: new RegExp(`^(${INTERNAL.join("|")})$`) });
+const small = await minify(bundle.outputFiles[0].text, { ecma: 2020, compress: { passes: 2 }, mangle: true });
+writeFileSync("dist/ldp-telemetry.min.js", small.code);
 execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"], { stdio: "inherit" });

@@ -55,7 +55,7 @@ async function openStore(s: Settings, schema: string): Promise<Store> {
   if (isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB and no file system here: the outbox and the ledger live in memory only, so a reload can spend a window's budget again");
+    s.logger.warn("ldp-telemetry: no IndexedDB or files here: the ledger is in memory only");
   }
   return new MemoryStore();
 }
@@ -103,7 +103,7 @@ export class TelemetryClient {
       return store;
     } catch (e) {
       // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
-      this.failure = `the client's storage cannot be used (${shown((e as Error)?.message ?? e, 200)}), so no ledger can be kept: nothing is recorded`;
+      this.failure = `no usable storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`;
       this.s.logger.error(this.failure);
       const memory = new MemoryStore();
       return memory;
@@ -127,17 +127,17 @@ export class TelemetryClient {
   private hold(values: unknown): RecordResult {
     if (this.source.refusal) return { queued: false, pending: false, reason: this.source.refusal };
     if (typeof values !== "object" || values === null || Array.isArray(values)) {
-      throw new RecordError("record", "a record must be an object of attribute values");
+      throw new RecordError("record", "must be an object");
     }
     if (this.source.current) this.source.fitting(values); // a schema given in code: the app hears now
     if (this.pending.length >= this.s.maxPending) {
-      return { queued: false, pending: false, reason: `${this.s.maxPending} records are already pending (maxPending)` };
+      return { queued: false, pending: false, reason: "maxPending records already pending" };
     }
     // A shallow copy, in memory only: the app may change its object afterwards.
     this.pending.push({ values: { ...values }, made: Date.now(), expires: Date.now() + this.s.pendingTimeoutMs });
     this.sender.busy++;
     this.sender.wake();
-    return { queued: false, pending: true, reason: `pending: schema ${this.source.name} is not known yet; the record is held in memory for up to ${this.s.pendingTimeoutMs / 1000} s` };
+    return { queued: false, pending: true, reason: "pending: waiting in memory for the schema" };
   }
 
   private make(values: unknown, made: number): RecordResult {
@@ -157,7 +157,7 @@ export class TelemetryClient {
       .then((report) => this.sender.put(report))
       .catch((e) => {
         this.ledger.release(schema.name, window);
-        this.s.logger.error(`could not randomise a memoised record: ${shown((e as Error)?.message ?? e)}`);
+        this.s.logger.error(shown((e as Error)?.message ?? e));
       })
       .finally(() => this.sender.busy--);
   }
@@ -173,16 +173,16 @@ export class TelemetryClient {
       else if (this.ready && this.source.current) {
         try {
           const result = this.make(p.values, p.made);
-          if (!result.queued) this.s.logger.info?.(`a pending record was not reported: ${result.reason}`);
+          if (!result.queued) this.s.logger.info?.(result.reason);
         } catch (e) {
-          this.s.logger.warn(`dropped a pending record that does not fit schema ${this.source.name}: ${(e as Error).message}`);
+          this.s.logger.warn(`dropped a pending record: ${(e as Error).message}`);
         }
       } else if (this.source.refusal || this.failure) expired++;
       else kept.push(p);
     }
     this.sender.busy -= this.pending.length - kept.length;
     this.pending = kept; // the others' true values are gone from here on
-    if (expired) this.s.logger.warn(`dropped ${expired} pending record(s): no usable schema within pendingTimeoutMs`);
+    if (expired) this.s.logger.warn(`dropped ${expired} pending record(s): no usable schema`);
   }
 
   /** Wait up to `timeoutMs` for a schema to record under (and the store to be open); true once
@@ -214,7 +214,7 @@ export class TelemetryClient {
     await this.sender.waitSettled(timeoutMs);
     this.sender.stopped = true;
     if (this.pending.length) {
-      this.s.logger.warn(`dropped ${this.pending.length} pending record(s): the client closed before the schema was known`);
+      this.s.logger.warn(`dropped ${this.pending.length} pending record(s): closed`);
       this.sender.busy -= this.pending.length;
       this.pending = [];
     }
@@ -228,17 +228,15 @@ export class TelemetryClient {
   /** What this device's reports under the current schema have cost, in plain words. */
   privacyStatement(): string {
     const schema = this.source.current;
-    if (!schema) return "No schema is known yet: nothing has been randomised or sent.";
+    if (!schema) return "No schema yet: nothing was sent.";
     const days = Object.values(this.privacySpent()[schema.name] ?? {});
     const windows = days.reduce((a, d) => a + Object.keys(d.windows).length, 0);
     const spent = days.reduce((a, d) => a + d.epsilon, 0);
-    const perReport = `Each report of ${schema.name} spends epsilon ${schema.epsilon}`;
-    const where = hasIndexedDb()
-      ? " These bounds hold per browser storage, not per person: clearing the site's data, a private window or the browser's own clean-up starts the ledger and the device afresh."
-      : "";
-    if (schema.epsilonPermanent === undefined) {
-      return `${perReport}. This device has reported in ${windows} window(s): epsilon ${spent} in all, and every further window adds ${schema.epsilon}.${where}`;
-    }
-    return `${perReport}. Its answers are memoised: however many windows this device reports in (${windows} so far), the server can learn at most epsilon ${schema.epsilonPermanent} about any one value it holds; each other value it comes to hold can cost up to ${schema.epsilonPermanent} more.${where}`;
+    const e = schema.epsilonPermanent;
+    // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
+    return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
+      (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
+        : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, however often it reports it.`) +
+      (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
   }
 }

@@ -2,7 +2,7 @@
  * Memoisation's deterministic coins: HMAC-SHA256(device secret, message ‖ counter) for counter
  * 0, 1, ... (4 bytes big-endian), concatenated. Web Crypto is asynchronous while the encoders
  * draw synchronously, so the blocks are computed ahead ({@link hmacStream}) and handed out by a
- * {@link StreamBytes}; an encoder that needs more (GRR's rejections) gets a longer stream.
+ * {@link StreamBytes}.
  */
 
 import type { RandomSource } from "./random.js";
@@ -17,8 +17,7 @@ export const DEVICE_SECRET_BYTES = 32;
 export function subtle(): SubtleCrypto {
   const s = globalThis.crypto?.subtle;
   if (!s) {
-    throw new Error("memoised schemas (epsilon_permanent) need crypto.subtle for HMAC-SHA256, which exists only " +
-      "in secure contexts (HTTPS or localhost): this page cannot randomise them");
+    throw new Error("a memoised schema needs crypto.subtle (HTTPS or localhost)");
   }
   return s;
 }
@@ -47,15 +46,12 @@ export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: nu
   return out;
 }
 
-/** Raised by {@link StreamBytes} when the precomputed stream is too short: the caller computes more. */
-export class StreamExhausted extends Error {}
-
 export class StreamBytes implements RandomSource {
   private at = 0;
   constructor(private readonly data: Uint8Array) {}
 
   take(n: number): Uint8Array {
-    if (this.at + n > this.data.length) throw new StreamExhausted("the HMAC stream is too short");
+    if (this.at + n > this.data.length) throw new Error("the HMAC stream ran out");
     const out = this.data.subarray(this.at, this.at + n);
     this.at += n;
     return out;

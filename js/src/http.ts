@@ -40,13 +40,13 @@ async function readBounded(response: Response, signal: AbortSignal): Promise<str
   const parts: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    if (signal.aborted) throw new Error("the request's deadline passed");
+    if (signal.aborted) throw new Error("deadline");
     const { done, value } = await reader.read();
     if (done) break;
     size += value.length;
     if (size > MAX_RESPONSE_BYTES) {
       await reader.cancel().catch(() => undefined);
-      throw new Error(`the answer is over ${MAX_RESPONSE_BYTES} bytes`);
+      throw new Error("answer too big");
     }
     parts.push(value);
   }

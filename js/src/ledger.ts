@@ -13,11 +13,11 @@ const EPSILON_TOLERANCE = 1e-9;
  * UTC day); undefined when it may. */
 export function refusal(day: Record<string, number>, window: string, epsilon: number, perDay: number): string | undefined {
   for (const name of overlapping(window)) {
-    if (name in day) return `already reported in window ${window} (one report per schema per window; a day and its hours overlap)`;
+    if (name in day) return `already reported in window ${window}`;
   }
   const total = Object.values(day).reduce((a, b) => a + b, 0);
   if (total + epsilon > perDay + EPSILON_TOLERANCE) {
-    return `the daily cap: epsilon ${total} already spent on ${dayOf(window)} (UTC) and this report would spend ${epsilon} more, over maxEpsilonPerDay ${perDay}`;
+    return `over maxEpsilonPerDay on ${dayOf(window)}`;
   }
   return undefined;
 }

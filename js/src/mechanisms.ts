@@ -42,8 +42,6 @@ export interface Mechanism {
   encode(a: Encoded, truth: unknown, source: RandomSource, permanent?: RandomSource): unknown;
   /** The most characters one wire value's JSON text can take (a greedy schema is refused). */
   wireBytes(a: Encoded): number;
-  /** Why `reported` is no valid wire value of `a` (what it must be), or undefined when it is. */
-  check(a: Encoded, reported: unknown): string | undefined;
 }
 
 export interface ShareMechanism extends Mechanism {
@@ -67,7 +65,6 @@ abstract class Share implements ShareMechanism {
   readonly memoisable = true;
   abstract parameters(epsilon: number, d: number): [number, number];
   abstract wireBytes(a: Encoded): number;
-  abstract check(a: Encoded, reported: unknown): string | undefined;
   protected abstract internal(a: Encoded, truth: unknown): unknown;
   protected abstract respond(a: Encoded, value: unknown, p: number, q: number, source: RandomSource): unknown;
   protected wire(a: Encoded, value: unknown): unknown {
@@ -113,7 +110,7 @@ abstract class Share implements ShareMechanism {
     const value = this.internal(a, truth);
     const memo = a.memo;
     if (!memo) return this.wire(a, this.respond(a, value, a.p, a.q, source));
-    if (!permanent) throw new Error(`${a.name} is memoised: its permanent response needs the device's secret`);
+    if (!permanent) throw new Error("no device secret");
     const prr = this.respond(a, value, memo.permanentP, memo.permanentQ, permanent);
     return this.wire(a, this.respond(a, prr, memo.instantP, memo.instantQ, source));
   }
@@ -141,9 +138,7 @@ class BinaryRR extends Share {
   wireBytes(): number {
     return 5; // false
   }
-  check(_a: Encoded, reported: unknown): string | undefined {
-    return typeof reported === "boolean" ? undefined : "must be JSON true or false";
-  }
+
 }
 
 /** Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly
@@ -175,9 +170,7 @@ class GeneralisedRR extends Share {
   wireBytes(a: Encoded): number {
     return Math.max(...a.categories.map((c) => pyJson(c).length)); // as Python's json.dumps writes it
   }
-  check(a: Encoded, reported: unknown): string | undefined {
-    return typeof reported === "string" && a.categories.includes(reported) ? undefined : "must be one of the categories";
-  }
+
 }
 
 /** Optimised unary encoding (Wang et al. 2017): a one-hot vector, the true bit 1 w.p. p = 1/2,
@@ -203,11 +196,7 @@ class OptimisedUnaryEncoding extends Share {
   wireBytes(a: Encoded): number {
     return 3 * a.categories.length;
   }
-  check(a: Encoded, reported: unknown): string | undefined {
-    const d = a.categories.length;
-    const ok = Array.isArray(reported) && reported.length === d && reported.every((b) => b === 0 || b === 1);
-    return ok ? undefined : `must be a list of ${d} integers, each 0 or 1 (OUE)`;
-  }
+
 }
 
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
@@ -233,12 +222,12 @@ export function snap(y: number, source: RandomSource): number {
   return (below + (bernoulli(scaled - below, source) ? 1 : 0)) * GRID;
 }
 
-function pmConstants(epsilon: number): [number, number] {
+export function pmConstants(epsilon: number): [number, number] {
   const z = Math.exp(epsilon / 2);
   return [z, (z + 1) / (z - 1)];
 }
 
-function duchiC(epsilon: number): number {
+export function duchiC(epsilon: number): number {
   const e = Math.exp(epsilon);
   return (e + 1) / (e - 1);
 }
@@ -275,13 +264,6 @@ abstract class Mean implements Mechanism {
   abstract parameters(epsilon: number, d: number): [number, number];
   abstract varianceAt(epsilon: number, t: number): number;
   abstract randomise(a: Encoded, t: number, source: RandomSource): unknown;
-  /** The largest absolute wire value the encoder can produce at ε. */
-  abstract bound(epsilon: number): number;
-  check(a: Encoded, reported: unknown): string | undefined {
-    const limit = this.bound(a.epsilon);
-    // Another client's rounding may exceed the bound by a relative 1e-9.
-    return typeof reported === "number" && Math.abs(reported) <= limit * (1 + 1e-9) ? undefined : `must be a number from ${-limit} to ${limit}`;
-  }
   worstVariance(epsilon: number): number {
     // Every variance here is monotone in |t|: the worst is at 0 or 1.
     return Math.max(this.varianceAt(epsilon, 0), this.varianceAt(epsilon, 1));
@@ -313,12 +295,7 @@ class Duchi extends Mean {
   wireBytes(): number {
     return 1;
   }
-  bound(): number {
-    return 1;
-  }
-  check(_a: Encoded, reported: unknown): string | undefined {
-    return reported === 0 || reported === 1 ? undefined : "must be the JSON integer 0 or 1 (one bit)";
-  }
+
 }
 
 /** Wang et al.'s Piecewise Mechanism (ICDE 2019), rounded to GRID. */
@@ -334,9 +311,7 @@ class PiecewiseMechanism extends Mean {
   randomise(a: Encoded, t: number, source: RandomSource): number {
     return snap(pmSample(t, a.epsilon, source), source);
   }
-  bound(epsilon: number): number {
-    return pmConstants(epsilon)[1] + GRID;
-  }
+
 }
 
 /** Wang et al.'s Hybrid Mechanism: pm w.p. α, else duchi's bit written as ±C (not rounded). */
@@ -362,9 +337,7 @@ class HybridMechanism extends Mean {
     const [p, q] = DUCHI.parameters(epsilon);
     return DUCHI.bit(t, p, q, source) ? c : -c;
   }
-  bound(epsilon: number): number {
-    return Math.max(pmConstants(epsilon)[1] + GRID, duchiC(epsilon));
-  }
+
 }
 
 /** The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform. */
@@ -381,9 +354,7 @@ class LocalLaplace extends Mean {
     const noise = (2 / a.epsilon) * -Math.log((uniform53(source) + 1) / SCALE);
     return snap(negative ? t - noise : t + noise, source);
   }
-  bound(epsilon: number): number {
-    return 1 + (2 / epsilon) * 53 * Math.LN2 + GRID; // the largest exponential a 53-bit uniform gives
-  }
+
 }
 
 const DUCHI = new Duchi();
@@ -413,6 +384,6 @@ export function resolve(kind: string, requested: unknown, epsilon: number, d: nu
     return best;
   }
   const found = candidates.find((m) => m.name === requested);
-  if (!found) throw new Error(`must be one of ${[AUTO, ...candidates.map((m) => m.name)].join(", ")} for a ${kind} attribute`);
+  if (!found) throw new Error([AUTO, ...candidates.map((m) => m.name)].join(", "));
   return found;
 }

@@ -55,7 +55,7 @@ const DEFAULTS = {
 };
 
 function check(name: string, ok: boolean, what: string, value: unknown): void {
-  if (!ok) throw new TypeError(`${name} must be ${what}, got ${String(value).slice(0, 80)}`);
+  if (!ok) throw new TypeError(`${name} must be ${what}`);
 }
 
 export function settings(o: ClientOptions): Settings {
@@ -75,10 +75,10 @@ export function settings(o: ClientOptions): Settings {
     out[name] = v ?? fallback;
   }
   if ((out.maxReportBytes as number) > (out.maxBatchBytes as number)) {
-    throw new TypeError(`maxReportBytes (${out.maxReportBytes}) must be at most maxBatchBytes (${out.maxBatchBytes}): a report must fit in a request`);
+    throw new TypeError("maxReportBytes must be at most maxBatchBytes");
   }
   const f = o.fetch ?? globalThis.fetch?.bind(globalThis);
-  check("fetch", typeof f === "function", "a fetch function (this platform has none)", f);
+  check("fetch", typeof f === "function", "a function", f);
   if (o.dataDir !== undefined) check("dataDir", typeof o.dataDir === "string" && o.dataDir !== "" && !o.dataDir.includes("\0"), "a folder path", o.dataDir);
   return {
     ...(out as typeof DEFAULTS), endpoint: o.endpoint.replace(/\/+$/, ""), schema: o.schema, maxEpsilon: o.maxEpsilon,

@@ -30,7 +30,7 @@ export class SystemRandom implements RandomSource {
     if (this.at + n > this.pool.length) {
       const c = globalThis.crypto;
       if (!c || typeof c.getRandomValues !== "function") {
-        throw new Error("ldp-telemetry needs crypto.getRandomValues (a CSPRNG); this platform has none");
+        throw new Error("no crypto.getRandomValues");
       }
       this.pool = new Uint8Array(Math.max(POOL, n));
       // getRandomValues fills at most 65,536 bytes per call.

@@ -4,8 +4,7 @@
  * then draw the id, the `sample` split and each attribute's coins in the vectors' order.
  */
 
-import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, StreamExhausted, type DeviceSecret } from "./hmac.js";
-import type { ShareMechanism } from "./mechanisms.js";
+import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, type DeviceSecret } from "./hmac.js";
 import { pyJson } from "./pyjson.js";
 import { randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
@@ -24,7 +23,8 @@ export interface Report {
  * the record is no object, `window` or `deviceSecret` for those arguments of randomize(). */
 export class RecordError extends Error {
   constructor(readonly field: string, message: string) {
-    super(message);
+    // The message names the field and what it must be, never the value (it may be a true answer).
+    super(`${field} ${message}`);
     this.name = "RecordError";
   }
 }
@@ -37,42 +37,36 @@ const MAX_RECORD_NUMBER = 1e300;
 /** The true values as the encoders take them: a boolean, a category or bucket index, a number. */
 export type Truth = Record<string, boolean | number>;
 
-function typeName(v: unknown): string {
-  if (v === null) return "null";
-  if (Array.isArray(v)) return "array";
-  return typeof v;
-}
-
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (typeof record !== "object" || record === null || Array.isArray(record)) {
-    throw new RecordError("record", `a record must be an object of attribute values, got ${typeName(record)}`);
+    throw new RecordError("record", "must be an object");
   }
   const keys = Object.keys(record);
   if (keys.length !== schema.byName.size || keys.some((k) => !schema.byName.has(k))) {
     const unknown = keys.filter((k) => !schema.byName.has(k)).sort();
     if (unknown.length) {
-      throw new RecordError(unknown[0].slice(0, 80), `unknown attribute(s) for schema ${schema.name}: ${unknown.join(", ").slice(0, 300)}`);
+      throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
     }
     const missing = [...schema.byName.keys()].filter((n) => !Object.prototype.hasOwnProperty.call(record, n));
-    throw new RecordError(missing[0], `missing attribute(s) for schema ${schema.name}: ${missing.join(", ")}`);
+    throw new RecordError(missing[0], "is missing");
   }
   const values = record as Record<string, unknown>;
   const truth: Truth = {};
   for (const a of schema.attributes) {
     const value = values[a.name];
     if (a.type === "boolean") {
-      if (typeof value !== "boolean") throw new RecordError(a.name, `${a.name} must be true or false, got a ${typeName(value)}`);
+      if (typeof value !== "boolean") throw new RecordError(a.name, "must be true or false");
       truth[a.name] = value;
     } else if (a.type === "numeric" || a.type === "histogram") {
       if (!isNumber(value) || Math.abs(value) > MAX_RECORD_NUMBER) {
-        throw new RecordError(a.name, `${a.name} must be a finite number (not a boolean), got a ${typeName(value)} or a number out of bounds`);
+        throw new RecordError(a.name, "must be a finite number");
       }
       truth[a.name] = a.type === "numeric" ? value : bucket(a.edges, value);
     } else {
-      if (typeof value !== "string") throw new RecordError(a.name, `${a.name} must be a category name (a string), got a ${typeName(value)}`);
+      if (typeof value !== "string") throw new RecordError(a.name, "must be a category name");
       const index = a.indexOf.get(value);
       if (index === undefined) {
-        throw new RecordError(a.name, `${a.name} must be one of the schema's categories (${a.categories.slice(0, 8).join(", ")}${a.categories.length > 8 ? ", ..." : ""}); the value given is not`);
+        throw new RecordError(a.name, "must be one of the schema's categories");
       }
       truth[a.name] = index;
     }
@@ -104,86 +98,41 @@ export function checkDeviceSecret(schema: Schema, secret: unknown): void {
   if (schema.epsilonPermanent === undefined) return;
   const ok = isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES);
   if (!ok) {
-    throw new RecordError("deviceSecret", `schema ${schema.name} is memoised (epsilon_permanent): randomize() needs the device's secret, deviceSecret: <${DEVICE_SECRET_BYTES} bytes or an HMAC CryptoKey>`);
+    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey: the schema is memoised");
   }
 }
 
 const UTF8 = new TextEncoder();
 
-/** The permanent coins of each memoised attribute: HMAC streams long enough for its encoder
- * (8 bytes a coin; GRR's rejections may need more, then the stream is made longer). */
-export class PermanentCoins {
-  private readonly streams = new Map<string, Uint8Array>();
-  constructor(private readonly key: CryptoKey, private readonly schema: Schema, private readonly truth: Truth) {}
-
-  static async make(schema: Schema, truth: Truth, secret: DeviceSecret): Promise<PermanentCoins> {
-    const coins = new PermanentCoins(await hmacKey(secret), schema, truth);
-    await Promise.all(schema.attributes.filter((a) => a.memo).map((a) => coins.extend(a, 8 * a.categories.length + 64)));
-    return coins;
-  }
-
-  async extend(a: Attribute, bytes: number): Promise<void> {
-    const message = UTF8.encode(permanentMessage(this.schema, a, this.truth[a.name]));
-    this.streams.set(a.name, await hmacStream(this.key, message, Math.ceil(bytes / 32)));
-  }
-
-  source(a: Attribute): StreamBytes {
-    return new StreamBytes(this.streams.get(a.name)!);
-  }
-
-  size(a: Attribute): number {
-    return this.streams.get(a.name)!.length;
-  }
-}
-
 /** The report of `truth` in `window`. Coins, in order: the id (24 bytes), the `sample` index,
- * then each carried attribute's. Synchronous once the permanent coins are computed. */
+ * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
-  permanent?: PermanentCoins): Report {
+  permanent: Record<string, RandomSource> = {}): Report {
   const id = newReportId(source);
   let carried = schema.attributes;
   if (schema.split === "sample") carried = [carried[randbelow(carried.length, source)]];
   const values: Record<string, unknown> = {};
-  for (const a of carried) {
-    values[a.name] = a.mech.encode(a, truth[a.name], source, a.memo ? permanent!.source(a) : undefined);
-  }
+  for (const a of carried) values[a.name] = a.mech.encode(a, truth[a.name], source, permanent[a.name]);
   return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
 }
 
-/** Encodes with permanent coins, making a memoised attribute's HMAC stream longer when its
- * encoder ran out (GRR's rejection sampling has no fixed length). The fresh coins are replayed
- * from the start, so a retry draws exactly what one pass with a long enough stream would. */
-export async function encodeWithPermanent(schema: Schema, truth: Truth, window: string, source: RandomSource,
-  secret: DeviceSecret | undefined): Promise<Report> {
-  if (schema.epsilonPermanent === undefined) return encodeReport(schema, truth, window, source);
-  const coins = await PermanentCoins.make(schema, truth, secret!);
-  const replay = new Replay(source);
-  for (;;) {
-    try {
-      return encodeReport(schema, truth, window, replay, coins);
-    } catch (e) {
-      if (!(e instanceof StreamExhausted)) throw e;
-      await Promise.all(schema.attributes.filter((a) => a.memo).map((a) => coins.extend(a, 2 * coins.size(a))));
-      replay.rewind();
-    }
-  }
+/** The permanent coins of a memoised attribute: its HMAC stream, long enough for a coin per
+ * category and 128 rejection draws of GRR (each succeeds with probability over 1/2, so running
+ * out has probability below 2^-64; it would be an error, never a wrap). */
+export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
+  const message = UTF8.encode(permanentMessage(schema, a, truth));
+  return new StreamBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
 }
 
-/** Remembers the bytes taken so that an encoding can be run again with the same fresh coins. */
-class Replay implements RandomSource {
-  private taken: Uint8Array[] = [];
-  private at = 0;
-  constructor(private readonly source: RandomSource) {}
-  take(n: number): Uint8Array {
-    if (this.at < this.taken.length) return this.taken[this.at++];
-    const bytes = this.source.take(n).slice();
-    this.taken.push(bytes);
-    this.at++;
-    return bytes;
+/** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */
+export async function encodeWithPermanent(schema: Schema, truth: Truth, window: string, source: RandomSource,
+  secret: DeviceSecret | undefined): Promise<Report> {
+  const permanent: Record<string, RandomSource> = {};
+  if (schema.epsilonPermanent !== undefined) {
+    const key = await hmacKey(secret!);
+    for (const a of schema.attributes) permanent[a.name] = await permanentSource(schema, a, truth[a.name], key);
   }
-  rewind(): void {
-    this.at = 0;
-  }
+  return encodeReport(schema, truth, window, source, permanent);
 }
 
 export interface RandomizeOptions {

@@ -23,7 +23,7 @@ export class SchemaSource {
   constructor(spec: string | object, private readonly maxEpsilon: number, private readonly maxBytes: number,
     private readonly log: Logger) {
     if (typeof spec === "string") {
-      if (!NAME_RE.test(spec)) throw new TypeError(`schema must be a schema name matching [a-z0-9][a-z0-9_-]{0,63}, got ${shown(spec, 80)}`);
+      if (!NAME_RE.test(spec)) throw new TypeError("schema must be a schema name");
       this.name = spec;
       this.fetched = true;
     } else {
@@ -37,11 +37,11 @@ export class SchemaSource {
 
   private check(schema: Schema): void {
     if (schema.epsilon > this.maxEpsilon) {
-      throw new Error(`schema ${schema.name} version ${schema.version} spends epsilon ${schema.epsilon} per report, more than this app's maxEpsilon ${this.maxEpsilon}: refused, nothing will be recorded under it`);
+      throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
     }
     const size = maxReportBytes(schema);
     if (size > this.maxBytes) {
-      throw new Error(`schema ${schema.name} version ${schema.version} makes reports of up to ${size} bytes, more than this app's maxReportBytes ${this.maxBytes}: refused`);
+      throw new Error(`reports of ${size} bytes are over maxReportBytes`);
     }
   }
 
@@ -68,11 +68,11 @@ export class SchemaSource {
     let schema: Schema;
     try {
       schema = parseSchema(definition);
-      if (schema.name !== this.name) throw new Error(`it is schema ${schema.name}, not ${this.name}`);
+      if (schema.name !== this.name) throw new Error("another name");
       this.check(schema);
     } catch (e) {
       // The complaint may quote the server's text: escaped, since the app may log it.
-      const reason = `schema ${this.name} (${from}) refused: ${shown((e as Error).message, 500)}`;
+      const reason = `schema ${this.name} refused: ${shown((e as Error).message, 500)}`;
       this.log.error(reason);
       if (!this.current) this.refusal = reason;
       return false;
@@ -96,15 +96,15 @@ export class SchemaSource {
     try {
       answer = await request(`${endpoint}/api/v1/schemas/${encodeURIComponent(this.name)}`, { method: "GET", timeoutMs, fetch });
     } catch (e) {
-      this.log.info?.(`could not fetch schema ${this.name}: ${shown((e as Error).name)}`);
+      this.log.info?.(shown((e as Error).name));
       return false;
     }
     if (answer.status !== 200) {
-      this.log.warn(`fetching schema ${this.name} answered HTTP ${answer.status}`);
+      this.log.warn(`schema: HTTP ${answer.status}`);
       return !(isRetryable(answer.status) || answer.status < 400);
     }
     if (typeof answer.body !== "object" || answer.body === null || Array.isArray(answer.body)) {
-      this.log.warn(`fetching schema ${this.name} answered HTTP 200 without a JSON object`);
+      this.log.warn("schema: no JSON object");
       return false;
     }
     if (this.offer(answer.body, "from the server") && store) await store.cacheSchema(this.name, schemaDict(this.current!));

@@ -86,20 +86,10 @@ function get(obj: Json, key: string, fallback: unknown): unknown {
   return has(obj, key) ? obj[key] : fallback;
 }
 
-function show(v: unknown, limit = 60): string {
-  let text: string;
-  try {
-    text = JSON.stringify(v) ?? String(v);
-  } catch {
-    text = String(v);
-  }
-  return text.length <= limit ? text : text.slice(0, limit - 3) + "...";
-}
-
-function kind(v: unknown): string {
-  if (v === null) return "null";
-  if (Array.isArray(v)) return "a list";
-  return { object: "an object", string: "a string", boolean: "a boolean", number: "a number" }[typeof v as string] ?? typeof v;
+/** Throws a SchemaError for `field`. Messages are short (they cost bytes in every page that
+ * embeds the client) and never quote the bad value back. */
+function bad(field: string, what: string): never {
+  throw new SchemaError(field, `${field} ${what}`);
 }
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
@@ -134,33 +124,33 @@ const PARSED = new WeakSet<object>();
  * returned as it is. Throws {@link SchemaError}. */
 export function parseSchema(obj: unknown): Schema {
   if (typeof obj === "object" && obj !== null && PARSED.has(obj)) return obj as Schema;
-  if (!isObject(obj)) throw new SchemaError("schema", `a schema must be a JSON object, got ${kind(obj)}`);
+  if (!isObject(obj)) bad("schema", "must be a JSON object");
   rejectUnknown(obj, SCHEMA_FIELDS, "schema");
   const name = checkName(obj.name, "name");
   const version = obj.version;
   if (!(typeof version === "number" && Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) {
-    throw new SchemaError("version", `version must be an integer from 1 to ${MAX_VERSION}, got ${show(version)}`);
+    bad("version", "must be an integer from 1 to 2^31-1");
   }
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = get(obj, "window", "day");
-  if (!WINDOWS.includes(window as string)) throw new SchemaError("window", `window must be one of hour, day, got ${show(window)}`);
+  if (!WINDOWS.includes(window as string)) bad("window", "must be hour or day");
   const split = get(obj, "split", "equal");
-  if (!SPLITS.includes(split as string)) throw new SchemaError("split", `split must be one of equal, sample, got ${show(split)}`);
+  if (!SPLITS.includes(split as string)) bad("split", "must be equal or sample");
   const description = get(obj, "description", "");
   if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
-    throw new SchemaError("description", `description must be a string of at most ${MAX_DESCRIPTION_LENGTH} characters, got ${show(description)}`);
+    bad("description", "must be a string of at most 10,000 characters");
   }
   requireText(description, "description");
   const raw = obj.attributes;
   if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_ATTRIBUTES) {
-    throw new SchemaError("attributes", `attributes must be a list of 1 to ${MAX_ATTRIBUTES} attributes, got ${show(raw)}`);
+    bad("attributes", "must be a list of 1 to 64 attributes");
   }
   const epsilons = splitBudget(raw, epsilon, split as string);
   const permanents = permanentBudget(obj, epsilon, epsilons, split as string);
   const attributes = raw.map((r, i) => attribute(r as Json, epsilons[i], permanents[i], `attributes[${i}]`));
   const byName = new Map<string, Attribute>();
   attributes.forEach((a, i) => {
-    if (byName.has(a.name)) throw new SchemaError(`attributes[${i}].name`, `attribute names must be distinct, ${show(a.name)} appears twice`);
+    if (byName.has(a.name)) bad(`attributes[${i}].name`, "repeats another attribute's name");
     byName.set(a.name, a);
   });
   const schema: Schema = {
@@ -176,13 +166,13 @@ function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: 
   if (!(has(obj, "epsilon_permanent"))) return epsilons.map(() => undefined);
   const total = obj.epsilon_permanent;
   if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
-    throw new SchemaError("epsilon_permanent", `epsilon_permanent must be a number above epsilon (${epsilon}) and at most ${MAX_EPSILON_PERMANENT}, got ${show(total)}`);
+    bad("epsilon_permanent", "must be a number above epsilon and at most 50");
   }
   const k = epsilons.length;
   if (split === "sample") {
     // A device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
     if (!(epsilon < total / k)) {
-      throw new SchemaError("epsilon_permanent", `under split 'sample' each attribute's permanent layer gets epsilon_permanent / ${k} = ${total / k}, which must exceed epsilon (${epsilon})`);
+      bad("epsilon_permanent", "/ the number of attributes must exceed epsilon under split 'sample'");
     }
     return epsilons.map(() => total / k);
   }
@@ -203,7 +193,7 @@ function fsum(values: number[]): number {
 
 function splitBudget(raw: unknown[], total: number, split: string): number[] {
   raw.forEach((r, i) => {
-    if (!isObject(r)) throw new SchemaError(`attributes[${i}]`, `attributes[${i}] must be a JSON object, got ${kind(r)}`);
+    if (!isObject(r)) bad(`attributes[${i}]`, "must be a JSON object");
   });
   const given = raw.map((r) => (r as Json).epsilon);
   if (given.every((e) => e === undefined || e === null)) {
@@ -211,17 +201,17 @@ function splitBudget(raw: unknown[], total: number, split: string): number[] {
     return raw.map(() => share);
   }
   if (given.some((e) => e === undefined || e === null)) {
-    throw new SchemaError("attributes", "attributes[].epsilon must be given for every attribute or for none");
+    bad("attributes", "must all give epsilon or none");
   }
   const values = given.map((e, i) => checkEpsilon(e, `attributes[${i}].epsilon`));
   if (split === "sample") {
     values.forEach((e, i) => {
       if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) {
-        throw new SchemaError(`attributes[${i}].epsilon`, `attributes[${i}].epsilon must equal the total epsilon ${total} under split 'sample', got ${e}`);
+        bad(`attributes[${i}].epsilon`, "must equal the total epsilon under split 'sample'");
       }
     });
   } else if (Math.abs(fsum(values) - total) > EPSILON_SUM_TOLERANCE) {
-    throw new SchemaError("attributes", `attributes[].epsilon must sum to the total epsilon ${total}, got ${fsum(values)}`);
+    bad("attributes", "epsilons must sum to the total epsilon");
   }
   return values;
 }
@@ -234,18 +224,18 @@ function close(given: unknown, derived: number): given is number {
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
   if (raw.type === "string") {
     // DESIGN.md "Strings" (olh) is not implemented on the server side yet; refusing is honest.
-    throw new SchemaError(`${where}.type`, `${where} is a string attribute (olh), which this version of the JavaScript client cannot randomise yet`);
+    bad(`${where}.type`, "is string (olh), which this version of the JavaScript client cannot randomise yet");
   }
   rejectUnknown(raw, ATTRIBUTE_FIELDS, where);
   const name = checkName(raw.name, `${where}.name`);
   const type = raw.type;
   if (typeof type !== "string" || !TYPES.includes(type)) {
-    throw new SchemaError(`${where}.type`, `${where}.type must be one of ${TYPES.join(", ")}, got ${show(type)}`);
+    bad(`${where}.type`, `must be one of ${TYPES.join(", ")}`);
   }
   const allowed: Record<string, string> = { categorical: "categories", numeric: "range", histogram: "edges" };
   for (const own of ["categories", "range", "edges"]) {
     if (has(raw, own) && allowed[type] !== own && !(type === "histogram" && own === "categories")) {
-      throw new SchemaError(`${where}.${own}`, `${where}.${own} is not allowed on a ${type} attribute`);
+      bad(`${where}.${own}`, `is not allowed on a ${type} attribute`);
     }
   }
   let categories: string[] = [];
@@ -259,7 +249,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
     if (has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
-      throw new SchemaError(`${where}.categories`, `${where}.categories is derived from edges and must be ${show(categories)}, got ${show(raw.categories)}`);
+      bad(`${where}.categories`, "must be the bucket names of edges");
     }
   }
   const d = Math.max(2, categories.length); // a boolean has two values
@@ -267,16 +257,16 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   try {
     mech = resolve(type, get(raw, "mechanism", AUTO), epsilon, d);
   } catch (e) {
-    throw new SchemaError(`${where}.mechanism`, `${where}.mechanism ${(e as Error).message}, got ${show(raw.mechanism)}`);
+    bad(`${where}.mechanism`, `must be one of ${(e as Error).message}`);
   }
   let [p, q] = mech.parameters(epsilon, d);
   if (!(p > q)) {
-    throw new SchemaError(`${where}.epsilon`, `${where}.epsilon must be large enough that p exceeds q in floating point; ${epsilon} is too small`);
+    bad(`${where}.epsilon`, "is too small: p must exceed q in floating point");
   }
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) {
-      throw new SchemaError(`${where}.type`, `${where} cannot be memoised (${mech.name}); publish it in a schema without epsilon_permanent`);
+      bad(`${where}.type`, "cannot be memoised (no epsilon_permanent with a numeric mean)");
     }
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
     memo = servedLayers(raw, memo, where);
@@ -285,7 +275,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   for (const [field, derived] of [["p", p], ["q", q]] as const) {
     if (has(raw, field)) {
       if (!close(raw[field], derived)) {
-        throw new SchemaError(`${where}.${field}`, `${where}.${field} is derived from epsilon and mechanism and must be ${derived}, got ${show(raw[field])}`);
+        bad(`${where}.${field}`, `must be ${derived} (derived from epsilon and mechanism)`);
       }
     }
   }
@@ -315,7 +305,7 @@ function servedLayers(raw: Json, memo: Memo, where: string): Memo {
         ? isNumber(given[k]) && Math.abs((given[k] as number) - v) <= PARAMETER_TOLERANCE
         : close(given[k], v)));
     if (!ok) {
-      throw new SchemaError(`${where}.${key}`, `${where}.${key} is derived from epsilon_permanent and must be ${show(want)}, got ${show(given)}`);
+      bad(`${where}.${key}`, `must be ${JSON.stringify(want)} (derived from epsilon_permanent)`);
     }
     const g = given as Record<string, number>;
     if (key === "permanent") Object.assign(out, { epsilonPermanent: g.epsilon, permanentP: g.p, permanentQ: g.q });
@@ -327,14 +317,14 @@ function servedLayers(raw: Json, memo: Memo, where: string): Memo {
 function increasing(raw: unknown, where: string, least: number, most: number): number[] {
   if (!Array.isArray(raw) || raw.length < least || raw.length > most) {
     const count = least === most ? `${least}` : `${least} to ${most}`;
-    throw new SchemaError(where, `${where} must be a list of ${count} increasing numbers, got ${show(raw)}`);
+    bad(where, `must be a list of ${count} increasing numbers`);
   }
   raw.forEach((value, i) => {
     if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) {
-      throw new SchemaError(`${where}[${i}]`, `${where}[${i}] must be a finite number of magnitude at most ${MAX_MAGNITUDE}, got ${show(value)}`);
+      bad(`${where}[${i}]`, "must be a number of magnitude at most 1e15");
     }
     if (i && !(value > raw[i - 1])) {
-      throw new SchemaError(`${where}[${i}]`, `${where} must be strictly increasing; ${show(value)} follows ${show(raw[i - 1])}`);
+      bad(`${where}[${i}]`, "must exceed the number before it");
     }
   });
   return raw as number[];
@@ -362,18 +352,18 @@ export function bucket(edges: readonly number[], x: number): number {
 
 function checkCategories(raw: unknown, where: string): string[] {
   if (!Array.isArray(raw) || raw.length < MIN_CATEGORIES || raw.length > MAX_CATEGORIES) {
-    throw new SchemaError(where, `${where} must be a list of ${MIN_CATEGORIES} to ${MAX_CATEGORIES} strings, got ${show(raw)}`);
+    bad(where, "must be a list of 2 to 1024 strings");
   }
   const seen = new Set<string>();
   raw.forEach((c, i) => {
     if (typeof c !== "string" || c.length === 0 || [...c].length > MAX_CATEGORY_LENGTH) {
-      throw new SchemaError(`${where}[${i}]`, `${where}[${i}] must be a non-empty string of at most ${MAX_CATEGORY_LENGTH} characters, got ${show(c)}`);
+      bad(`${where}[${i}]`, "must be a non-empty string of at most 64 characters");
     }
     requireText(c, `${where}[${i}]`);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
     const normal = c.normalize("NFC");
     if (seen.has(normal)) {
-      throw new SchemaError(`${where}[${i}]`, `${where} must be distinct, ${show(c)} appears twice (compared after Unicode NFC normalisation)`);
+      bad(`${where}[${i}]`, "repeats a category (after Unicode NFC normalisation)");
     }
     seen.add(normal);
   });
@@ -385,30 +375,26 @@ const CONTROL_OR_FORMAT = /[\p{Cc}\p{Cf}]/u;
 
 /** Text that shows as what it is: no lone surrogate, no control or format character (U+202E...). */
 function requireText(text: string, field: string): void {
-  if (LONE_SURROGATE.test(text)) throw new SchemaError(field, `${field} must be valid Unicode text; it contains a lone UTF-16 surrogate`);
-  const m = CONTROL_OR_FORMAT.exec(text);
-  if (m) {
-    throw new SchemaError(field, `${field} must not contain control or format characters; it contains U+${m[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`);
-  }
+  if (LONE_SURROGATE.test(text) || CONTROL_OR_FORMAT.test(text)) bad(field, "must be Unicode text without control or format characters");
 }
 
 function checkName(value: unknown, field: string): string {
   if (typeof value !== "string" || !NAME_RE.test(value)) {
-    throw new SchemaError(field, `${field} must match [a-z0-9][a-z0-9_-]{0,63} (lower-case letters, digits, _ and -), got ${show(value)}`);
+    bad(field, "must match [a-z0-9][a-z0-9_-]{0,63}");
   }
   return value;
 }
 
 function checkEpsilon(value: unknown, field: string): number {
   if (!isNumber(value) || !(value > 0 && value <= MAX_EPSILON)) {
-    throw new SchemaError(field, `${field} must be a number in (0, ${MAX_EPSILON}], got ${show(value)}`);
+    bad(field, "must be a number in (0, 20]");
   }
   return value;
 }
 
 function rejectUnknown(obj: Json, allowed: Set<string>, where: string): void {
   const unknown = Object.keys(obj).filter((k) => !allowed.has(k)).sort();
-  if (unknown.length) throw new SchemaError(where, `${where} has unknown field(s): ${unknown.join(", ")}`);
+  if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
 }
 
 export function mechanismOf(name: string): Mechanism | undefined {

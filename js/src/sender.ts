@@ -109,7 +109,7 @@ export class Sender {
     this.timer = undefined;
     this.running = this.step().catch((e) => {
       // A bug here must never reach the app; reports wait in storage.
-      this.s.logger.error(`the telemetry sender failed a turn: ${shown((e as Error)?.message ?? e)}`);
+      this.s.logger.error(shown((e as Error)?.message ?? e));
       this.deliverDue = Date.now() + this.backoff(0);
     }).finally(() => {
       this.running = undefined;
@@ -142,10 +142,10 @@ export class Sender {
       try {
         const appended = await store.append(reports, { maxReports: this.s.maxOutbox, maxBytes: this.s.maxOutboxBytes, perDay: this.s.maxEpsilonPerDay });
         if (appended.refused.length) {
-          this.s.logger.warn(`dropped ${appended.refused.length} report(s): another tab or process spent first: ${appended.refused[0]}`);
+          this.s.logger.warn(`dropped ${appended.refused.length} report(s): ${appended.refused[0]}`);
           this.ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
-        if (appended.evicted) this.s.logger.warn(`the outbox is full: dropped the ${appended.evicted} oldest report(s)`);
+        if (appended.evicted) this.s.logger.warn(`outbox full: dropped ${appended.evicted} report(s)`);
       } catch (e) {
         this.fresh = reports.concat(this.fresh).slice(-this.s.maxOutbox); // e.g. storage full: keep them, retry
         throw e;
@@ -195,7 +195,7 @@ export class Sender {
     if (floor === undefined) this.attempt = 0;
     else {
       const delay = this.backoff(floor);
-      this.s.logger.warn(`could not deliver ${rows.length} report(s) (${this.why}); retrying in ${(delay / 1000).toFixed(1)} s`);
+      this.s.logger.warn(`delivery failed (${this.why}); retry in ${delay | 0} ms`);
     }
     this.mirror = await store.peek(this.s.maxBatch);
     this.stored = await store.count();
@@ -220,7 +220,7 @@ export class Sender {
         timeoutMs: this.s.requestTimeoutMs, fetch: this.s.fetch,
       });
     } catch (e) {
-      this.why = `network error: ${shown((e as Error)?.name ?? "unknown")}`;
+      this.why = shown((e as Error)?.name);
       return 0;
     } finally {
       ids.forEach((id) => this.inflight.delete(id));
@@ -237,7 +237,7 @@ export class Sender {
     }
     if (isRetryable(status) || status < 400) {
       // A 2xx without the aggregator's acknowledgement (a captive portal, a proxy) proves nothing either.
-      this.why = `HTTP ${status}${status >= 200 && status < 300 ? " without an acknowledgement body" : ""}`;
+      this.why = `HTTP ${status}`;
       return retryAfter(answer.headers) ?? 0;
     }
     const bad = rejected(body, rows.length);
@@ -256,7 +256,7 @@ export class Sender {
 
   private async drop(store: Store, seqs: number[], status: number, why: string): Promise<void> {
     await store.remove(seqs);
-    this.s.logger.warn(`the server rejected ${seqs.length} report(s) with HTTP ${status}; dropped them: ${why}`);
+    this.s.logger.warn(`HTTP ${status}: dropped ${seqs.length} report(s): ${why}`);
   }
 
   /** The page is being hidden or closed: send what is queued now, with keepalive. Fresh reports

@@ -28,16 +28,16 @@ export function windowOf(moment: Date | number, kind: WindowKind): string {
 /** The UTC start of the window called `name` (ms since the epoch); a RangeError if it is none. */
 export function windowStart(name: unknown, kind: WindowKind): number {
   const pattern = PATTERNS[kind];
-  if (!pattern) throw new RangeError(`window kind must be 'hour' or 'day', got ${String(kind)}`);
+  if (!pattern) throw new RangeError("kind must be hour or day");
   if (typeof name !== "string" || !pattern.test(name)) {
-    throw new RangeError(`window must be a ${kind} window of the form ${kind === "day" ? "YYYY-MM-DD" : "YYYY-MM-DDTHH"} (UTC)`);
+    throw new RangeError(`window must name a UTC ${kind}`);
   }
   const [y, m, d, h] = [+name.slice(0, 4), +name.slice(5, 7), +name.slice(8, 10), kind === "hour" ? +name.slice(11, 13) : 0];
   const t = Date.UTC(y, m - 1, d, h);
   const back = new Date(t);
   // Date.UTC rolls 2026-02-29 over to March 1st: a real date comes back unchanged.
   if (y < 1 || back.getUTCFullYear() !== y || back.getUTCMonth() !== m - 1 || back.getUTCDate() !== d || back.getUTCHours() !== h) {
-    throw new RangeError(`window ${name} names no real ${kind} (UTC)`);
+    throw new RangeError(`window must name a UTC ${kind}`);
   }
   return t;
 }

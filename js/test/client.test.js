@@ -150,7 +150,7 @@ test("a 400 naming some reports drops those only; the server's text is escaped i
     assert.equal(await t.flush(5000), true);
     assert.equal(s.requests.length, 2);
     assert.deepEqual(JSON.parse(s.requests[1].body).reports.map((r) => r.id), ["a".repeat(32)]);
-    const line = logger.lines.find((l) => l.includes("rejected"));
+    const line = logger.lines.find((l) => l.includes("dropped"));
     assert.ok(line, logger.lines.join("\n"));
     assert.ok(!/[\r\n\u001b]/.test(line), `unescaped server text: ${line}`);
     await t.close(0);
