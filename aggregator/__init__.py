@@ -24,7 +24,7 @@ from .catalog import Catalog
 from .context import system_clock
 from .dashboard.pagecache import PageCache
 from .estimation import jobs
-from .http import headers
+from .http import cors, headers
 from .ingest.counting import Counting
 from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
@@ -93,5 +93,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(ops.bp)
     errors.init_app(app)
     headers.init_app(app)
+    cors.init_app(app)
     jobs.init_app(app)
     return app

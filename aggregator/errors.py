@@ -20,7 +20,7 @@ _MESSAGES = {
     404: "no such resource",
     405: "method not allowed on this path",
     413: "request body is larger than LDP_MAX_BODY allows",
-    415: "Content-Type must be application/json",
+    415: "Content-Type must be application/json (or text/plain;charset=UTF-8 for reports)",
 }
 
 

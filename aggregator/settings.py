@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -106,6 +107,25 @@ def _addresses(value: Any) -> tuple[str, ...]:
     return addresses
 
 
+def _origins(value: Any) -> tuple[str, ...]:
+    """``*``, or comma-separated web origins (``scheme://host[:port]``, no path); never ``null``,
+    which sandboxed frames and local files share, so allowing it would allow any of them."""
+    if isinstance(value, (tuple, list)):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be * or comma-separated origins, got {value!r}")
+    origins = tuple(part.strip() for part in value.split(",") if part.strip())
+    if origins == ("*",):
+        return origins
+    for origin in origins:
+        if not re.fullmatch(r"https?://[^/\s*,]+", origin):
+            raise ValueError(f"must be * or comma-separated origins like https://app.example.org (no path, never "
+                             f"null), got {origin!r}")
+    if not origins:
+        raise ValueError("must be * or at least one origin")
+    return origins
+
+
 def _boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -145,6 +165,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_PROXY_IPS", ("127.0.0.1", "::1"),
             "Reverse proxies whose X-Forwarded-Proto is believed (comma-separated addresses, * for any peer); "
             "no client address is taken from any header.", _addresses),
+    Setting("LDP_CORS_ORIGINS", ("*",),
+            "Web pages (origins) allowed to post reports and read schemas from a browser (CORS): * for any "
+            "(reports are anonymous by design), or comma-separated origins; null is never allowed, and no admin "
+            "or read-token route is ever open to another origin.", _origins),
     Setting("LDP_SCHEDULER", True,
             "Run the scheduled jobs (estimate refresh, retention) in this process; tests turn it off.",
             _boolean),

@@ -73,7 +73,7 @@ def _published(name: str, version: str | None) -> Schema:
 def post_reports() -> tuple[Response, int]:
     metrics = context.metrics()
     try:
-        reports, window_ends = parse_batch(json_object(), context.catalog(), window_policy(current_app),
+        reports, window_ends = parse_batch(json_object(text_plain=True), context.catalog(), window_policy(current_app),
                                            current_app.config["LDP_MAX_BATCH"])
     except ApiError as exc:
         metrics.rejected_batches.inc()

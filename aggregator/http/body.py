@@ -1,6 +1,7 @@
 """Reading a JSON request body strictly.
 
-415 unless the Content-Type is JSON; 413 past ``LDP_MAX_BODY``, by Content-Length or, for a
+415 unless the Content-Type is JSON (or, where a browser posts without a preflight, UTF-8
+``text/plain`` holding the same JSON: DESIGN.md "Browsers"); 413 past ``LDP_MAX_BODY``, by Content-Length or, for a
 chunked body, by reading no more than the limit; 400 for anything that is not
 one strict JSON object. Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e999`` (read as
 infinity) by default: none of them is JSON, so all are refused here; so is an object with a key
@@ -67,10 +68,20 @@ def _read_body(limit: int) -> bytes:
     return data
 
 
-def json_object() -> dict[str, Any]:
-    """The request's body as a JSON object, or an :class:`ApiError` (415, 413 or 400)."""
-    if not request.is_json:
-        raise ApiError(415, "Content-Type must be application/json",
+def _plain_utf8() -> bool:
+    """A ``text/plain`` body in UTF-8 (the charset may be left out: UTF-8 is what JSON is)."""
+    if request.mimetype != "text/plain":
+        return False
+    return request.mimetype_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
+
+
+def json_object(*, text_plain: bool = False) -> dict[str, Any]:
+    """The request's body as a JSON object, or an :class:`ApiError` (415, 413 or 400).
+
+    ``text_plain``: also take a UTF-8 ``text/plain`` body, which a page can send without a CORS
+    preflight (what a closing page's ``fetch(..., {keepalive: true})`` needs)."""
+    if not (request.is_json or (text_plain and _plain_utf8())):
+        raise ApiError(415, "Content-Type must be application/json" + (" or text/plain;charset=UTF-8" if text_plain else ""),
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
     data = _read_body(current_app.config["LDP_MAX_BODY"])
     try:

@@ -154,7 +154,9 @@ def _paths() -> dict[str, Any]:
             "responses": {"200": _json(_ref("Schema"), "the schema"), **_errors(404)}}},
         "/api/v1/reports": {"post": {
             "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Batch")}}},
+            # text/plain (UTF-8) holds the same JSON: a web page posts it without a CORS preflight.
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Batch")},
+                                                          "text/plain": {"schema": _ref("Batch")}}},
             "responses": {"202": _json(_ref("Ingested"), "stored and counted"), **_errors(400, 413, 415)}}},
         "/api/v1/estimates": {"get": {
             "summary": "Latest estimates per window and the 'all' rollup", "parameters": query,

@@ -25,6 +25,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
+from .cors import headers_for
+
 # Seconds a client has to deliver a whole request body once its headers are in.
 BODY_SECONDS = 10.0
 # Threads per worker process running the Flask app: enough for concurrent requests to share a
@@ -36,9 +38,12 @@ class BufferedWSGI:
     """RSGI in front of a WSGI app: the body is read whole before the app runs."""
 
     def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], *, max_body: int, threads: int = THREADS,
-                 body_seconds: float = BODY_SECONDS, trusted_proxies: Iterable[str] = ()):
+                 body_seconds: float = BODY_SECONDS, trusted_proxies: Iterable[str] = (),
+                 cors_origins: tuple[str, ...] = ("*",)):
         self.wsgi_app = wsgi_app
         self.max_body = max_body
+        # The errors answered here, before the app runs, carry CORS headers as the app's own do.
+        self.cors_origins = cors_origins
         self.body_seconds = body_seconds
         self.trusted_proxies = frozenset(trusted_proxies)
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="ldp-request")
@@ -46,23 +51,25 @@ class BufferedWSGI:
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
             return
+        cors = [(k.lower(), v) for k, v in headers_for(scope.path, scope.method, scope.headers.get("origin"),
+                                                       self.cors_origins).items()]
         declared = scope.headers.get("content-length")
         if declared is not None and not declared.isdigit():
-            _error(proto, 400, "Content-Length must be a whole number")
+            _error(proto, cors, 400, "Content-Length must be a whole number")
             return
         if declared is not None and int(declared) > self.max_body:
-            _error(proto, 413, "request body is larger than LDP_MAX_BODY allows")
+            _error(proto, cors, 413, "request body is larger than LDP_MAX_BODY allows")
             return
         try:
             body = await asyncio.wait_for(self._body(proto, declared is not None), self.body_seconds)
         except asyncio.TimeoutError:
-            _error(proto, 408, f"the request body did not arrive within {self.body_seconds:g} s")
+            _error(proto, cors, 408, f"the request body did not arrive within {self.body_seconds:g} s")
             return
         except _TooLarge:
-            _error(proto, 413, "request body is larger than LDP_MAX_BODY allows")
+            _error(proto, cors, 413, "request body is larger than LDP_MAX_BODY allows")
             return
         except Exception:  # granian's protocol error: a malformed chunk, or a body cut off
-            _error(proto, 400, "the request body could not be read: it ended early or its chunked "
+            _error(proto, cors, 400, "the request body could not be read: it ended early or its chunked "
                                "encoding is malformed")
             return
         environ = self._environ(scope, body)
@@ -137,10 +144,10 @@ def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> tuple
     return started[0], started[1], content
 
 
-def _error(proto: Any, status: int, message: str) -> None:
+def _error(proto: Any, cors: list[tuple[str, str]], status: int, message: str) -> None:
     body = json.dumps({"error": message, "details": []}).encode()
     proto.response_bytes(status, [("content-type", "application/json"), ("cache-control", "no-store"),
-                                  ("connection", "close")], body)
+                                  ("connection", "close"), *cors], body)
 
 
 def create_rsgi_app() -> BufferedWSGI:
@@ -148,4 +155,5 @@ def create_rsgi_app() -> BufferedWSGI:
     from .. import create_app
 
     app = create_app()
-    return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=app.config["LDP_PROXY_IPS"])
+    return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=app.config["LDP_PROXY_IPS"],
+                        cors_origins=app.config["LDP_CORS_ORIGINS"])
