@@ -54,35 +54,28 @@ const DEFAULTS = {
   requestTimeoutMs: 10_000, schemaRefreshMs: 3_600_000, lingerMs: 50, closeTimeoutMs: 5000,
 };
 
-function check(name: string, ok: boolean, what: string, value: unknown): void {
-  if (!ok) throw new TypeError(`${name} must be ${what}`);
-}
-
+/** The settings: the defaults overridden by what is given, each given number checked. */
 export function settings(o: ClientOptions): Settings {
-  if (typeof o !== "object" || o === null) throw new TypeError("TelemetryClient needs an options object");
-  check("endpoint", typeof o.endpoint === "string" && /^https?:\/\//.test(o.endpoint), "an http:// or https:// URL", o.endpoint);
-  check("schema", typeof o.schema === "string" || (typeof o.schema === "object" && o.schema !== null), "a schema name or object", o.schema);
-  const positive = (v: unknown) => typeof v === "number" && v > 0 && v < Infinity;
-  check("maxEpsilon", positive(o.maxEpsilon), "a positive finite number", o.maxEpsilon);
-  if (o.maxEpsilonPerDay !== undefined) check("maxEpsilonPerDay", positive(o.maxEpsilonPerDay), "a positive finite number", o.maxEpsilonPerDay);
-  const out = { ...DEFAULTS } as Record<string, unknown>;
-  for (const [name, fallback] of Object.entries(DEFAULTS)) {
-    const v = (o as unknown as Record<string, unknown>)[name];
-    if (v === undefined) continue;
-    const least = name === "maxPending" || name.endsWith("Ms") ? 0 : 1;
-    check(name, typeof v === "number" && Number.isFinite(v) && v >= least && (Number.isInteger(v) || name.endsWith("Ms")),
-      `a finite number >= ${least}`, v);
-    out[name] = v ?? fallback;
-  }
-  if ((out.maxReportBytes as number) > (out.maxBatchBytes as number)) {
-    throw new TypeError("maxReportBytes must be at most maxBatchBytes");
-  }
-  const f = o.fetch ?? globalThis.fetch?.bind(globalThis);
-  check("fetch", typeof f === "function", "a function", f);
-  if (o.dataDir !== undefined) check("dataDir", typeof o.dataDir === "string" && o.dataDir !== "" && !o.dataDir.includes("\0"), "a folder path", o.dataDir);
-  return {
-    ...(out as typeof DEFAULTS), endpoint: o.endpoint.replace(/\/+$/, ""), schema: o.schema, maxEpsilon: o.maxEpsilon,
-    maxEpsilonPerDay: o.maxEpsilonPerDay ?? o.maxEpsilon, dataDir: o.dataDir, store: o.store, fetch: f!,
-    logger: o.logger ?? console,
+  const bad = (name: string): never => {
+    throw new TypeError(`invalid option ${name}`);
   };
+  if (!(typeof o?.endpoint === "string" && /^https?:\/\//.test(o.endpoint))) bad("endpoint");
+  if (!(typeof o.schema === "string" || (typeof o.schema === "object" && o.schema))) bad("schema");
+  const out: Record<string, unknown> = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon };
+  for (const [name, v] of Object.entries(o)) {
+    if (name in out || name === "maxEpsilon") {
+      // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
+      const ok = typeof v === "number" && v < Infinity && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
+        ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1));
+      if (!ok) bad(name);
+      out[name] = v;
+    }
+  }
+  if (o.maxEpsilon === undefined) bad("maxEpsilon");
+  if ((out.maxReportBytes as number) > (out.maxBatchBytes as number)) bad("maxReportBytes (over maxBatchBytes)");
+  const f = o.fetch ?? globalThis.fetch?.bind(globalThis);
+  if (typeof f !== "function") bad("fetch");
+  if (o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
+  return { ...(out as typeof DEFAULTS & { maxEpsilonPerDay: number }), endpoint: o.endpoint.replace(/\/+$/, ""), schema: o.schema,
+    maxEpsilon: o.maxEpsilon, dataDir: o.dataDir, store: o.store, fetch: f!, logger: o.logger ?? console };
 }

@@ -1,0 +1,81 @@
+// In a real browser (headless Chromium through playwright-core, Debian's /usr/bin/chromium): a page
+// served from another origin loads the <script> bundle, records, and is closed at once; its
+// report, sent on pagehide with fetch keepalive (text/plain, no preflight), is counted by a real
+// aggregator. The page's sender is told to linger a minute, so only the closing path can deliver.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { windowOf } from "../dist/index.js";
+import { counts, freePort, haveServer, publish, startServer, tempDir } from "./helpers.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"];
+const BUNDLE = new URL("../dist/ldp-telemetry.min.js", import.meta.url);
+const SCHEMA = { name: "js-browser", version: 1, epsilon: 2, window: "day",
+  attributes: [{ name: "dark_mode", type: "boolean" }, { name: "os", type: "categorical", categories: ["linux", "macos", "windows", "other"] }] };
+
+let playwright;
+try {
+  playwright = await import("playwright-core");
+} catch {
+  playwright = undefined;
+}
+const why = !existsSync(CHROMIUM) ? `${CHROMIUM} is absent (apt-get install chromium)` : !playwright ? "no playwright-core (npm ci)"
+  : !haveServer() ? "no .venv (make install)" : false;
+
+function page(endpoint) {
+  return `<!doctype html><meta charset="utf-8"><title>app</title><script src="/ldp-telemetry.min.js"></script>
+<script>
+  window.result = (async () => {
+    const t = new LdpTelemetry.TelemetryClient({ endpoint: ${JSON.stringify(endpoint)}, schema: "js-browser", maxEpsilon: 4,
+      lingerMs: 60000, backoffBaseMs: 60000 });
+    if (!(await t.waitForSchema(15000))) return { error: "no schema" };
+    const r = t.record({ dark_mode: true, os: "linux" });
+    return { queued: r.queued, reason: r.reason, window: r.window };
+  })().catch((e) => ({ error: String(e) }));
+</script>`;
+}
+
+test("browser: a page on another origin records, is closed at once, and its report is counted", { skip: why }, async () => {
+  const dir = tempDir();
+  const port = await freePort();
+  const aggregator = await startServer({ db: join(dir, "x.db"), port });
+  const site = createServer((req, res) => {
+    if (req.url === "/ldp-telemetry.min.js") {
+      res.writeHead(200, { "Content-Type": "text/javascript" });
+      res.end(readFileSync(BUNDLE));
+    } else {
+      res.writeHead(200, { "Content-Type": "text/html" });
+      res.end(page(aggregator.url));
+    }
+  });
+  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  const origin = `http://localhost:${site.address().port}`; // another origin than 127.0.0.1:<port>
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  try {
+    await publish(aggregator.url, SCHEMA);
+    const context = await browser.newContext();
+    const tab = await context.newPage();
+    const errors = [];
+    tab.on("pageerror", (e) => errors.push(String(e)));
+    await tab.goto(`${origin}/app.html`);
+    const result = await tab.evaluate(() => window.result);
+    assert.equal(result.queued, true, JSON.stringify(result) + errors.join("\n"));
+    await tab.close({ runBeforeUnload: true });
+
+    const key = `${windowOf(Date.now(), "day")} dark_mode`;
+    let n;
+    for (let i = 0; i < 100 && !n?.[key]; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      n = await counts(aggregator.url, SCHEMA.name);
+    }
+    assert.equal(n[key], 1, JSON.stringify(n));
+    await context.close();
+  } finally {
+    await browser.close();
+    await new Promise((r) => site.close(r));
+    await aggregator.stop();
+  }
+});
