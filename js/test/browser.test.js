@@ -2,6 +2,7 @@
 // served from another origin loads the <script> bundle, records, and is closed at once; its
 // report, sent on pagehide with fetch keepalive (text/plain, no preflight), is counted by a real
 // aggregator. The page's sender is told to linger a minute, so only the closing path can deliver.
+// Then IndexedDB is read back whole: randomised reports, ledger, schema, a non-extractable key; no true value.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
@@ -72,6 +73,30 @@ test("browser: a page on another origin records, is closed at once, and its repo
       n = await counts(aggregator.url, SCHEMA.name);
     }
     assert.equal(n[key], 1, JSON.stringify(n));
+
+    // IndexedDB holds randomised reports, the ledger, the schema and a non-extractable key, never
+    // a true value: a record made against a server that is down stays in the outbox, and every
+    // store of the database is read back.
+    const other = await context.newPage();
+    await other.goto(`${origin}/app.html`);
+    const dump = await other.evaluate(async ({ dead, truth }) => {
+      const t = new LdpTelemetry.TelemetryClient({ endpoint: dead, maxEpsilon: 4, lingerMs: 0, logger: { warn() {}, error() {}, info() {} },
+        schema: { name: "idb-check", version: 1, epsilon: 1, attributes: [{ name: "minutes", type: "numeric", range: [0, 120], mechanism: "pm" }] } });
+      await t.waitForSchema(5000);
+      const r = t.record({ minutes: truth });
+      await new Promise((ok) => setTimeout(ok, 500));
+      const db = await new Promise((ok, no) => { const q = indexedDB.open("ldp-telemetry"); q.onsuccess = () => ok(q.result); q.onerror = no; });
+      const out = {};
+      for (const name of db.objectStoreNames) {
+        const store = db.transaction(name).objectStore(name);
+        out[name] = await new Promise((ok) => { const q = store.getAll(); q.onsuccess = () => ok(q.result.map((v) => v instanceof CryptoKey ? { extractable: v.extractable } : v)); });
+      }
+      return { queued: r.queued, out };
+    }, { dead: "http://127.0.0.1:9", truth: 87.654321 });
+    assert.equal(dump.queued, true);
+    assert.equal(dump.out.outbox.filter((row) => row.report.schema === "idb-check").length, 1, JSON.stringify(dump.out.outbox));
+    assert.deepEqual(dump.out.secret, [{ extractable: false }]);
+    assert.ok(!JSON.stringify(dump.out).includes("87.654321"), "IndexedDB holds a true value");
     await context.close();
   } finally {
     await browser.close();
