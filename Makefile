@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DEMO_ARGS ?=
 
-.PHONY: test demo bench install clean
+.PHONY: test test-js demo bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,10 +20,14 @@ $(BENCH_STAMP): $(STAMP)
 
 install: $(STAMP)
 
-# The JS client's tests need the aggregator from .venv (its end-to-end test starts `ldp-telemetry serve`)
-# and its dev tools from js/package-lock.json (npm ci; CI has Node 20).
+# `make test` runs the JS client's tests too (SKIP_JS=1 leaves them out, as for a second run with
+# other PYTEST_ARGS). They need the aggregator from .venv (the end-to-end tests start `ldp-telemetry
+# serve`) and the dev tools pinned in js/package-lock.json (npm ci; CI has Node 20).
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	test -n "$(SKIP_JS)" || $(MAKE) test-js
+
+test-js: $(STAMP)
 	cd js && npm ci --no-audit --no-fund && npm test
 
 demo: $(STAMP)
