@@ -18,6 +18,9 @@ export interface Encoded {
   readonly categories: readonly string[];
   readonly range?: readonly [number, number];
   readonly memo?: Memo;
+  /** A mean mechanism's other parameters (C, z, C_pm, alpha, scale): the served ones, which the
+   * coins use, so that this client's reports are the server's to the last bit. */
+  readonly params: Readonly<Record<string, number>>;
 }
 
 /** The permanent and instantaneous layers of a memoised attribute; p, q are the two composed. */
@@ -36,6 +39,9 @@ export interface Mechanism {
   readonly types: readonly string[];
   readonly memoisable: boolean;
   parameters(epsilon: number, d: number): [number, number];
+  /** The parameters besides p and q that its encoder and estimator use, named as DESIGN.md names
+   * them; the derived schema shows them (none for a share). */
+  shown(epsilon: number): Record<string, number>;
   worstVariance(epsilon: number, d: number): number;
   /** The wire value of `truth` (a boolean, a category index, or a number), coins from `source`;
    * a memoised attribute's permanent layer takes its coins from `permanent`. */
@@ -83,6 +89,10 @@ abstract class Share implements ShareMechanism {
   worstVariance(epsilon: number, d: number): number {
     const [p, q] = this.parameters(epsilon, d);
     return variance1(p, q);
+  }
+
+  shown(): Record<string, number> {
+    return {};
   }
 
   private compose(p1: number, q1: number, keep: number, d: number): [number, number] {
@@ -242,8 +252,7 @@ function pmVariance(epsilon: number, t: number): number {
 }
 
 /** One Piecewise Mechanism output for t (unrounded): the band coin, then one uniform. */
-function pmSample(t: number, epsilon: number, source: RandomSource): number {
-  const [z, c] = pmConstants(epsilon);
+function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, source: RandomSource): number {
   const left = ((c + 1) / 2) * t - (c - 1) / 2;
   const right = left + c - 1;
   const inside = bernoulli(z / (z + 1), source);
@@ -264,6 +273,7 @@ abstract class Mean implements Mechanism {
   abstract parameters(epsilon: number, d: number): [number, number];
   abstract varianceAt(epsilon: number, t: number): number;
   abstract randomise(a: Encoded, t: number, source: RandomSource): unknown;
+  abstract shown(epsilon: number): Record<string, number>;
   worstVariance(epsilon: number): number {
     // Every variance here is monotone in |t|: the worst is at 0 or 1.
     return Math.max(this.varianceAt(epsilon, 0), this.varianceAt(epsilon, 1));
@@ -285,6 +295,9 @@ class Duchi extends Mean {
   }
   varianceAt(epsilon: number, t: number): number {
     return duchiC(epsilon) ** 2 - t * t;
+  }
+  shown(epsilon: number): Record<string, number> {
+    return { C: duchiC(epsilon) };
   }
   bit(t: number, p: number, q: number, source: RandomSource): number {
     return bernoulli(q + (p - q) * ((t + 1) / 2), source) ? 1 : 0;
@@ -308,8 +321,12 @@ class PiecewiseMechanism extends Mean {
   varianceAt(epsilon: number, t: number): number {
     return pmVariance(epsilon, t);
   }
+  shown(epsilon: number): Record<string, number> {
+    const [z, C_pm] = pmConstants(epsilon);
+    return { z, C_pm };
+  }
   randomise(a: Encoded, t: number, source: RandomSource): number {
-    return snap(pmSample(t, a.epsilon, source), source);
+    return snap(pmSample(t, a.params, source), source);
   }
 
 }
@@ -330,12 +347,15 @@ class HybridMechanism extends Mean {
     const pmPart = alpha ? pmVariance(epsilon, t) + t * t : 0;
     return alpha * pmPart + (1 - alpha) * duchiC(epsilon) ** 2 - t * t;
   }
+  shown(epsilon: number): Record<string, number> {
+    const [z, C_pm] = pmConstants(epsilon);
+    return { z, C_pm, C: duchiC(epsilon), alpha: hmAlpha(epsilon) };
+  }
   randomise(a: Encoded, t: number, source: RandomSource): number {
-    const epsilon = a.epsilon;
-    if (bernoulli(hmAlpha(epsilon), source)) return snap(pmSample(t, epsilon, source), source);
-    const c = duchiC(epsilon);
-    const [p, q] = DUCHI.parameters(epsilon);
-    return DUCHI.bit(t, p, q, source) ? c : -c;
+    const { alpha, C } = a.params;
+    if (bernoulli(alpha, source)) return snap(pmSample(t, a.params, source), source);
+    const [p, q] = DUCHI.parameters(a.epsilon);
+    return DUCHI.bit(t, p, q, source) ? C : -C;
   }
 
 }
@@ -349,9 +369,12 @@ class LocalLaplace extends Mean {
   varianceAt(epsilon: number): number {
     return 8 / epsilon ** 2 + ROUNDING_VARIANCE;
   }
+  shown(epsilon: number): Record<string, number> {
+    return { scale: 2 / epsilon }; // sensitivity 2 over [-1, 1]
+  }
   randomise(a: Encoded, t: number, source: RandomSource): number {
     const negative = bernoulli(0.5, source);
-    const noise = (2 / a.epsilon) * -Math.log((uniform53(source) + 1) / SCALE);
+    const noise = a.params.scale * -Math.log((uniform53(source) + 1) / SCALE);
     return snap(negative ? t - noise : t + noise, source);
   }
 

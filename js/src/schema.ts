@@ -20,6 +20,13 @@ const MAX_MAGNITUDE = 1e15;
 const MAX_DESCRIPTION_LENGTH = 10_000;
 export const MAX_VERSION = 2 ** 31 - 1;
 const EPSILON_SUM_TOLERANCE = 1e-9;
+// The least ε an attribute may get: below it a report says next to nothing, and duchi's C divides
+// by zero once e^ε rounds to 1 (as shared/schema.py's MIN_EPSILON).
+const MIN_EPSILON = 1e-4;
+// Consecutive range ends or bucket edges differ by at least this of the larger magnitude (and of 1).
+const MIN_RELATIVE_WIDTH = 1e-9;
+// Parameters a mean mechanism shows besides p and q; one of another mechanism is refused.
+const SHOWN = ["C", "z", "C_pm", "alpha", "scale"];
 // p and q (and a memoised attribute's layers) given back must match what we derive within this;
 // the served values are the ones used, so this client's coins are the server's (a libm may
 // differ from Python's in a last digit).
@@ -29,9 +36,7 @@ const SPLITS = ["equal", "sample"];
 const TYPES = ["boolean", "categorical", "numeric", "histogram"];
 const SCHEMA_FIELDS = new Set(["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"]);
 const ATTRIBUTE_FIELDS = new Set(["name", "type", "categories", "range", "edges", "mechanism", "epsilon", "p", "q",
-  "permanent", "instantaneous",
-  // Derived parameters the server may also show (DESIGN.md "Wire format"); this client derives its own.
-  "C", "C_pm", "z", "alpha", "scale"]);
+  "permanent", "instantaneous", ...SHOWN]);
 
 export class SchemaError extends Error {
   constructor(readonly field: string, message: string) {
@@ -53,6 +58,7 @@ export interface Attribute extends Encoded {
   readonly range?: readonly [number, number];
   readonly edges: readonly number[];
   readonly indexOf: ReadonlyMap<string, number>;
+  readonly params: Readonly<Record<string, number>>;
 }
 
 export interface Schema {
@@ -101,6 +107,7 @@ export function attributeDict(a: Attribute, py = false): Json {
   if (a.type === "histogram") out.edges = [...a.edges];
   if (a.categories.length) out.categories = [...a.categories];
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
+  for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
   if (a.memo) {
     const m = a.memo;
     out.permanent = { epsilon: f(m.epsilonPermanent), p: f(m.permanentP), q: f(m.permanentQ) };
@@ -216,9 +223,11 @@ function splitBudget(raw: unknown[], total: number, split: string): number[] {
   return values;
 }
 
+/** A derived number given back agrees with ours: within 1e-9, relative to it when it exceeds 1
+ * (C is about 2/ε); a number far from it is refused before any subtraction could overflow. */
 function close(given: unknown, derived: number): given is number {
-  // In [0, 1] first: a huge number minus a small one says nothing useful.
-  return isNumber(given) && given >= 0 && given <= 1 && Math.abs(given - derived) <= PARAMETER_TOLERANCE;
+  return isNumber(given) && Math.abs(given) <= 2 * Math.abs(derived) + 1 &&
+    Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
 
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
@@ -252,6 +261,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
       bad(`${where}.categories`, "must be the bucket names of edges");
     }
   }
+  if (!(epsilon >= MIN_EPSILON)) bad(`${where}.epsilon`, "is under 1e-4 (its share of the total)");
   const d = Math.max(2, categories.length); // a boolean has two values
   let mech: Mechanism;
   try {
@@ -260,32 +270,31 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     bad(`${where}.mechanism`, `must be one of ${(e as Error).message}`);
   }
   let [p, q] = mech.parameters(epsilon, d);
-  if (!(p > q)) {
-    bad(`${where}.epsilon`, "is too small: p must exceed q in floating point");
-  }
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) {
       bad(`${where}.type`, "cannot be memoised (no epsilon_permanent with a numeric mean)");
     }
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
-    memo = servedLayers(raw, memo, where);
     [p, q] = [memo.p, memo.q];
   }
-  for (const [field, derived] of [["p", p], ["q", q]] as const) {
+  // Every derived number given back must be ours within tolerance, and then the served one is
+  // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit).
+  const derived: Record<string, number> = { p, q, ...mech.shown(epsilon) };
+  for (const [field, value] of Object.entries(derived)) {
     if (has(raw, field)) {
-      if (!close(raw[field], derived)) {
-        bad(`${where}.${field}`, `must be ${derived} (derived from epsilon and mechanism)`);
-      }
+      if (!close(raw[field], value)) bad(`${where}.${field}`, `must be ${value} (derived from epsilon and mechanism)`);
+      derived[field] = raw[field] as number;
     }
   }
-  // The served p and q, when given, are the ones the coins use: the server's own numbers.
-  if (isNumber(raw.p)) p = raw.p;
-  if (isNumber(raw.q)) q = raw.q;
-  if (memo) memo = { ...memo, p, q };
+  for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) bad(`${where}.${field}`, `is no parameter of ${mech.name}`);
+  ({ p, q } = derived);
+  delete derived.p;
+  delete derived.q;
+  if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
   return {
     name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges,
-    indexOf: new Map(categories.map((c, i) => [c, i])),
+    indexOf: new Map(categories.map((c, i) => [c, i])), params: derived,
   };
 }
 
@@ -301,9 +310,7 @@ function servedLayers(raw: Json, memo: Memo, where: string): Memo {
     const given = raw[key];
     const want: Record<string, number> = expect[key];
     const ok = isObject(given) && Object.keys(given).length === Object.keys(want).length &&
-      Object.entries(want).every(([k, v]) => has(given, k) && (k === "epsilon"
-        ? isNumber(given[k]) && Math.abs((given[k] as number) - v) <= PARAMETER_TOLERANCE
-        : close(given[k], v)));
+      Object.entries(want).every(([k, v]) => has(given, k) && close(given[k], v));
     if (!ok) {
       bad(`${where}.${key}`, `must be ${JSON.stringify(want)} (derived from epsilon_permanent)`);
     }
@@ -323,8 +330,8 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
     if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) {
       bad(`${where}[${i}]`, "must be a number of magnitude at most 1e15");
     }
-    if (i && !(value > raw[i - 1])) {
-      bad(`${where}[${i}]`, "must exceed the number before it");
+    if (i && !(value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])))) {
+      bad(`${where}[${i}]`, "must exceed the number before it by 1e-9 of the larger (and of 1)");
     }
   });
   return raw as number[];
@@ -386,8 +393,8 @@ function checkName(value: unknown, field: string): string {
 }
 
 function checkEpsilon(value: unknown, field: string): number {
-  if (!isNumber(value) || !(value > 0 && value <= MAX_EPSILON)) {
-    bad(field, "must be a number in (0, 20]");
+  if (!isNumber(value) || !(value >= MIN_EPSILON && value <= MAX_EPSILON)) {
+    bad(field, "must be a number in [1e-4, 20]");
   }
   return value;
 }

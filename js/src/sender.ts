@@ -29,6 +29,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class Sender {
   private fresh: Report[] = []; // made, not yet in storage
+  private storing: Report[] = []; // being written to storage now (a closing page must still see them)
   private mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   private acked = new Set<string>(); // ids acknowledged while their rows may still be stored
   private inflight = new Set<string>();
@@ -40,7 +41,7 @@ export class Sender {
   private batchLimit: number;
   private timer?: ReturnType<typeof setTimeout>;
   private running = false;
-  private again = false;
+  private wakeAt = Infinity; // when a wake() during a turn asked for the next one
   private stored = -1; // rows in storage as last counted; -1 before the first count
   busy = 0; // work the client does outside the sender (pending records, memoised encodings)
   stopped = false;
@@ -57,13 +58,13 @@ export class Sender {
   }
 
   get settled(): boolean {
-    return !this.busy && !this.fresh.length && !this.stored && !this.running;
+    return !this.busy && !this.fresh.length && !this.storing.length && !this.stored && !this.running;
   }
 
   /** Run a turn after `ms` (at once when stopping). */
   wake(ms = 0): void {
     if (this.running) {
-      this.again = true;
+      this.wakeAt = Math.min(this.wakeAt, Date.now() + ms);
       return;
     }
     clearTimeout(this.timer);
@@ -104,8 +105,8 @@ export class Sender {
     }
     this.running = false;
     const schema = this.stopped && !this.busy ? Infinity : this.schemaDue;
-    const next = this.again ? 0 : Math.min(schema, this.stored > 0 ? this.deliverDue : Infinity, this.busy ? Date.now() + 1000 : Infinity);
-    this.again = false;
+    const next = Math.min(this.wakeAt, schema, this.stored > 0 ? this.deliverDue : Infinity, this.busy ? Date.now() + 1000 : Infinity);
+    this.wakeAt = Infinity;
     if (next < Infinity) this.wake(Math.max(0, next - Date.now()));
   }
 
@@ -114,7 +115,7 @@ export class Sender {
   }
 
   private async persist(store: Store): Promise<void> {
-    const reports = this.fresh;
+    const reports = (this.storing = this.fresh);
     this.fresh = [];
     if (reports.length) {
       try {
@@ -128,6 +129,8 @@ export class Sender {
       } catch (e) {
         this.fresh = reports.concat(this.fresh).slice(-this.s.maxOutbox); // e.g. storage full: kept, retried
         throw e;
+      } finally {
+        this.storing = [];
       }
     }
     this.mirror = await store.peek(this.s.maxBatch);
@@ -216,8 +219,10 @@ export class Sender {
    * are stored at the same time (an IndexedDB transaction begun now completes), so a page that
    * lives on sends nothing twice: acknowledged ids are removed rather than resent. */
   sendNow(): void {
-    let rows = [...this.mirror.filter((r) => !this.acked.has(r.report.id)),
-      ...this.fresh.map((report) => ({ seq: -1, report, bytes: UTF8.encode(JSON.stringify(report)).length }))];
+    const stored = this.mirror.filter((r) => !this.acked.has(r.report.id));
+    const known = new Set(stored.map((r) => r.report.id));
+    let rows = [...stored, ...[...this.storing, ...this.fresh].filter((r) => !known.has(r.id))
+      .map((report) => ({ seq: -1, report, bytes: UTF8.encode(JSON.stringify(report)).length }))];
     if (this.fresh.length) this.wake();
     for (;;) {
       const batch = this.batch(rows, KEEPALIVE_BUDGET - this.keepaliveBytes);
