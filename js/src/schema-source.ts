@@ -6,6 +6,7 @@
  * could be over maxReportBytes, is refused, whoever sent it.
  */
 
+import { subtle } from "./hmac.js";
 import { request, shown, type Fetch } from "./http.js";
 import type { Logger } from "./options.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
@@ -39,6 +40,9 @@ export class SchemaSource {
     if (schema.epsilon > this.maxEpsilon) {
       throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
     }
+    // Outside a secure context (HTTPS, localhost) there is no HMAC for the permanent responses:
+    // the schema is refused at once rather than every record failing later.
+    if (schema.epsilonPermanent !== undefined) subtle();
     const size = maxReportBytes(schema);
     if (size > this.maxBytes) {
       throw new Error(`reports of ${size} bytes are over maxReportBytes`);

@@ -242,3 +242,18 @@ test("the Node data folder: files 0600 in a 0700 folder, the outbox holds random
     await s.close();
   }
 });
+
+test("a memoised schema is refused with a clear message where crypto.subtle is missing (no secure context)", async () => {
+  const { randomize } = await import("../dist/index.js");
+  const memoised = { name: "memo", version: 1, epsilon: 1, epsilon_permanent: 3, attributes: [{ name: "flag", type: "boolean" }] };
+  // As on an http:// page that is not localhost: Web Crypto's subtle is absent there.
+  Object.defineProperty(globalThis.crypto, "subtle", { value: undefined, configurable: true });
+  try {
+    await assert.rejects(randomize(memoised, { flag: true }, { deviceSecret: new Uint8Array(32) }), /crypto\.subtle \(HTTPS or localhost\)/);
+    assert.throws(() => new TelemetryClient({ endpoint: "http://127.0.0.1:9", schema: memoised, maxEpsilon: 2, store: new MemoryStore() }),
+      /crypto\.subtle/);
+  } finally {
+    delete globalThis.crypto.subtle;
+  }
+  assert.ok(globalThis.crypto.subtle, "restored");
+});
