@@ -7,8 +7,11 @@ compared in constant time (``hmac.compare_digest``) so response times leak nothi
 from __future__ import annotations
 
 import hmac
+from typing import Mapping
+from urllib.parse import quote, urlencode
 
-from flask import current_app, request
+from flask import current_app, redirect, request
+from werkzeug.wrappers import Response
 
 from .errors import ApiError
 
@@ -16,6 +19,8 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldp-telemetry"'}
 # The dashboard keeps the read token here once a browser opened it with ?token= (see dashboard.py);
 # reads of the API accept it too, so the dashboard's CSV link works in that browser.
 TOKEN_COOKIE = "ldp_read_token"
+# What a path segment may hold unescaped besides letters, digits and "_.-~" (RFC 3986 pchar), and "/".
+_PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 def bearer_token() -> str | None:
@@ -39,6 +44,23 @@ def is_reader(token: str) -> bool:
 def reader_token() -> str | None:
     """The token a read request offers: a bearer header, else the dashboard's cookie."""
     return bearer_token() or request.cookies.get(TOKEN_COOKIE) or None  # an empty cookie is no token
+
+
+def identified_reader() -> bool:
+    """Whether the request carries the read or the admin token (whether or not reading needs one)."""
+    token = reader_token()
+    return token is not None and is_reader(token)
+
+
+def without_token(path: str, args: Mapping[str, str]) -> Response:
+    """The redirect from a dashboard address opened with ``?token=`` to the same address without it.
+
+    The path is percent-encoded again (it arrives decoded, and may hold a CR or LF, which no
+    header may carry: it was a 500) and starts with one slash (``//host`` would leave the site).
+    """
+    location = "/" + quote(path.lstrip("/"), safe=_PATH_SAFE)
+    query = {k: v for k, v in args.items() if k != "token"}
+    return redirect(location + (f"?{urlencode(query)}" if query else ""))
 
 
 def require_admin() -> None:

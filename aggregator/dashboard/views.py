@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
-from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
+from flask import Blueprint, Response, current_app, render_template, request, url_for
 
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
@@ -72,8 +71,7 @@ def _reader_only() -> Response | tuple[str, int] | None:
         # Only the read token goes in a URL: the admin token must not land in history and logs.
         if not auth.matches(offered, current_app.config["LDP_READ_TOKEN"]):
             return _refuse(403, "That token is not this dashboard's read token.")
-        args = {k: v for k, v in request.args.items() if k != "token"}
-        response = redirect(request.path + (f"?{urlencode(args)}" if args else ""))
+        response = auth.without_token(request.path, request.args)
         response.set_cookie(auth.TOKEN_COOKIE, offered, httponly=True, samesite="Strict", secure=request.is_secure)
         return response
     token = auth.reader_token()
