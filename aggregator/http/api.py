@@ -12,7 +12,7 @@ from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import context
 from ..estimation import refresh, readout
-from ..auth import require_admin, require_reader
+from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import version_number
 from .body import json_object
 from ..errors import ApiError, detail
@@ -26,6 +26,12 @@ ESTIMATE_COLUMNS = ("window", "attribute", "value", "estimate", "estimate_clippe
                     "epsilon", "computed_at")
 # What makes a spreadsheet read a cell as a formula (OWASP, "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@")
+# Rows of one page for a caller without the read or admin token, whatever its ``limit``: about 2 MB
+# of JSON. The answer waits whole in the worker until the client reads it (granian's RSGI has no
+# backpressure), so this is what one connection that never reads can make a worker hold; at
+# 100,000 rows (20 MB) thirty such connections took a worker from 160 to 900 MB. A shorter page
+# keeps the contract: at most ``limit`` rows, and a ``next`` cursor when there are more.
+ANONYMOUS_ROWS = readout.DEFAULT_LIMIT
 ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "limit", "next", "format")
 
 
@@ -106,8 +112,10 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
                        [detail("attribute", "not found")])
     try:
         bounds = {b: readout.window_bound(schema, b, query[b]) for b in ("since", "until") if b in query}
-        page = readout.read(current_app, schema, attribute=attribute, **bounds,
-                            limit=readout.limit_of(query.get("limit")),
+        limit = readout.limit_of(query.get("limit"))
+        if not identified_reader():
+            limit = min(limit, ANONYMOUS_ROWS)
+        page = readout.read(current_app, schema, attribute=attribute, **bounds, limit=limit,
                             after=readout.cursor_of(schema, query.get("next")))
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None

@@ -131,7 +131,9 @@ def _paths() -> dict[str, Any]:
         {"name": "since", "in": "query", "schema": WINDOW},
         {"name": "until", "in": "query", "schema": WINDOW},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
-                                                    "default": DEFAULT_LIMIT}},
+                                                    "default": DEFAULT_LIMIT},
+         "description": f"Most rows on this page. Without the read or admin token a page holds at most "
+                        f"{DEFAULT_LIMIT} rows whatever the limit; follow next for the rest."},
         {"name": "next", "in": "query", "schema": {"type": "string"}},
         {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["json", "csv"]}},
     ]
