@@ -24,7 +24,7 @@ from .catalog import Catalog
 from .context import system_clock
 from .dashboard.pagecache import PageCache
 from .estimation import jobs
-from .http import cors, headers
+from .http import cors, headers, logs
 from .ingest.counting import Counting
 from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
@@ -77,7 +77,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config["LDP_CLOCK"] = config.get("LDP_CLOCK", system_clock)
     if not callable(app.config["LDP_CLOCK"]):
         raise settings.SettingsError("LDP_CLOCK must be a callable returning the current datetime")
-    # Werkzeug enforces it on Content-Length and while reading a chunked body: 413 either way.
+    # The body limit's one home: Werkzeug refuses a longer Content-Length (413), http/body.py a
+    # longer body of unknown length, and the RSGI bridge stops reading one byte past it.
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
     app.json.sort_keys = False  # fields in the documented order
 
@@ -94,5 +95,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     errors.init_app(app)
     headers.init_app(app)
     cors.init_app(app)
+    logs.init_app(app)
     jobs.init_app(app)
     return app

@@ -1,9 +1,11 @@
 """Reading a JSON request body strictly.
 
 415 unless the Content-Type is JSON (or, where a browser posts without a preflight, UTF-8
-``text/plain`` holding the same JSON: DESIGN.md "Browsers"); 413 past ``LDP_MAX_BODY``, by Content-Length or, for a
-chunked body, by reading no more than the limit; 400 for anything that is not
-one strict JSON object. Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e999`` (read as
+``text/plain`` holding the same JSON: DESIGN.md "Browsers"); 413 past the app's
+``MAX_CONTENT_LENGTH`` (``create_app`` sets it from ``LDP_MAX_BODY``: the limit's one home), by
+Content-Length or, for a body of unknown length (chunked, under a WSGI server that sets
+``wsgi.input_terminated``), by reading one byte past it; 400 for anything that is not one strict
+JSON object. Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e999`` (read as
 infinity) by default: none of them is JSON, so all are refused here; so is an object with a key
 given twice (which Python would read as its last value).
 """
@@ -14,7 +16,7 @@ import json
 import math
 from typing import Any, NoReturn
 
-from flask import current_app, request
+from flask import request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..errors import ApiError, detail
@@ -46,8 +48,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _read_body(limit: int) -> bytes:
-    """The raw body, at most ``limit`` bytes, else 413."""
+def _read_body() -> bytes:
+    """The raw body, at most ``request.max_content_length`` bytes, else 413."""
     if request.content_length is not None:
         data = request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
         if len(data) != request.content_length:  # a WSGI server may end the stream at EOF without a word
@@ -58,12 +60,13 @@ def _read_body(limit: int) -> bytes:
         return b""  # a server that cannot end a body without a length: read none (Werkzeug's fallback)
     # A chunked body. Werkzeug would stop silently at exactly the limit, so a body one byte too
     # long would come out truncated rather than refused: read one byte more and look.
+    limit = request.max_content_length
     try:
-        data = request.environ["wsgi.input"].read(limit + 1)
+        data = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
     except Exception as exc:  # noqa: BLE001 - the server's chunk parser: a bad size, a missing CRLF, the client gone
         raise ApiError(400, "the chunked request body is malformed or incomplete",
                        [detail("body", type(exc).__name__)]) from None
-    if len(data) > limit:
+    if limit is not None and len(data) > limit:
         raise RequestEntityTooLarge()
     return data
 
@@ -83,7 +86,7 @@ def json_object(*, text_plain: bool = False) -> dict[str, Any]:
     if not (request.is_json or (text_plain and _plain_utf8())):
         raise ApiError(415, "Content-Type must be application/json" + (" or text/plain;charset=UTF-8" if text_plain else ""),
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
-    data = _read_body(current_app.config["LDP_MAX_BODY"])
+    data = _read_body()
     try:
         # JSON between systems is UTF-8 (RFC 8259 8.1), decoded strictly: json.loads(bytes) would
         # also take UTF-16 or UTF-32, and UTF-8-encoded lone surrogates. A leading BOM is ignored.

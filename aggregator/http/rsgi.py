@@ -4,14 +4,24 @@ A WSGI server gives each request a thread (or a process) from the first byte of 
 the last byte of its body, so a few connections that send half a request and then wait hold every
 thread: two such connections stopped all ingest under gunicorn's sync workers. Here granian's
 Rust front end reads the headers, and :class:`BufferedWSGI` has the body read on the event loop,
-bounded in size (``LDP_MAX_BODY``) and in time (:data:`BODY_SECONDS` for the whole body), and
-only then hands the complete request to the Flask app in one of a few threads (several requests
-in flight let the store's group commit share one transaction between them). Responses are small
-(the dashboard's largest page is a few hundred KB), so they are collected and sent whole.
+bounded in size (one byte past the app's ``MAX_CONTENT_LENGTH``, which is ``LDP_MAX_BODY``) and in
+time (:data:`BODY_SECONDS` for the whole body), and only then hands the complete request to the
+Flask app in one of a few threads (several requests in flight let the store's group commit share
+one transaction between them). Responses are collected and sent whole: granian's RSGI stream has
+no backpressure (what is sent waits in memory until the client reads it), so streaming would bound
+nothing; what bounds a worker's memory is the size of the answers an anonymous caller can ask for
+(the API's page cap, :mod:`.api`).
 
 RSGI (granian's own protocol) rather than ASGI: the body arrives as bytes read by Rust, not as
-per-chunk message dicts (the no-database ceiling served 1,622 single-report requests/s this way
-against 1,224 on ASGI, one noisy run each; ``make bench`` compares granian with gunicorn).
+per-chunk message dicts (``make bench`` compares the two servers; the README has the figures).
+
+Whether a body is too large is decided in one place, Werkzeug's ``MAX_CONTENT_LENGTH`` check in the
+app (:mod:`.body`): the bridge only stops reading one byte past it, so that a worker never holds
+more, and tells the app how many bytes it got. A chunked body reaches the app de-chunked, with its
+length, and ``wsgi.input_terminated`` set.
+
+Request headers are bounded too: :data:`HEADER_BYTES` in all (as granian's HTTP/1.1 parser
+refuses more with a 431), and repeated ones are joined once, in linear time.
 
 No client address reaches the app: the WSGI environ has no ``REMOTE_ADDR``.
 """
@@ -29,13 +39,18 @@ from .cors import headers_for
 
 # Seconds a client has to deliver a whole request body once its headers are in.
 BODY_SECONDS = 10.0
+# Bytes of request line and headers a request may carry: what ``serve`` lets granian's HTTP/1.1
+# parser buffer (more is a 431 there), and what the bridge itself accepts from any front end.
+HEADER_BYTES = 64 * 1024
 # Threads per worker process running the Flask app: enough for concurrent requests to share a
 # commit (the store's group commit) while SQLite writes one transaction at a time anyway.
 THREADS = 8
+# Request headers the bridge consumes itself: the body arrives whole, with its length.
+_BODY_FRAMING = {"CONTENT_LENGTH", "TRANSFER_ENCODING"}
 
 
 class BufferedWSGI:
-    """RSGI in front of a WSGI app: the body is read whole before the app runs."""
+    """RSGI in front of a WSGI app: the body is read whole (to ``max_body + 1`` bytes) before the app runs."""
 
     def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], *, max_body: int, threads: int = THREADS,
                  body_seconds: float = BODY_SECONDS, trusted_proxies: Iterable[str] = (),
@@ -53,41 +68,61 @@ class BufferedWSGI:
             return
         cors = [(k.lower(), v) for k, v in headers_for(scope.path, scope.method, scope.headers.get("origin"),
                                                        self.cors_origins).items()]
-        declared = scope.headers.get("content-length")
-        if declared is not None and not declared.isdigit():
+        try:
+            headers = _headers(scope.headers.items())
+        except _TooLarge:
+            _error(proto, cors, 431, f"the request headers are larger than {HEADER_BYTES} bytes")
+            return
+        declared = headers.get("CONTENT_LENGTH")
+        if declared is not None and not (declared.isascii() and declared.isdigit()):
             _error(proto, cors, 400, "Content-Length must be a whole number")
             return
+        complete = True  # whether the whole body was read (else the connection cannot be reused)
         if declared is not None and int(declared) > self.max_body:
-            _error(proto, cors, 413, "request body is larger than LDP_MAX_BODY allows")
-            return
-        try:
-            body = await asyncio.wait_for(self._body(proto, declared is not None), self.body_seconds)
-        except asyncio.TimeoutError:
-            _error(proto, cors, 408, f"the request body did not arrive within {self.body_seconds:g} s")
-            return
-        except _TooLarge:
-            _error(proto, cors, 413, "request body is larger than LDP_MAX_BODY allows")
-            return
-        except Exception:  # granian's protocol error: a malformed chunk, or a body cut off
-            _error(proto, cors, 400, "the request body could not be read: it ended early or its chunked "
-                               "encoding is malformed")
-            return
-        environ = self._environ(scope, body)
+            # Not read at all: the app sees the declared length and refuses it (413).
+            body, length, complete = b"", int(declared), False
+        else:
+            try:
+                body = await asyncio.wait_for(self._body(proto, declared is not None), self.body_seconds)
+            except asyncio.TimeoutError:
+                _error(proto, cors, 408, f"the request body did not arrive within {self.body_seconds:g} s")
+                return
+            except Exception:  # granian's protocol error: a malformed chunk, or a body cut off
+                _error(proto, cors, 400, "the request body could not be read: it ended early or its chunked "
+                                   "encoding is malformed")
+                return
+            length = len(body)
+            complete = length <= self.max_body
+        environ = self._environ(scope, headers, body, length)
         loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(self.executor, _call, self.wsgi_app, environ)
-        proto.response_bytes(status, headers, content)
+        status, response_headers, content = await loop.run_in_executor(self.executor, _call, self.wsgi_app, environ)
+        if not complete:
+            response_headers = [*response_headers, ("Connection", "close")]
+        proto.response_bytes(status, response_headers, content)
 
     async def _body(self, proto: Any, length_known: bool) -> bytes:
+        """The body; at most ``max_body + 1`` bytes of it (enough for the app to see it is too large)."""
         if length_known:  # already checked against max_body: Rust reads it in one go
             return await proto()
+        # granian's body iterator turns a read error (a malformed chunk, a connection cut before the
+        # last chunk) into an empty chunk and goes on to its end, which it marks with one more empty
+        # chunk: an empty chunk that is not the last means the body is broken (or had trailers).
         body = bytearray()
+        empty = 0
         async for chunk in proto:
-            body += chunk
-            if len(body) > self.max_body:
-                raise _TooLarge
+            if not chunk:
+                empty += 1
+            elif empty:
+                raise _Broken
+            else:
+                body += chunk
+                if len(body) > self.max_body:
+                    return bytes(body[:self.max_body + 1])
+        if empty > 1:
+            raise _Broken
         return bytes(body)
 
-    def _environ(self, scope: Any, body: bytes) -> dict[str, Any]:
+    def _environ(self, scope: Any, headers: dict[str, str], body: bytes, length: int) -> dict[str, Any]:
         host, _, port = scope.server.rpartition(":")
         environ: dict[str, Any] = {
             "REQUEST_METHOD": scope.method,
@@ -97,21 +132,21 @@ class BufferedWSGI:
             "SERVER_NAME": host or "127.0.0.1",
             "SERVER_PORT": port or "80",
             "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
-            "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_LENGTH": str(length),
             "wsgi.version": (1, 0),
             "wsgi.input": io.BytesIO(body),
+            # The input ends where the body ends: a reader may read to EOF (a chunked body too).
+            "wsgi.input_terminated": True,
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": True,
             "wsgi.multiprocess": True,
             "wsgi.run_once": False,
         }
-        for name, value in scope.headers.items():
-            key = name.upper().replace("-", "_")
+        for key, value in headers.items():
             if key == "CONTENT_TYPE":
-                environ["CONTENT_TYPE"] = value
-            elif key != "CONTENT_LENGTH":
-                key = "HTTP_" + key
-                environ[key] = f"{environ[key]},{value}" if key in environ else value
+                environ[key] = value
+            elif key not in _BODY_FRAMING:
+                environ["HTTP_" + key] = value
         # A reverse proxy that terminates TLS says so; only a trusted one is believed.
         scheme = scope.scheme
         forwarded = environ.pop("HTTP_X_FORWARDED_PROTO", None)
@@ -124,6 +159,27 @@ class BufferedWSGI:
 
 class _TooLarge(Exception):
     pass
+
+
+class _Broken(Exception):
+    pass
+
+
+def _headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Request headers by their WSGI key (``Content-Type`` -> ``CONTENT_TYPE``), repeated ones joined
+    with commas (RFC 9110 5.3); :class:`_TooLarge` past :data:`HEADER_BYTES` in all.
+
+    Each value is collected once and joined once: joining as they come would copy the growing
+    value at every repeat, quadratic in the number of repeats.
+    """
+    values: dict[str, list[str]] = {}
+    size = 0
+    for name, value in pairs:
+        size += len(name) + len(value) + 4  # ": " and CRLF, as on the wire
+        if size > HEADER_BYTES:
+            raise _TooLarge
+        values.setdefault(name.upper().replace("-", "_"), []).append(value)
+    return {key: ",".join(parts) for key, parts in values.items()}
 
 
 def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -155,5 +211,5 @@ def create_rsgi_app() -> BufferedWSGI:
     from .. import create_app
 
     app = create_app()
-    return BufferedWSGI(app, max_body=app.config["LDP_MAX_BODY"], trusted_proxies=app.config["LDP_PROXY_IPS"],
+    return BufferedWSGI(app, max_body=app.config["MAX_CONTENT_LENGTH"], trusted_proxies=app.config["LDP_PROXY_IPS"],
                         cors_origins=app.config["LDP_CORS_ORIGINS"])

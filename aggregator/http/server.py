@@ -8,33 +8,66 @@ name and builds its own app, so the scheduler threads start in the workers; the 
 make sure only one worker runs them at a time (:mod:`.jobs`). The workers read the settings from
 ``LDP_*`` variables: :func:`serve` puts the checked command-line values there first.
 
+Connections are bounded in number and in idle time. HTTP/1.1 only: TLS and HTTP/2 are the
+reverse proxy's (``deploy/``), and granian's HTTP/1-or-2 detection waits for a connection's first
+bytes with no timeout, so connections that never sent a byte were held for ever and, at granian's
+default of 1,024 connections between the workers, stopped the whole server. Served as HTTP/1.1,
+a connection has :data:`HEADER_READ_MS` from its acceptance (and from the end of each answer, when
+kept alive) to send a request's headers, and each worker holds at most :data:`CONNECTIONS` at a
+time; more wait in the listen queue until one closes. So a stranger holding connections open
+without a word has each closed within :data:`HEADER_READ_MS`, and must open more than
+:data:`CONNECTIONS` per worker within that time to make others wait at all.
+
 No access log unless asked for, and then one that cannot name a client: granian's format
 without its address atom and without the query string (it may carry a read token). A malformed
-request gets a 400 from granian and no log line at all.
+request gets a 400 from granian and no log line at all. Every log line goes through
+:class:`~.logs.EscapingFormatter`: nothing a request holds can start a line.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import tempfile
 from typing import Any
 
+from .logs import LOGGING
+from .rsgi import HEADER_BYTES
+
 # What granian's access log may say: the request line without the query, the status, the time.
 ACCESS_LOG_FORMAT = '"%(method)s %(path)s %(protocol)s" %(status)d %(dt_ms).1fms'
-# Milliseconds a connection has to send its request headers (granian's default is 30 s).
+# Milliseconds a connection has to send its request headers, from its acceptance or from its last
+# answer (granian's default is 30 s).
 HEADER_READ_MS = 10_000
-# Bytes of request line and headers a connection may send (granian's default is 408 KiB); the
-# body is read apart, in chunks, and bounded by LDP_MAX_BODY.
-HEADER_BYTES = 64 * 1024
+# Connections a worker holds open at once (granian's default: 1,024 shared by the workers); an idle
+# one costs a socket and a few KiB. Beyond it, connections wait in the kernel's listen queue.
+CONNECTIONS = 2048
+# Connections the kernel queues for the workers to accept (Linux caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 2048
+# File descriptors a worker needs besides its connections (database, segments, logs, libraries).
+SPARE_FILES = 256
 # Seconds a worker gets to finish its requests on stop before it is killed.
 STOP_SECONDS = 20
 TARGET = "ldp_telemetry.aggregator.http.rsgi:create_rsgi_app"
 
 
+def open_files_for(workers: int) -> int:
+    """Raise this process's soft limit on open files (the workers inherit it) to what ``workers``
+    workers of :data:`CONNECTIONS` need, within the hard limit; the connections per worker that fit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = workers * (CONNECTIONS + SPARE_FILES) + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft == resource.RLIM_INFINITY:
+        return CONNECTIONS
+    return max(64, min(CONNECTIONS, (soft - SPARE_FILES) // workers - SPARE_FILES))
+
+
 def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
     """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
-    from granian.constants import Interfaces
+    from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
     from granian.server import Server
 
@@ -46,10 +79,12 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
 
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
         share_between_processes(metrics_dir)
+    connections = open_files_for(workers)
     try:
         Server(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
-               http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES), websockets=False,
-               log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
+               http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG, backpressure=connections,
+               http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
+               log_dictconfig=LOGGING, log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
                respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS).serve()
     finally:
         if metrics_dir:
