@@ -12,6 +12,7 @@ import logging
 import re
 import socket
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -159,6 +160,7 @@ def run_bridge(pairs, proto, max_body=4096):
         asyncio.run(bridge.__rsgi__(scope, proto))
     finally:
         bridge.executor.shutdown()
+        getattr(bridge, "heavy_executor", bridge.executor).shutdown()
     return proto.answer, seen
 
 
@@ -298,3 +300,39 @@ def test_an_anonymous_page_of_estimates_is_bounded_and_continues(tmp_path):
         assert page["estimates"] + second["estimates"] == whole.json()["estimates"]
     finally:
         server.stop()
+
+
+def test_large_reads_queue_in_a_lane_of_their_own():
+    # 30 reads of the largest page at once took every request thread of a worker, and health
+    # checks waited behind them for more than a second.
+    release = threading.Event()
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/big":
+            release.wait(10)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ["PATH_INFO"].encode()]
+
+    def scope(path):
+        return SimpleNamespace(proto="http", headers=FakeHeaders([]), method="GET", path=path, query_string="",
+                               server="127.0.0.1:1", client="127.0.0.1:2", scheme="http", http_version="1.1")
+
+    bridge = BufferedWSGI(app, max_body=4096, threads=2, heavy=lambda method, path: path == "/big", heavy_threads=1)
+
+    async def burst():
+        big = [FakeProto() for _ in range(5)]
+        waiting = [asyncio.create_task(bridge.__rsgi__(scope("/big"), proto)) for proto in big]
+        await asyncio.sleep(0.1)
+        health = FakeProto()
+        await asyncio.wait_for(bridge.__rsgi__(scope("/healthz"), health), 5)
+        assert health.answer[2] == b"/healthz" and not any(proto.answer for proto in big)
+        release.set()
+        await asyncio.gather(*waiting)
+        assert all(proto.answer[2] == b"/big" for proto in big)
+
+    try:
+        asyncio.run(burst())
+    finally:
+        release.set()
+        bridge.executor.shutdown()
+        bridge.heavy_executor.shutdown()

@@ -7,10 +7,12 @@ Rust front end reads the headers, and :class:`BufferedWSGI` has the body read on
 bounded in size (one byte past the app's ``MAX_CONTENT_LENGTH``, which is ``LDP_MAX_BODY``) and in
 time (:data:`BODY_SECONDS` for the whole body), and only then hands the complete request to the
 Flask app in one of a few threads (several requests in flight let the store's group commit share
-one transaction between them). Responses are collected and sent whole: granian's RSGI stream has
-no backpressure (what is sent waits in memory until the client reads it), so streaming would bound
-nothing; what bounds a worker's memory is the size of the answers an anonymous caller can ask for
-(the API's page cap, :mod:`.api`).
+one transaction between them); reads whose answers grow with the data run in a lane of their own
+(:data:`HEAVY_THREADS`). Responses are collected and sent whole: granian's RSGI stream has no
+backpressure (what is sent waits in the worker's memory until the client reads it), so streaming
+would bound nothing. What a worker holds for a client that does not read is bounded instead by
+the size of an answer (an anonymous page of estimates is capped, :mod:`.api`) and by HTTP/1.1's
+one answer at a time per connection; the kernel's send buffer takes the first megabytes of it.
 
 RSGI (granian's own protocol) rather than ASGI: the body arrives as bytes read by Rust, not as
 per-chunk message dicts (``make bench`` compares the two servers; the README has the figures).
@@ -45,6 +47,10 @@ HEADER_BYTES = 64 * 1024
 # Threads per worker process running the Flask app: enough for concurrent requests to share a
 # commit (the store's group commit) while SQLite writes one transaction at a time anyway.
 THREADS = 8
+# Reads whose answer can be large (a page of estimates, a dashboard page) run in a lane of their
+# own, HEAVY_THREADS threads, so that a burst of them queues there, on the event loop, and never
+# takes the threads that ingest and health checks need.
+HEAVY_THREADS = 2
 # Request headers the bridge consumes itself: the body arrives whole, with its length.
 _BODY_FRAMING = {"CONTENT_LENGTH", "TRANSFER_ENCODING"}
 
@@ -54,7 +60,9 @@ class BufferedWSGI:
 
     def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], *, max_body: int, threads: int = THREADS,
                  body_seconds: float = BODY_SECONDS, trusted_proxies: Iterable[str] = (),
-                 cors_origins: tuple[str, ...] = ("*",)):
+                 cors_origins: tuple[str, ...] = ("*",),
+                 heavy: Callable[[str, str], bool] = lambda method, path: False, heavy_threads: int = HEAVY_THREADS):
+        """``heavy(method, path)`` says whether a request's answer can be large (see :data:`HEAVY_THREADS`)."""
         self.wsgi_app = wsgi_app
         self.max_body = max_body
         # The errors answered here, before the app runs, carry CORS headers as the app's own do.
@@ -62,6 +70,8 @@ class BufferedWSGI:
         self.body_seconds = body_seconds
         self.trusted_proxies = frozenset(trusted_proxies)
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="ldp-request")
+        self.heavy = heavy
+        self.heavy_executor = ThreadPoolExecutor(heavy_threads, thread_name_prefix="ldp-read")
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
@@ -94,8 +104,9 @@ class BufferedWSGI:
             length = len(body)
             complete = length <= self.max_body
         environ = self._environ(scope, headers, body, length)
+        lane = self.heavy_executor if self.heavy(scope.method, scope.path) else self.executor
         loop = asyncio.get_running_loop()
-        status, response_headers, content = await loop.run_in_executor(self.executor, _call, self.wsgi_app, environ)
+        status, response_headers, content = await loop.run_in_executor(lane, _call, self.wsgi_app, environ)
         if not complete:
             response_headers = [*response_headers, ("Connection", "close")]
         proto.response_bytes(status, response_headers, content)
@@ -212,4 +223,9 @@ def create_rsgi_app() -> BufferedWSGI:
 
     app = create_app()
     return BufferedWSGI(app, max_body=app.config["MAX_CONTENT_LENGTH"], trusted_proxies=app.config["LDP_PROXY_IPS"],
-                        cors_origins=app.config["LDP_CORS_ORIGINS"])
+                        cors_origins=app.config["LDP_CORS_ORIGINS"], heavy=large_answer)
+
+
+def large_answer(method: str, path: str) -> bool:
+    """The aggregator's reads whose answer grows with the data: estimates and dashboard pages."""
+    return method == "GET" and (path in ("/", "/api/v1/estimates") or path.startswith("/schemas/"))
