@@ -169,6 +169,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Web pages (origins) allowed to post reports and read schemas from a browser (CORS): * for any "
             "(reports are anonymous by design), or comma-separated origins; null is never allowed, and no admin "
             "or read-token route is ever open to another origin.", _origins),
+    Setting("LDP_WORKER_MAX_RSS", 1024,
+            "MiB of resident memory past which `serve` replaces a worker (gracefully: a new one starts, the old "
+            "one finishes its requests), checked every 5 s, twice in a row; 0 never replaces one.", _integer(0)),
     Setting("LDP_SCHEDULER", True,
             "Run the scheduled jobs (estimate refresh, retention) in this process; tests turn it off.",
             _boolean),

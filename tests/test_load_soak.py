@@ -284,3 +284,43 @@ def test_mixed_load_keeps_exact_counts_and_flat_memory(tmp_path: Path) -> None:
         if strangers is not None:
             strangers.close()
         server.stop()
+
+
+def test_a_worker_grown_past_its_memory_limit_is_replaced_and_the_server_keeps_answering(tmp_path: Path) -> None:
+    # The backstop: token holders may read 100,000-row pages (20 MB); a dozen of them that never
+    # read grow a worker past LDP_WORKER_MAX_RSS, and serve replaces it (gracefully, not as a crash:
+    # four worker deaths in 10 s used to end the whole server).
+    server = LiveServer(tmp_path / "rss.db", env={"LDP_WORKER_MAX_RSS": "250"})
+    server.start()
+    held: list[socket.socket] = []
+    try:
+        load_wide(server.url)
+        master = server.process.pid  # type: ignore[union-attr]
+        before = worker_rss(master)
+        request = (b"GET /api/v1/estimates?schema=wide&limit=100000 HTTP/1.1\r\nHost: x\r\n"
+                   b"Authorization: Bearer " + ADMIN["Authorization"].split()[1].encode() + b"\r\n\r\n")
+        for _ in range(16):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", server.port))
+            s.sendall(request)
+            held.append(s)
+        health: list[bool] = []
+        misses: list[float] = []
+        deadline = time.monotonic() + 90
+        replaced = False
+        while time.monotonic() < deadline and not replaced:
+            health_checks(server.url, time.monotonic() + 2, health, misses)
+            replaced = bool(set(worker_rss(master)) - set(before))
+        assert replaced, f"no worker was replaced: RSS MiB {[v // 2**20 for v in worker_rss(master).values()]}"
+        assert server.process.poll() is None  # type: ignore[union-attr]
+        for s in held:
+            s.close()
+        assert requests.get(server.url + "/healthz", timeout=5).status_code == 200
+        assert sum(health) / len(health) >= 0.9, (sum(health), len(health), misses)
+        print(f"\nreplaced after {90 - (deadline - time.monotonic()):.0f} s; health checks answered within "
+              f"{HEALTH_TIMEOUT:g} s: {sum(health)} of {len(health)}")
+    finally:
+        for s in held:
+            s.close()
+        server.stop()

@@ -16,7 +16,9 @@ a connection has :data:`HEADER_READ_MS` from its acceptance (and from the end of
 kept alive) to send a request's headers, and each worker holds at most :data:`CONNECTIONS` at a
 time; more wait in the listen queue until one closes. So a stranger holding connections open
 without a word has each closed within :data:`HEADER_READ_MS`, and must open more than
-:data:`CONNECTIONS` per worker within that time to make others wait at all.
+:data:`CONNECTIONS` per worker within that time to make others wait at all. What a worker holds for clients that do not read their answers is
+bounded per connection (:mod:`.rsgi`); ``LDP_WORKER_MAX_RSS`` replaces a worker that grows past it
+anyway, gracefully (granian's resource monitor, apart from its crash-loop guard).
 
 No access log unless asked for, and then one that cannot name a client: granian's format
 without its address atom and without the query string (it may carry a read token). A malformed
@@ -32,6 +34,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from ..settings import load
 from .logs import LOGGING
 from .rsgi import HEADER_BYTES
 
@@ -47,6 +50,10 @@ CONNECTIONS = 2048
 LISTEN_BACKLOG = 2048
 # File descriptors a worker needs besides its connections (database, segments, logs, libraries).
 SPARE_FILES = 256
+# Seconds between two looks at the workers' memory (LDP_WORKER_MAX_RSS), and how many looks in a
+# row over it replace a worker (one spike of a large answer being built is not enough).
+RSS_SAMPLE_SECONDS = 5
+RSS_SAMPLES = 2
 # Seconds a worker gets to finish its requests on stop before it is killed.
 STOP_SECONDS = 20
 TARGET = "ldp_telemetry.aggregator.http.rsgi:create_rsgi_app"
@@ -80,12 +87,14 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
         metrics_dir = tempfile.mkdtemp(prefix="ldp-telemetry-metrics-")
         share_between_processes(metrics_dir)
     connections = open_files_for(workers)
+    max_rss = load(config)["LDP_WORKER_MAX_RSS"] or None
     try:
         Server(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
                http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG, backpressure=connections,
                http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
                log_dictconfig=LOGGING, log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
-               respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS).serve()
+               respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS, workers_max_rss=max_rss,
+               rss_sample_interval=RSS_SAMPLE_SECONDS, rss_samples=RSS_SAMPLES).serve()
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
