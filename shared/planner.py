@@ -37,6 +37,9 @@ from .schema import Attribute, Schema, SchemaError, parse_schema
 ALTERNATIVES = ("equal", "sample")
 # The narrowest half-width planned, as a share of the estimate's scale (see the module docstring).
 MIN_RELATIVE_HALF_WIDTH = 1e-6
+# The half-width a plan is made for when the analyst names none: 1% of the estimate's scale (one
+# percentage point of a share, 1% of a mean's range), so a share and a mean in any unit read alike.
+DEFAULT_TARGET = 0.01
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ class Plan:
     def scale(self) -> float:
         """The width of the scale the estimates are on: 1 for a share, the range for a mean."""
         return self.attribute.kind.extent(self.attribute)
+
+    @property
+    def default_half_width(self) -> float:
+        """:data:`DEFAULT_TARGET` of :attr:`scale`: the dashboard's and the CLI's default."""
+        return DEFAULT_TARGET * self.scale
 
     def reports_for(self, half_width: float) -> int:
         """Reports of the schema needed for an interval of about ``half_width`` either side;

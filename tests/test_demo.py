@@ -15,11 +15,13 @@ import pytest
 from test_demo_lifecycle import stop
 import requests
 
-from ldp_telemetry.tools.demo import DEMO_SCHEMA, STEADY_SHARES, population
+from ldp_telemetry.tools.populations import DEMO_SCHEMA, STEADY_SHARES, population
 from ldp_telemetry.shared import parse_schema
 
-# attribute, value (a bucket name has a space), eps, n, truth, estimate, interval, covers
-ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+(-?[\d.]+) \[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+# attribute, value (a bucket name has a space), mechanism, eps, n, truth, estimate (clipped, "*" when
+# clipping changed it), interval, covers
+ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[a-z]+\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\*? +"
+                 r"\[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
 
 
 def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
@@ -94,3 +96,18 @@ def test_population_holds_the_stated_shares_each_day():
     first = [d.record["dark_mode"] for d in devices if d.window == "2026-11-15"]
     last = [d.record["dark_mode"] for d in devices if d.window == "2026-11-21"]
     assert abs(np.mean(first) - 0.35) < 0.002 and abs(np.mean(last) - 0.50) < 0.002
+
+
+def test_the_demo_runs_twice_in_one_folder(tmp_path):
+    # The second run finds the first one's database, its WAL and the inbox folder of segments
+    # (a folder, which unlink cannot remove) and starts afresh from an empty database.
+    demo_dir = tmp_path / "demo"
+    for run in (1, 2):
+        result = subprocess.run(
+            [sys.executable, "-m", "ldp_telemetry.tools.cli", "demo", "--exit", "--devices", "300", "--days", "2",
+             "--clients", "3", "--data-dir", str(demo_dir), "--port", "0"],
+            capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, f"run {run}: " + result.stdout[-2000:] + result.stderr[-2000:]
+        assert (demo_dir / "aggregator.db-inbox").is_dir()
+        with sqlite3.connect(demo_dir / "aggregator.db") as db:
+            assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == 3 * 300  # this run's only

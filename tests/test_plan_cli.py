@@ -20,9 +20,9 @@ def test_plan_prints_every_split_with_the_planner_figures(tmp_path):
     result = CliRunner().invoke(main, ["plan", str(path), "--reports", "20000", "--half-width", "0.02"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()[3:]]
-    expected = [(split, p.attribute.name, f"{p.half_width(20000):.4g}", f"{p.reports_for(0.02):,}")
+    expected = [(split, p.attribute.name, f"{p.half_width(20000):.4g}", "0.02", f"{p.reports_for(0.02):,}")
                 for split, plans in alternatives(SCHEMA).items() for p in plans]
-    assert [(r[0], r[1], r[4], r[5]) for r in rows] == expected
+    assert [(r[0], r[1], r[4], r[5], r[6]) for r in rows] == expected
 
 
 def test_plan_says_which_split_a_memoised_schema_cannot_take(tmp_path):

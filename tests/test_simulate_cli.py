@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ldp_telemetry.tools.cli import SIMULATION_SCHEMA, SIMULATION_SHARES, main
+from ldp_telemetry.tools.cli import main
+from ldp_telemetry.tools.populations import SIMULATION_SCHEMA, SIMULATION_SHARES
 from ldp_telemetry.shared.schema import parse_schema
 from ldp_telemetry.shared.simulation import simulate
+from ldp_telemetry.tools.tables import CLIPPED_NOTE
 
 ROW = re.compile(
     r"(?P<attribute>\S+)\s+(?P<value>\S+)\s+(?P<mechanism>rr|grr|oue)\s+(?P<epsilon>[0-9.e+-]+)\s+(?P<n>\d+)\s+"
-    r"(?P<truth>[0-9.]+)\s+(?P<estimate>-?[0-9.]+)\s+\[(?P<low>[0-9.]+), (?P<high>[0-9.]+)\] (?P<covers>yes|NO)"
+    r"(?P<truth>[0-9.]+)\s+(?P<estimate>[0-9.]+)(?P<clipped>\*?)\s+\[(?P<low>[0-9.]+), (?P<high>[0-9.]+)\] (?P<covers>yes|NO)"
 )
 SUMMARY = re.compile(r"(\d+) of (\d+) intervals cover the truth; simulated in [0-9.]+ s \(([0-9,]+) devices/s\)")
 
@@ -32,8 +34,11 @@ def table(output: str) -> list[dict]:
     lines = output.splitlines()
     assert lines[1].split() == ["attribute", "value", "mech", "eps", "n", "truth", "estimate", "interval", "covers"]
     assert set(lines[2]) == {"-"}
-    rows = [ROW.fullmatch(line) for line in lines[3:-1]]
-    assert all(rows), [line for line, row in zip(lines[3:-1], rows) if not row]
+    body = [line for line in lines[3:-1] if line != CLIPPED_NOTE]
+    rows = [ROW.fullmatch(line) for line in body]
+    assert all(rows), [line for line, row in zip(body, rows) if not row]
+    # the note that explains a "*" is there exactly when a row has one
+    assert (CLIPPED_NOTE in lines) == any(row["clipped"] for row in rows)
     assert SUMMARY.fullmatch(lines[-1]), lines[-1]
     return [row.groupdict() for row in rows]
 
@@ -66,12 +71,14 @@ def test_the_table_shows_truth_estimate_interval_and_coverage(seed):
         low, high, estimate = float(row["low"]), float(row["high"]), float(row["estimate"])
         assert row["mechanism"] == schema.attribute(row["attribute"]).mechanism
         assert float(row["epsilon"]) == 1.0 and int(row["n"]) == devices
-        assert (estimate, low, high) == (round(result.estimate.estimate, 4), round(result.estimate.ci_low, 4),
-                                         round(result.estimate.ci_high, 4))
+        # the estimate printed is the clipped one, marked when clipping changed it (as the dashboard)
+        assert (estimate, low, high) == (round(result.estimate.estimate_clipped, 4),
+                                         round(result.estimate.ci_low, 4), round(result.estimate.ci_high, 4))
+        assert bool(row["clipped"]) == (result.estimate.estimate != result.estimate.estimate_clipped)
         assert (row["covers"] == "yes") == result.covered
-        # the Wilson interval holds f̂, so the clipped interval holds the clipped estimate (to the
-        # printed 4 decimals)
-        assert low - 1e-4 <= min(max(estimate, 0), 1) <= high + 1e-4
+        # the Wilson interval holds f̂, so the clipped interval holds the printed estimate (to the
+        # printed 4 decimals): never an estimate outside its own interval
+        assert low - 1e-4 <= estimate <= high + 1e-4
     covered, total, _ = SUMMARY.fullmatch(output.splitlines()[-1]).groups()
     assert (int(covered), int(total)) == (sum(r["covers"] == "yes" for r in rows), len(rows))
     # Most intervals cover: with 15 intervals each covering w.p. about 0.95 (0.975 at the two

@@ -3,48 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 
 from ..shared.estimators import DEFAULT_CONFIDENCE
 from ..shared.schema import parse_schema
-
-# The population `simulate` uses when no schema is given: 8 attributes, 1 unit of ε each.
-SIMULATION_SCHEMA: dict[str, Any] = {
-    "name": "simulation",
-    "version": 1,
-    "epsilon": 8.0,
-    "window": "day",
-    "split": "equal",
-    "description": "Eight attributes of a simulated app, for `ldp-telemetry simulate`.",
-    "attributes": [
-        {"name": "dark_mode", "type": "boolean"},
-        {"name": "notifications", "type": "boolean"},
-        {"name": "beta_channel", "type": "boolean"},
-        {"name": "sync_enabled", "type": "boolean"},
-        {"name": "crashed", "type": "boolean"},
-        {"name": "paid_plan", "type": "boolean"},
-        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
-        # 16 categories at ε = 1: `auto` resolves to OUE here (d - 2 >= 3e^ε), GRR for `os`.
-        {"name": "language", "type": "categorical",
-         "categories": ["en", "zh", "es", "hi", "ar", "pt", "bn", "ru", "ja", "de", "fr", "ko", "it", "tr", "pl",
-                        "other"]},
-    ],
-}
-SIMULATION_SHARES: dict[str, Any] = {
-    "dark_mode": 0.42,
-    "notifications": 0.78,
-    "beta_channel": 0.03,
-    "sync_enabled": 0.5,
-    "crashed": 0.0,
-    "paid_plan": 0.97,
-    "os": [0.45, 0.25, 0.25, 0.05],
-    "language": [0.3, 0.2, 0.1, 0.08, 0.07, 0.05, 0.05, 0.04, 0.03, 0.02, 0.02, 0.02, 0.01, 0.01, 0.0, 0.0],
-}
-
 
 @click.group()
 @click.version_option(package_name="ldp-telemetry")
@@ -74,6 +43,16 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
     return {**raw, "epsilon": epsilon, "attributes": attributes}
 
 
+def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):
+    def decorate(command):
+        command = click.option("--db", type=click.Path(dir_okay=False),
+                               help="Work on this database file directly instead of a running server.")(command)
+        command = click.option("--token", envvar=list(token_variables), help=token_help)(command)
+        return click.option("--url", default="http://127.0.0.1:8000", show_default=True, envvar="LDP_URL",
+                            help="Base URL of a running aggregator.")(command)
+    return decorate
+
+
 @main.command()
 @click.option("--devices", "-n", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")
@@ -96,6 +75,8 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
     import numpy as np
 
     from ..shared.simulation import simulate as run_simulation
+    from .populations import SIMULATION_SCHEMA, SIMULATION_SHARES
+    from .tables import truth_row, truth_table
 
     shares = dict(SIMULATION_SHARES) if schema_file is None else {}
     shares.update(_parse_share(s) for s in share_specs)
@@ -111,59 +92,79 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
         raise click.ClickException(str(exc)) from None
     click.echo(f"schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
                f"split {schema.split}, {devices:,} devices, {confidence:.0%} intervals")
-    header = f"{'attribute':<16} {'value':<12} {'mech':<7} {'eps':>6} {'n':>9} {'truth':>9} " \
-             f"{'estimate':>9} {'interval':>21} covers"
-    click.echo(header)
-    click.echo("-" * len(header))
-    for row in rows:
-        attribute = schema.attribute(row.attribute)
-        e = row.estimate
-        # a share to 4 decimals; a mean (in its units) to 6 significant digits
-        show = "{:.4f}".format if attribute.mech.estimand.percent else "{:.6g}".format
-        click.echo(
-            f"{row.attribute:<16.16} {str(row.value).lower() if row.value is True else row.value:<12.12} "
-            f"{attribute.mechanism:<7} {attribute.epsilon:>6.3g} {e.n:>9} {show(row.truth):>9} {show(e.estimate):>9} "
-            f"{f'[{show(e.ci_low)}, {show(e.ci_high)}]':>21} {'yes' if row.covered else 'NO'}"
-        )
-    covered = sum(r.covered for r in rows)
-    click.echo(f"{covered} of {len(rows)} intervals cover the truth; "
-               f"simulated in {elapsed:.2f} s ({devices / elapsed:,.0f} devices/s)")
+    table = [truth_row(schema, r.attribute, r.value, r.truth, asdict(r.estimate)) for r in rows]
+    for line in truth_table(table, summary=f"; simulated in {elapsed:.2f} s ({devices / elapsed:,.0f} devices/s)"):
+        click.echo(line)
+
+
+def _parse_half_width(text: str) -> tuple[str | None, float]:
+    name, sep, value = text.rpartition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise click.BadParameter(f"expected a positive number or NAME=NUMBER, got {text!r}")
+    return (name if sep else None), number
 
 
 @main.command()
-@click.argument("schema_file", metavar="SCHEMA", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("schema_ref", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1),
+              help="For a published schema: its version (default: latest).")
 @click.option("--reports", "-n", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Reports of the schema (per window, or over the range an analyst reads).")
-@click.option("--half-width", default=0.01, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="The half-width wanted, for the reports-needed column (a share, or a mean's units).")
+@click.option("--half-width", "half_widths", multiple=True, metavar="[NAME=]NUMBER",
+              help="The half-width wanted, for the 'needed' column: NUMBER for every share attribute (a share: "
+                   "0.02 is 2 percentage points), NAME=NUMBER for one attribute (a mean's in its units); "
+                   "repeatable. Default, as the dashboard: 1% of the scale (1 point of a share, 1% of a "
+                   "mean's range).")
 @click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Confidence level of the intervals.")
-def plan(schema_file: Path, reports: int, half_width: float, confidence: float) -> None:
-    """Plan a schema: each attribute's interval with --reports reports, the reports a --half-width
-    needs, and the smallest share it can tell from zero, as published and under the other splits."""
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
+                   ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
+def plan(schema_ref: str, schema_version: int | None, reports: int, half_widths: tuple[str, ...], confidence: float,
+         url: str, token: str | None, db: str | None) -> None:
+    """Plan SCHEMA (a published schema's name, or a schema JSON file): each attribute's interval
+    with --reports reports, the reports a --half-width needs, and the smallest share it can tell
+    from zero, as published and under the other splits."""
     from ..shared.planner import alternatives
+    from .remote import ok
+    from .tables import plan_table
 
-    try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
-        options = alternatives(json.loads(schema_file.read_text()), confidence=confidence)
+    targets_given = [_parse_half_width(text) for text in half_widths]
+    path = Path(schema_ref)
+    if path.is_file():
+        try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
+            definition = json.loads(path.read_text())
+        except ValueError as exc:
+            raise click.ClickException(f"{schema_ref} is not JSON: {exc}") from None
+    else:
+        definition = ok("GET", _schema_path(schema_ref, schema_version), url=url, db=db, token=token)
+    try:
+        options = alternatives(definition, confidence=confidence)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{reports:,} reports, {confidence:.0%} intervals; 'needed' is for ±{half_width:g}")
-    header = f"{'split':<13} {'attribute':<16} {'mech':<7} {'eps':>6} {'± now':>9} {'needed':>12} {'detects':>8}"
-    click.echo(header)
-    click.echo("-" * len(header))
-    for split, plans in options.items():
-        if isinstance(plans, str):
-            click.echo(f"{split:<13} not possible: {plans}")
-            continue
-        for p in plans:
-            detects = p.detection_threshold(reports)
-            try:
-                needed = p.reports_for(half_width)
-            except ValueError as exc:  # narrower than the planner plans for (a millionth of the scale)
-                raise click.ClickException(f"{p.attribute.name}: {exc}") from None
-            click.echo(f"{split:<13} {p.attribute.name:<16.16} {p.attribute.mechanism:<7} {p.attribute.epsilon:>6.3g} "
-                       f"{p.half_width(reports):>9.4g} {needed:>12,} "
-                       f"{'' if detects is None else f'{detects:.4f}':>8}")
+    published = parse_schema(definition)
+    targets = {}
+    for name, value in targets_given:
+        if name is not None and name not in published.attribute_names:
+            raise click.ClickException(f"--half-width names no attribute of {published.name}: {name!r}")
+        for a in published.attributes:
+            if name == a.name or (name is None and a.mech.estimand.percent):
+                targets[a.name] = value
+    click.echo(f"schema {published.name} v{published.version}: {reports:,} reports, {confidence:.0%} intervals; "
+               f"'needed' is the reports for the half-width 'for ±' (a share, or a mean in its units)")
+    try:
+        lines = plan_table(options, reports, targets)
+    except ValueError as exc:  # narrower than the planner plans for (a millionth of the scale)
+        raise click.ClickException(str(exc)) from None
+    for line in lines:
+        click.echo(line)
+
+
+def _schema_path(name: str, version: int | None) -> str:
+    return f"/api/v1/schemas/{quote(name, safe='')}" + (f"/{version}" if version is not None else "")
 
 
 def _setting_options(command):
@@ -209,16 +210,6 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
         migrated_database(values)[0].close()
 
 
-def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):
-    def decorate(command):
-        command = click.option("--db", type=click.Path(dir_okay=False),
-                               help="Work on this database file directly instead of a running server.")(command)
-        command = click.option("--token", envvar=list(token_variables), help=token_help)(command)
-        return click.option("--url", default="http://127.0.0.1:8000", show_default=True, envvar="LDP_URL",
-                            help="Base URL of a running aggregator.")(command)
-    return decorate
-
-
 @main.group()
 def schema() -> None:
     """Manage schemas."""
@@ -243,6 +234,45 @@ def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
     click.echo(json.dumps(answer, indent=2))
 
 
+@schema.command("list")
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
+                   ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
+def schema_list(url: str, token: str | None, db: str | None) -> None:
+    """List the published schemas, the latest version of each."""
+    from .remote import ok
+    from .tables import schemas_table
+
+    definitions = ok("GET", "/api/v1/schemas", url=url, db=db, token=token)["schemas"]
+    if not definitions:
+        click.echo("no schema is published yet (ldp-telemetry schema publish FILE)")
+        return
+    for line in schemas_table(definitions):
+        click.echo(line)
+
+
+@schema.command("show")
+@click.argument("name")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
+                   ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
+def schema_show(name: str, schema_version: int | None, url: str, token: str | None, db: str | None) -> None:
+    """Print the derived schema NAME as the server serves it (JSON): each attribute's epsilon,
+    mechanism and the parameters its encoder and estimator use."""
+    from .remote import ok
+
+    click.echo(json.dumps(ok("GET", _schema_path(name, schema_version), url=url, db=db, token=token), indent=2))
+
+
+@main.command()
+@_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
+def refresh(url: str, token: str | None, db: str | None) -> None:
+    """Recompute the estimates now (the scheduler does it every LDP_ESTIMATE_INTERVAL seconds)."""
+    from .remote import ok
+
+    answer = ok("POST", "/api/v1/estimates/refresh", url=url, db=db, token=token)
+    click.echo(f"refreshed: {answer['written']:,} estimate rows written, {answer['windows']:,} windows recomputed")
+
+
 @main.command()
 @click.argument("schema_name", metavar="SCHEMA")
 @click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
@@ -253,30 +283,25 @@ def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
                    ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
 def estimates(schema_name: str, schema_version: int | None, attribute: str | None, windows: str, url: str,
               token: str | None, db: str | None) -> None:
-    """Print the latest estimates of SCHEMA as a table."""
+    """Print the latest estimates of SCHEMA as a table, with the numbers the dashboard shows."""
     from urllib.parse import urlencode
 
-    from ..shared.schema import BOOLEAN_KEY
     from ..shared.windows import ROLLUP
-    from .remote import call
+    from .remote import ok
+    from .tables import estimates_table
 
     query = {"schema": schema_name, "version": schema_version, "attribute": attribute}
-    path = "/api/v1/estimates?" + urlencode({k: v for k, v in query.items() if v is not None})
-    status, answer = call("GET", path, url=url, db=db, token=token)
-    if status != 200:
-        raise click.ClickException(f"{status}: {answer.get('error', answer)}")
+    answer = ok("GET", "/api/v1/estimates?" + urlencode({k: v for k, v in query.items() if v is not None}),
+                url=url, db=db, token=token)
+    published = parse_schema(ok("GET", _schema_path(answer["schema"], answer["version"]), url=url, db=db, token=token))
     rows = [e for e in answer["estimates"] if (e["window"] == ROLLUP) == (windows == "all")]
     click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
     if not rows:
-        click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds)")
+        click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds; "
+                   "ldp-telemetry refresh computes them now)")
         return
-    header = f"{'window':<13} {'attribute':<16} {'value':<16} {'estimate':>9} {'interval':>17} {'n':>9} {'eps':>6}"
-    click.echo(header)
-    click.echo("-" * len(header))
-    for e in rows:
-        value = BOOLEAN_KEY if e["value"] is True else e["value"]
-        click.echo(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} {e['estimate']:>9.4f} "
-                   f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}] {e['n']:>9} {e['epsilon']:>6.3g}")
+    for line in estimates_table(published, rows):
+        click.echo(line)
 
 
 @main.command()
@@ -287,7 +312,8 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
 @click.option("--clients", default=200, show_default=True, type=click.IntRange(min=0),
               help="How many of the devices run a whole TelemetryClient (the rest post in batches).")
 @click.option("--data-dir", default="demo-data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder of the demo's database, device folders and server log (emptied first).")
+              help="Folder of the demo's database, device folders and server log (a previous run's "
+                   "database and device folders are removed first).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port on 127.0.0.1; a busy one falls back to any free port.")
 @click.option("--seed", default=2017, show_default=True, type=int, help="Seed of the population's true values.")
@@ -295,7 +321,8 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
 def demo(devices: int, days: int, clients: int, data_dir: Path, port: int, seed: int, exit_after: bool) -> None:
     """Run the whole system: aggregator, devices with known truth, estimates beside the truth.
 
-    Starts the aggregator on SQLite in --data-dir, publishes a demo schema, simulates the devices
+    Starts the aggregator on SQLite in --data-dir, publishes three demo schemas (settings, usage
+    measurements, and the settings memoised), simulates the devices
     (each randomises on its side and sends over HTTP), refreshes, prints each true share beside
     its estimate and interval, and serves the dashboard until Ctrl-C (or stops with --exit).
     """

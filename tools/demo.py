@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -42,59 +41,11 @@ import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
 from ..shared.schema import Schema, parse_schema
-from ..shared.simulation import population_shares, true_values
-from ..shared.windows import LENGTH, ROLLUP, window_of, window_start
-from .process import ServerProcess
+from ..shared.windows import ROLLUP, window_start
+from .populations import DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device, population
+from .process import ServerProcess, free_port
+from .tables import TruthRow, truth_row, truth_table
 
-DEMO_SCHEMA: dict[str, Any] = {
-    "name": "demo-app",
-    "version": 1,
-    "epsilon": 4.0,
-    "window": "day",
-    "split": "equal",
-    "description": "A made-up app's settings, reported by simulated devices (ldp-telemetry demo). "
-                   "Each report spends epsilon 4, 1 per attribute.",
-    "attributes": [
-        {"name": "dark_mode", "type": "boolean"},
-        {"name": "notifications", "type": "boolean"},
-        {"name": "beta_channel", "type": "boolean"},
-        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
-    ],
-}
-# What telemetry over time looks like: a mean and a histogram of measurements, in their units.
-USAGE_SCHEMA: dict[str, Any] = {
-    "name": "demo-usage",
-    "version": 1,
-    "epsilon": 4.0,
-    "window": "day",
-    "description": "Minutes per session (a mean) and page load times (a histogram) of the same made-up app. "
-                   "Each report spends epsilon 4, 2 per attribute.",
-    "attributes": [
-        {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
-        {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]},
-    ],
-}
-# Memoised: a device that reports every day spends epsilon 1 per report, and however many days
-# it reports, at most epsilon_permanent 4 about each value it holds.
-MEMO_SCHEMA: dict[str, Any] = {
-    "name": "demo-memoised",
-    "version": 1,
-    "epsilon": 1.0,
-    "epsilon_permanent": 4.0,
-    "window": "day",
-    "description": "The same settings, memoised as in RAPPOR: epsilon 1 per report, and at most epsilon 4 "
-                   "per value however many days a device reports it.",
-    "attributes": [
-        {"name": "dark_mode", "type": "boolean"},
-        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
-    ],
-}
-# True shares: dark mode catches on over the days; the rest hold steady.
-DARK_MODE_FROM, DARK_MODE_TO = 0.35, 0.50
-STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05],
-                                 "session_minutes": 34.0}
-# Page loads in ms: log-normal around 90 ms (a long tail past the last edge, which the device clips).
-LOAD_MEDIAN_MS, LOAD_SIGMA = 90.0, 0.8
 BATCH = 1000  # reports per POST for the batched devices (the server's default LDP_MAX_BATCH)
 CLIENT_GROUP = 100  # full clients alive at once
 SERVER_START_TIMEOUT = 60.0
@@ -109,25 +60,6 @@ class Options:
     port: int = 8000  # 0: any free port; a busy port falls back to a free one
     seed: int = 2017  # of the population's true values (devices randomise with the OS CSPRNG)
     exit: bool = False
-
-
-@dataclass(frozen=True)
-class Device:
-    window: str
-    record: dict[str, Any]
-    secret: bytes = b""  # its device secret, for a memoised schema
-
-
-@dataclass(frozen=True)
-class Row:
-    attribute: str
-    value: str
-    truth: float
-    estimate: dict[str, Any]
-
-    @property
-    def covered(self) -> bool:
-        return self.estimate["ci_low"] <= self.truth <= self.estimate["ci_high"]
 
 
 class Progress:
@@ -212,33 +144,6 @@ class DemoServer(ServerProcess):
         self.process.wait()
 
 
-def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
-    """``devices`` devices spread evenly over the last ``days`` windows, each with its true record.
-
-    Each window's devices hold exactly the shares of that day (rounded), in random order.
-    """
-    per_day = np.full(days, devices // days)
-    per_day[: devices % days] += 1
-    result = []
-    for day, count in enumerate(per_day):
-        window = window_of(now - (days - 1 - day) * LENGTH[schema.window], schema.window)
-        shares = {**STEADY_SHARES,
-                  "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
-        columns = {}
-        for attribute in schema.attributes:
-            if attribute.name not in shares:  # page loads: measured times, not shares (see LOAD_MEDIAN_MS)
-                values = rng.lognormal(np.log(LOAD_MEDIAN_MS), LOAD_SIGMA, size=int(count))
-                columns[attribute.name] = [round(float(v), 1) for v in values]
-                continue
-            spec = population_shares(attribute, shares[attribute.name])
-            values = true_values(attribute, spec, int(count), rng, sampled=False)
-            columns[attribute.name] = attribute.kind.record_values(attribute, values)
-        secrets_of = [secrets.token_bytes(32) if schema.epsilon_permanent else b"" for _ in range(int(count))]
-        result += [Device(window, {name: column[i] for name, column in columns.items()}, secrets_of[i])
-                   for i in range(int(count))]
-    return result
-
-
 def send_through_clients(server: DemoServer, schema: dict[str, Any], devices: list[Device], folder: Path,
                          progress: Callable[[int], None]) -> None:
     """Each device runs a whole TelemetryClient with its own data folder, clocked to its window."""
@@ -278,7 +183,7 @@ def send_in_batches(server: DemoServer, schema: Schema, devices: list[Device], p
         transport.close()
 
 
-def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str, Any]]) -> list[Row]:
+def truth_rows(schema: Schema, devices: list[Device], estimates: list[dict[str, Any]]) -> list[TruthRow]:
     """The rollup estimate of every value beside the population's truth: a share, or a numeric
     attribute's mean of the values as the device clips them."""
     rollup = {(e["attribute"], e["value"]): e for e in estimates if e["window"] == ROLLUP}
@@ -288,11 +193,11 @@ def truth_table(schema: Schema, devices: list[Device], estimates: list[dict[str,
         prepared = np.array([attribute.kind.prepare(attribute, d.record[attribute.name]) for d in devices])
         truths = attribute.kind.realised(attribute, prepared)
         for value, key, truth in zip(attribute.values, attribute.keys, truths):
-            rows.append(Row(attribute.name, key, truth, rollup[(attribute.name, value)]))
+            rows.append(truth_row(schema, attribute.name, key, truth, rollup[(attribute.name, value)]))
     return rows
 
 
-def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
+def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
     """Run the demo; returns the table's rows. Serves until Ctrl-C unless ``options.exit``."""
     def say(text: str = "") -> None:
         out.write(text + "\n")
@@ -300,7 +205,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
 
     data_dir = options.data_dir.resolve()
     _fresh(data_dir)
-    port = _port(options.port)
+    port = free_port(prefer=options.port)
     if options.port and port != options.port:
         say(f"port {options.port} is busy; using {port}")
     server = DemoServer(data_dir, port)
@@ -339,9 +244,13 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         rows = []
         for each, population_of in played:
             answer = requests.get(server.url + "/api/v1/estimates", params={"schema": each.name}, timeout=60).json()
-            table = truth_table(each, population_of, answer["estimates"])
+            table = truth_rows(each, population_of, answer["estimates"])
+            units = "; a mean in its own units" if any(not r.percent for r in table) else ""
             say()
-            _print_table(say, each, table, answer["confidence"])
+            say(f"{each.name}, every window together ({answer['confidence']:.0%} intervals{units}):")
+            for line in truth_table(table, summary=f" (about {answer['confidence']:.0%} should; the population "
+                                                    f"is fixed, so a little more do)."):
+                say(line)
             rows += table
         say()
         if options.exit:
@@ -364,23 +273,6 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[Row]:
         with _stop_signals_ignored():  # a second Ctrl-C or SIGTERM must not break off the server's stop
             server.stop()
         restore()
-
-
-def _print_table(say: Callable[[str], None], schema: Schema, rows: list[Row], confidence: float) -> None:
-    header = (f"{'attribute':<15} {'value':<11} {'eps':>4} {'n':>7} {'truth':>8} {'estimate':>9} {'interval':>19}"
-              "  covers")
-    units = "; a mean in its own units" if any(not a.mech.estimand.percent for a in schema.attributes) else ""
-    say(f"{schema.name}, every window together ({confidence:.0%} intervals{units}):")
-    say(header)
-    say("-" * len(header))
-    for row in rows:
-        e = row.estimate
-        say(f"{row.attribute:<15} {row.value:<11} {schema.attribute(row.attribute).epsilon:>4.3g} {e['n']:>7,} "
-            f"{row.truth:>8.4f} {e['estimate']:>9.4f} [{e['ci_low']:.4f}, {e['ci_high']:.4f}]  "
-            f"{'yes' if row.covered else 'NO'}")
-    covered = sum(r.covered for r in rows)
-    say(f"{covered} of {len(rows)} intervals cover the truth "
-        f"(about {confidence:.0%} should; the population is fixed, so a little more do).")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -421,20 +313,15 @@ def _literal(text: str) -> str:
 
 
 def _fresh(data_dir: Path) -> None:
-    """Start from an empty demo database: a previous run's reports would blur the comparison."""
+    """Start from an empty demo database: a previous run's reports would blur the comparison.
+
+    Everything the server keeps beside its database goes too: ``aggregator.db`` with its WAL and
+    lock files, and the ``aggregator.db-inbox`` folder of segments not yet folded.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
     for path in data_dir.glob("aggregator.db*"):
-        path.unlink()
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     shutil.rmtree(data_dir / "devices", ignore_errors=True)
-
-
-def _port(wanted: int) -> int:
-    """``wanted`` if it is free on 127.0.0.1, else any free port."""
-    for port in ((wanted, 0) if wanted else (0,)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free port on 127.0.0.1")

@@ -18,11 +18,17 @@ from pathlib import Path
 import requests
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(prefer: int = 0) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now: ``prefer`` if it is free (the
+    demo's 8000, so its URL stays the same from run to run), else any."""
+    for port in ((prefer, 0) if prefer else (0,)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 class ServerProcess:

@@ -31,6 +31,16 @@ def call(method: str, path: str, *, url: str, db: str | None, token: str | None,
         return response.status_code, {"error": response.text[:200]}
 
 
+def ok(method: str, path: str, *, url: str, db: str | None, token: str | None, body: Any = None) -> Any:
+    """The JSON answer of one API call that must succeed; else a ``ClickException`` with the
+    status and the server's own sentence (and its first details)."""
+    status, answer = call(method, path, url=url, db=db, token=token, body=body)
+    if status >= 300:
+        details = "; ".join(f"{d.get('field', '')}: {d.get('message', '')}" for d in answer.get("details", [])[:3])
+        raise click.ClickException(f"{status}: {answer.get('error', answer)}" + (f" ({details})" if details else ""))
+    return answer
+
+
 def _in_process(method: str, path: str, db: str, body: Any) -> tuple[int, dict[str, Any]]:
     from ..aggregator import create_app
 

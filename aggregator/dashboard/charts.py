@@ -256,3 +256,9 @@ def _spread(count: int) -> list[float]:
 def percent(share: float, digits: int = 1) -> str:
     """``0.123`` as ``12.3%`` (the dashboard's ``pct`` filter too)."""
     return f"{share * 100:.{digits}f}%"
+
+
+def shown(value: float, percent_: bool) -> str:
+    """An estimate or an interval's end as the dashboard shows it (and ``ldp-telemetry estimates``
+    prints it): a share in percent, or a mean in its units to 4 significant digits."""
+    return percent(value) if percent_ else f"{value:.4g}"

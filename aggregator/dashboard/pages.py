@@ -242,10 +242,9 @@ def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str
         p = plans[view.attribute.name]
         latest = next((r.latest.n for r in view.rows if r.latest is not None), 0)
         reports = round(latest / p.carried)  # the schema's reports (under sample, a share carries it)
-        scale = p.scale
-        target = targets.get(view.attribute.name, 0.01 * scale)
+        target = targets.get(view.attribute.name, p.default_half_width)
         half = p.half_width(reports) if reports else None
         out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),
                                             p.detection_threshold(reports) if reports else None,
-                                            half is not None and half > TOO_WIDE * scale)
+                                            half is not None and half > TOO_WIDE * p.scale)
     return out

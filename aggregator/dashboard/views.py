@@ -101,7 +101,7 @@ def _points(share: float) -> str:
 @bp.app_template_filter("shown")
 def _shown(value: float, percent: bool) -> str:
     """An estimate or an interval's end: a share in percent, or a mean in its units (4 digits)."""
-    return charts.percent(value) if percent else f"{value:.4g}"
+    return charts.shown(value, percent)
 
 
 @bp.app_template_filter("width")

@@ -1,0 +1,138 @@
+"""The populations the tools simulate: schemas and the true values of their devices.
+
+``simulate``'s built-in population (:data:`SIMULATION_SCHEMA`, :data:`SIMULATION_SHARES`) and the
+demo's three schemas with the population that :func:`population` draws for them. The bulk
+simulation itself is :mod:`ldp_telemetry.shared.simulation`; this module only says who the
+devices are.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ..shared.schema import Schema
+from ..shared.simulation import population_shares, true_values
+from ..shared.windows import LENGTH, window_of
+
+# The population `simulate` uses when no schema is given: 8 attributes, 1 unit of ε each.
+SIMULATION_SCHEMA: dict[str, Any] = {
+    "name": "simulation",
+    "version": 1,
+    "epsilon": 8.0,
+    "window": "day",
+    "split": "equal",
+    "description": "Eight attributes of a simulated app, for `ldp-telemetry simulate`.",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "notifications", "type": "boolean"},
+        {"name": "beta_channel", "type": "boolean"},
+        {"name": "sync_enabled", "type": "boolean"},
+        {"name": "crashed", "type": "boolean"},
+        {"name": "paid_plan", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+        # 16 categories at ε = 1: `auto` resolves to OUE here (d - 2 >= 3e^ε), GRR for `os`.
+        {"name": "language", "type": "categorical",
+         "categories": ["en", "zh", "es", "hi", "ar", "pt", "bn", "ru", "ja", "de", "fr", "ko", "it", "tr", "pl",
+                        "other"]},
+    ],
+}
+SIMULATION_SHARES: dict[str, Any] = {
+    "dark_mode": 0.42,
+    "notifications": 0.78,
+    "beta_channel": 0.03,
+    "sync_enabled": 0.5,
+    "crashed": 0.0,
+    "paid_plan": 0.97,
+    "os": [0.45, 0.25, 0.25, 0.05],
+    "language": [0.3, 0.2, 0.1, 0.08, 0.07, 0.05, 0.05, 0.04, 0.03, 0.02, 0.02, 0.02, 0.01, 0.01, 0.0, 0.0],
+}
+
+
+DEMO_SCHEMA: dict[str, Any] = {
+    "name": "demo-app",
+    "version": 1,
+    "epsilon": 4.0,
+    "window": "day",
+    "split": "equal",
+    "description": "A made-up app's settings, reported by simulated devices (ldp-telemetry demo). "
+                   "Each report spends epsilon 4, 1 per attribute.",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "notifications", "type": "boolean"},
+        {"name": "beta_channel", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+    ],
+}
+# What telemetry over time looks like: a mean and a histogram of measurements, in their units.
+USAGE_SCHEMA: dict[str, Any] = {
+    "name": "demo-usage",
+    "version": 1,
+    "epsilon": 4.0,
+    "window": "day",
+    "description": "Minutes per session (a mean) and page load times (a histogram) of the same made-up app. "
+                   "Each report spends epsilon 4, 2 per attribute.",
+    "attributes": [
+        {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
+        {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]},
+    ],
+}
+# Memoised: a device that reports every day spends epsilon 1 per report, and however many days
+# it reports, at most epsilon_permanent 4 about each value it holds.
+MEMO_SCHEMA: dict[str, Any] = {
+    "name": "demo-memoised",
+    "version": 1,
+    "epsilon": 1.0,
+    "epsilon_permanent": 4.0,
+    "window": "day",
+    "description": "The same settings, memoised as in RAPPOR: epsilon 1 per report, and at most epsilon 4 "
+                   "per value however many days a device reports it.",
+    "attributes": [
+        {"name": "dark_mode", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+    ],
+}
+# True shares: dark mode catches on over the days; the rest hold steady.
+DARK_MODE_FROM, DARK_MODE_TO = 0.35, 0.50
+STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05],
+                                 "session_minutes": 34.0}
+# Page loads in ms: log-normal around 90 ms (a long tail past the last edge, which the device clips).
+LOAD_MEDIAN_MS, LOAD_SIGMA = 90.0, 0.8
+
+
+@dataclass(frozen=True)
+class Device:
+    window: str
+    record: dict[str, Any]
+    secret: bytes = b""  # its device secret, for a memoised schema
+
+
+def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
+    """``devices`` devices spread evenly over the last ``days`` windows, each with its true record.
+
+    Each window's devices hold exactly the shares of that day (rounded), in random order.
+    """
+    per_day = np.full(days, devices // days)
+    per_day[: devices % days] += 1
+    result = []
+    for day, count in enumerate(per_day):
+        window = window_of(now - (days - 1 - day) * LENGTH[schema.window], schema.window)
+        shares = {**STEADY_SHARES,
+                  "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
+        columns = {}
+        for attribute in schema.attributes:
+            if attribute.name not in shares:  # page loads: measured times, not shares (see LOAD_MEDIAN_MS)
+                values = rng.lognormal(np.log(LOAD_MEDIAN_MS), LOAD_SIGMA, size=int(count))
+                columns[attribute.name] = [round(float(v), 1) for v in values]
+                continue
+            spec = population_shares(attribute, shares[attribute.name])
+            values = true_values(attribute, spec, int(count), rng, sampled=False)
+            columns[attribute.name] = attribute.kind.record_values(attribute, values)
+        secrets_of = [secrets.token_bytes(32) if schema.epsilon_permanent else b"" for _ in range(int(count))]
+        result += [Device(window, {name: column[i] for name, column in columns.items()}, secrets_of[i])
+                   for i in range(int(count))]
+    return result
