@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from html import unescape
 
 import requests
 from click.testing import CliRunner
@@ -65,3 +67,92 @@ def test_serve_has_a_flag_per_setting():
 
     help_text = CliRunner().invoke(main, ["serve", "--help"]).output
     assert all(setting.flag in help_text for setting in SETTINGS)
+
+
+MIXED = {"name": "mixed", "version": 1, "epsilon": 3.0, "window": "day", "description": "three kinds",
+         "attributes": [{"name": "dark_mode", "type": "boolean"},
+                        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+                        {"name": "minutes", "type": "numeric", "range": [0, 120]}]}
+
+
+def _published_with_reports(tmp_path, make_app, count: int = 40) -> str:
+    """A database file holding MIXED and ``count`` reports, estimates refreshed by the CLI."""
+    db = str(tmp_path / "mixed.db")
+    schema_file = tmp_path / "mixed.json"
+    schema_file.write_text(json.dumps(MIXED))
+    runner = CliRunner()
+    assert runner.invoke(main, ["schema", "publish", str(schema_file), "--db", db]).exit_code == 0
+    client = make_app(LDP_DB=db).test_client()
+    # Few reports, all "linux" and 0 minutes: some estimates fall outside their scale and are shown clipped.
+    reports = [randomize(MIXED, {"dark_mode": i % 3 == 0, "os": "linux", "minutes": 0}) for i in range(count)]
+    assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
+    refreshed = runner.invoke(main, ["refresh", "--db", db])
+    assert refreshed.exit_code == 0, refreshed.output
+    assert refreshed.output.startswith("refreshed: ") and "estimate rows written" in refreshed.output
+    return db
+
+
+def test_schema_list_and_show(tmp_path, make_app):
+    db = _published_with_reports(tmp_path, make_app)
+    listed = CliRunner().invoke(main, ["schema", "list", "--db", db])
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.splitlines()[2].split()[:6] == ["mixed", "1", "3", "day", "equal", "3"]
+    shown = CliRunner().invoke(main, ["schema", "show", "mixed", "--db", db])
+    assert shown.exit_code == 0, shown.output
+    served = make_app(LDP_DB=db).test_client().get("/api/v1/schemas/mixed").get_json()
+    assert json.loads(shown.output) == served  # the derived schema, as the server serves it
+    missing = CliRunner().invoke(main, ["schema", "show", "nope", "--db", db])
+    assert missing.exit_code == 1 and "404" in missing.output and "nope" in missing.output
+    empty = CliRunner().invoke(main, ["schema", "list", "--db", str(tmp_path / "empty.db")])
+    assert empty.exit_code == 0 and "no schema is published yet" in empty.output
+
+
+def test_plan_by_published_name_uses_the_dashboards_half_widths(tmp_path, make_app):
+    from ldp_telemetry.shared.planner import plan
+
+    db = _published_with_reports(tmp_path, make_app)
+    result = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--reports", "1000"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[1]: line.split() for line in result.output.splitlines()[3:] if line.startswith("equal ")}
+    for p in plan(MIXED):
+        row = rows[p.attribute.name]
+        # 1 percentage point of a share, 1% of a mean's range (1.2 minutes of [0, 120]), as the dashboard
+        assert float(row[5]) == (0.01 if p.attribute.name != "minutes" else 1.2)
+        assert row[6] == f"{p.reports_for(float(row[5])):,}"
+    named = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "minutes=5", "--half-width", "0.02"])
+    rows = {line.split()[1]: line.split() for line in named.output.splitlines()[3:] if line.startswith("equal ")}
+    assert [rows[a][5] for a in ("dark_mode", "os", "minutes")] == ["0.02", "0.02", "5"]
+    wrong = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "nosuch=1"])
+    assert wrong.exit_code == 1 and "nosuch" in wrong.output
+    unknown = CliRunner().invoke(main, ["plan", "nope", "--db", db])
+    assert unknown.exit_code == 1 and "404" in unknown.output
+
+
+def test_the_cli_prints_the_numbers_the_dashboard_shows(tmp_path, make_app):
+    from test_dash_pages import _cells
+
+    db = _published_with_reports(tmp_path, make_app)
+    printed, marked = {}, {}
+    for window in ("each", "all"):
+        result = CliRunner().invoke(main, ["estimates", "mixed", "--db", db, "--window", window])
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()[3:]
+        for line in lines:
+            if line == CLIPPED_NOTE:
+                continue
+            w, attribute, value, estimate, low, dash, high, n, _ = line.split()
+            key = (w, value if attribute != "minutes" else "mean")
+            printed[key] = {"estimate": estimate.rstrip("*"), "interval": f"{low} {dash} {high}", "n": n}
+            marked[key] = estimate.endswith("*")
+        # a clipped estimate is marked and explained, as on the page
+        assert (CLIPPED_NOTE in lines) == any(line.split()[3].endswith("*") for line in lines if line != CLIPPED_NOTE)
+    html = make_app(LDP_DB=db).test_client().get("/schemas/mixed").get_data(as_text=True)
+    shown = {}
+    for row in re.finditer(r'<tr data-value="([^"]*)">(.*?)</tr>', html, re.S):
+        for cell in _cells(row.group(2), unescape(row.group(1))):
+            shown[(cell["window"], cell["value"])] = {k: cell[k] for k in ("estimate", "interval", "n")}
+    assert len(shown) == len(printed) == 2 * (1 + 4 + 1)
+    assert shown == printed
+    starred = {(w, unescape(v)): bool(star) for v, body in re.findall(r'<tr data-value="([^"]*)">(.*?)</tr>', html, re.S)
+               for w, star in re.findall(r'data-window="([^"]*)"[^>]*>\s*<span class="est">[^<*]*(\*?)</span>', body)}
+    assert starred == marked
