@@ -149,10 +149,13 @@ def _exact_digits(shares: Sequence[float], most: int = 3) -> int:
     return most
 
 
-def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tick]:
+def window_ticks(windows: Sequence[str], positions: Sequence[float], *, centred: bool = False) -> list[Tick]:
     """At most :data:`MAX_X_LABELS` window labels, evenly spaced, always the first and last.
 
-    Only the first and the last stay on a narrow screen (the others are ``minor``).
+    Only the first and the last stay on a narrow screen (the others are ``minor``). A line's
+    first and last points sit at the plot's edges, so their labels align inwards to stay inside;
+    ``centred`` labels (a bar chart's groups, which are inset by half a group) sit under their
+    position, where the reader looks for them.
     """
     count = len(windows)
     if count == 0:
@@ -164,8 +167,9 @@ def window_ticks(windows: Sequence[str], positions: Sequence[float]) -> list[Tic
     if count - 1 - chosen[-1] < step / 2 and len(chosen) > 1:
         chosen.pop()  # too close to the last label, which always shows
     chosen.append(count - 1)
-    anchors = {chosen[0]: "start", chosen[-1]: "end"}
-    return [Tick(positions[i], windows[i], minor=i not in anchors, anchor=anchors.get(i, "middle")) for i in chosen]
+    ends = {chosen[0]: "start", chosen[-1]: "end"}
+    return [Tick(positions[i], windows[i], minor=i not in ends, anchor="middle" if centred else ends.get(i, "middle"))
+            for i in chosen]
 
 
 def unit_scale(values: Sequence[float]) -> tuple[Scale, list[Tick]]:
@@ -213,7 +217,7 @@ def bar_chart(windows: Sequence[str], categories: Sequence[str], values: Sequenc
             bars.append(Bar(round(first + c * bar, 2), top, round(bar * 0.9, 2), round(scale(0.0) - top, 2),
                             scale(v.low), scale(v.high), c,
                             f"{window} · {category}: {percent(v.estimate)} ({percent(v.low)} to {percent(v.high)})"))
-    return BarChart(bars, window_ticks(windows, centres), y_ticks, list(categories))
+    return BarChart(bars, window_ticks(windows, centres, centred=True), y_ticks, list(categories))
 
 
 @dataclass(frozen=True)

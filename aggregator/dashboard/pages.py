@@ -60,6 +60,26 @@ class ValueRow:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """The interval shown for an attribute beside what a trusted curator could publish.
+
+    The local half-width is read off the page's own table (half the width of the widest
+    all-windows interval shown), not recomputed from a formula: the panel then never claims an
+    interval narrower than the table's, also where the table's is wider than theory at θ = 0 (a
+    share near 1/2, a memoised rollup held to its widest window).
+    """
+
+    n: int  # reports behind the all-windows estimates
+    local_half_width: float
+    central_half_width: float  # a curator adding Laplace noise to the raw count (or sum), same ε and n
+
+    @property
+    def ratio(self) -> float:
+        """How many times wider the local interval is."""
+        return self.local_half_width / self.central_half_width
+
+
+@dataclass(frozen=True)
 class AttributePrivacy:
     """The privacy of one attribute's randomisation, in numbers the panel puts into words."""
 
@@ -73,7 +93,7 @@ class AttributePrivacy:
     posterior: float  # most an observer of one report believes, from a 50/50 prior
     curve: list[tuple[float, float]]  # the privacy profile, sampled
     delta_at_zero: float  # δ(0): the total variation distance of the worst pair
-    comparison: privacy.LocalVsCentral | None  # None until there is data
+    comparison: Comparison | None  # None until there is data
     epsilon_permanent: float | None = None  # a memoised attribute's share of ε∞
 
 
@@ -143,18 +163,25 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     rollup = cells.get(ROLLUP, {})
     rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k)) for k in keys]
     n = max((c.n for c in rollup.values()), default=0)
+    # In the schema's order, as the API, the CSV and the CLI list them. Where there are too many to
+    # show, a ranked kind (categories) keeps its largest, still in that order; a histogram keeps its
+    # first buckets, as before.
     if attribute.kind.ranked:
-        # Largest first: with many categories, what matters is at the top (a histogram's buckets
-        # stay in their order).
-        rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
-    chart, note = _chart(attribute, windows, cells, [r.label for r in rows])
-    shown = rows[:MAX_TABLE_VALUES]
+        kept = sorted(range(len(rows)), key=lambda i: -(rows[i].rollup.estimate_clipped if rows[i].rollup else -1.0))
+    else:
+        kept = list(range(len(rows)))
+    shown = [rows[i] for i in sorted(kept[:MAX_TABLE_VALUES])]
+    charted = [rows[i].label for i in sorted(kept[:MAX_CHART_CATEGORIES])]
+    chart, note = _chart(attribute, windows, cells, charted, len(rows))
+    widest = max(((c.ci_high - c.ci_low) / 2 for r in shown if (c := r.rollup) is not None), default=None)
     return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
-                         attribute_privacy(attribute, n, confidence), attribute.mech.estimand.percent)
+                         attribute_privacy(attribute, n, confidence, widest), attribute.mech.estimand.percent)
 
 
 def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, Cell]],
-           ranked: list[str]) -> tuple[charts.LineChart | charts.BarChart | None, str]:
+           categories: list[str], total: int) -> tuple[charts.LineChart | charts.BarChart | None, str]:
+    """A line and band for a single share or mean; else grouped bars of ``categories`` (the
+    largest :data:`MAX_CHART_CATEGORIES` of ``total``, in the schema's order)."""
     if not windows:
         return None, ""
     notes = []
@@ -168,29 +195,35 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
     shown = windows[-MAX_BAR_WINDOWS:]
     if len(shown) < len(windows):
         notes.append(f"the last {len(shown)} of {len(windows)} windows in the range")
-    categories = ranked[:MAX_CHART_CATEGORIES]
-    if len(categories) < len(ranked):
-        notes.append(f"the {len(categories)} largest of {len(ranked)} categories")
+    if len(categories) < total:
+        notes.append(f"the {len(categories)} largest of {total} categories")
     values = [[cells[w][c].interval if c in cells[w] else None for c in categories] for w in shown]
     return charts.bar_chart(shown, categories, values), "; ".join(notes)
 
 
-def attribute_privacy(attribute: Attribute, n: int, confidence: float) -> AttributePrivacy:
+def attribute_privacy(attribute: Attribute, n: int, confidence: float,
+                      shown_half_width: float | None = None) -> AttributePrivacy:
+    """``shown_half_width``: half the width of the widest all-windows interval the attribute's
+    table shows (None before any estimate), which the comparison with a curator starts from."""
     p, q, epsilon = attribute.p, attribute.q, attribute.epsilon
     curve = privacy.profile_curve(attribute.mechanism, p, q, epsilon)
-    if n == 0:
+    if n == 0 or shown_half_width is None:
         comparison = None
     elif attribute.mech.estimand.percent:
-        comparison = privacy.local_vs_central(p, q, epsilon, n, confidence)
+        central = privacy.local_vs_central(p, q, epsilon, n, confidence).central_half_width
+        comparison = Comparison(n, shown_half_width, central)
     else:
         lo, hi = attribute.range  # type: ignore[misc]
-        comparison = privacy.mean_local_vs_central(attribute.mech.report_variance(attribute), hi - lo, epsilon, n,
-                                                   confidence)
+        central = privacy.mean_local_vs_central(attribute.mech.report_variance(attribute), hi - lo, epsilon, n,
+                                                confidence).central_half_width
+        comparison = Comparison(n, shown_half_width, central)
     return AttributePrivacy(
         epsilon=epsilon,
         mechanism=attribute.mechanism,
         mechanism_name=attribute.mech.title,
-        description=attribute.mech.describe(p, q, len(attribute.categories), charts.percent),
+        # a mean's numbers in its own units (its range), not on the wire's [-1, 1] scale
+        description=attribute.mech.describe(p, q, len(attribute.categories), charts.percent,
+                                            **({"span": tuple(attribute.range)} if attribute.range else {})),
         p=p,
         q=q,
         categories=len(attribute.categories),
@@ -229,6 +262,7 @@ class PlanLine:
     needed: int  # reports of the schema for ±target
     detection: float | None  # the detection threshold at n
     too_wide: bool  # the interval at n is wider than TOO_WIDE of its scale either side: too wide to use
+    beyond_scale: bool = False  # the half-width at n exceeds the whole scale (a share's 1, a mean's range)
 
 
 def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str, float],
@@ -246,5 +280,6 @@ def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str
         half = p.half_width(reports) if reports else None
         out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),
                                             p.detection_threshold(reports) if reports else None,
-                                            half is not None and half > TOO_WIDE * p.scale)
+                                            half is not None and half > TOO_WIDE * p.scale,
+                                            half is not None and half > p.scale)
     return out

@@ -94,8 +94,10 @@ bp.add_app_template_filter(charts.percent, "pct")
 
 @bp.app_template_filter("points")
 def _points(share: float) -> str:
-    """A difference of shares in percentage points, to two significant digits."""
-    return f"{share * 100:.2g} pts"
+    """A difference of shares in percentage points, to two significant digits (whole points from
+    10 up: 210 pts, never 2.1e+02)."""
+    points = share * 100
+    return f"{points:,.0f} pts" if abs(points) >= 10 else f"{points:.2g} pts"
 
 
 @bp.app_template_filter("shown")
@@ -107,13 +109,25 @@ def _shown(value: float, percent: bool) -> str:
 @bp.app_template_filter("width")
 def _width(value: float, percent: bool) -> str:
     """A half-width: in percentage points for a share, in the attribute's units for a mean."""
-    return _points(value) if percent else f"{value:.3g}"
+    return _points(value) if percent else _sig(value)
 
 
 @bp.app_template_filter("sig")
 def _sig(number: float) -> str:
     """Three significant digits; whole numbers from 1,000 up in full (730, 1,095, not 1.1e+03)."""
     return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.3g}"
+
+
+@bp.app_template_filter("times")
+def _times(ratio: float) -> str:
+    """A ratio as "67×", or "1.3×" below 10, where a whole number would round 1.4 to 1."""
+    return f"{ratio:,.0f}×" if ratio >= 10 else f"{ratio:.2g}×"
+
+
+@bp.app_template_filter("plural")
+def _plural(count: int, noun: str) -> str:
+    """``1 report``, ``2 reports``, with the count in full (1,000)."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 @bp.app_template_filter("num")

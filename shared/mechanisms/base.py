@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device n
     import numpy as np
 
 
+# A numeric attribute's range, in whose units describe() states numbers; [-1, 1] is the wire's scale.
+Span = tuple[float, float]
+UNIT: Span = (-1.0, 1.0)
+
 class WireError(ValueError):
     """A reported wire value does not fit its attribute; the message says what it must be."""
 
@@ -178,5 +182,6 @@ class Mechanism(ABC):
         """The output distributions ``(P(o|x), P(o|x'))`` of the pair of inputs that leaks most."""
 
     @abstractmethod
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
-        """One sentence, for people, of what a device does; ``percent`` formats a probability."""
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
+        """One sentence, for people, of what a device does; ``percent`` formats a probability and a
+        mean's numbers are stated in the units of ``span``, its attribute's range."""

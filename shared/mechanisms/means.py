@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import TOLERANCE
 from ..estimators import Estimate, estimate, z_value
-from .base import MEAN, Mechanism, Target, WireError, check_epsilon
+from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
 from .shares import hit_probability
 
@@ -99,6 +99,17 @@ def to_units(attribute: Target, t: float) -> float:
     """The value of the range that ``t`` in [-1, 1] stands for (``t`` outside maps outside)."""
     lo, hi = attribute.range  # type: ignore[misc]
     return lo + (t + 1) * (hi - lo) / 2
+
+
+def _at(t: float, span: Span) -> str:
+    """What ``t`` on the wire's [-1, 1] scale stands for in ``span``'s units, for people."""
+    lo, hi = span
+    return f"{lo + (t + 1) * (hi - lo) / 2:.3g}"
+
+
+def _width(w: float, span: Span) -> str:
+    """A width ``w`` on the [-1, 1] scale in ``span``'s units, for people."""
+    return f"{w * (span[1] - span[0]) / 2:.3g}"
 
 
 def _uniform(source: RandomSource) -> float:
@@ -329,7 +340,7 @@ class Duchi(MeanMechanism):
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
         return [(p, q), (q, p)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         return (f"A device sends one bit: 1 with probability {percent(q)} when its value is the bottom of "
                 f"the range, rising in a straight line to {percent(p)} at the top.")
 
@@ -368,10 +379,11 @@ class PiecewiseMechanism(MeanMechanism):
         high, far, middle = _pm_regions(math.log(p / q))
         return [(high, far), (far, high), (middle, middle)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         z, c = _pm_constants(math.log(p / q))
-        return (f"A device sends a number between {-c:.3g} and {c:.3g}: with probability {percent(z / (z + 1))} "
-                f"drawn from a band of width {c - 1:.3g} around its value, otherwise from outside it.")
+        return (f"A device sends a number that stands for {_at(-c, span)} to {_at(c, span)} in the attribute's units "
+                f"(beyond its range): with probability {percent(z / (z + 1))} drawn from a band "
+                f"{_width(c - 1, span)} wide around its value, otherwise from outside that band.")
 
 
 class HybridMechanism(MeanMechanism):
@@ -422,11 +434,12 @@ class HybridMechanism(MeanMechanism):
         bit = [((1 - alpha) * a, (1 - alpha) * b) for a, b in ((e / (1 + e), 1 / (1 + e)), (1 / (1 + e), e / (1 + e)))]
         return pm + bit
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         epsilon = math.log(p / q)
         alpha, c = _hm_alpha(epsilon), _duchi_c(epsilon)
-        return (f"With probability {percent(alpha)} a device uses the piecewise mechanism; otherwise it "
-                f"sends {c:.3g} or {-c:.3g}, the larger the more likely the higher its value.")
+        return (f"With probability {percent(alpha)} a device sends a number near its value (the piecewise "
+                f"mechanism); otherwise one of two numbers that stand for {_at(c, span)} and {_at(-c, span)} in the "
+                f"attribute's units, the larger the more likely the higher its value.")
 
 
 class LocalLaplace(MeanMechanism):
@@ -470,10 +483,10 @@ class LocalLaplace(MeanMechanism):
                           0.5 * (math.exp(-(a + 1) / b) - math.exp(-(c + 1) / b))))
         return pairs
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         epsilon = math.log(p / q)
-        return (f"A device sends its value on a [-1, 1] scale plus Laplace noise of scale {_laplace_scale(epsilon):.3g} "
-                f"(standard deviation {math.sqrt(8) / epsilon:.3g}).")
+        return (f"A device sends its value plus Laplace noise of scale {_width(_laplace_scale(epsilon), span)} in the "
+                f"attribute's units (standard deviation {_width(math.sqrt(8) / epsilon, span)}).")
 
 
 DUCHI = Duchi()

@@ -33,7 +33,7 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from ..estimators import Estimate, estimate
-from .base import SHARE, Mechanism, Memo, Target, WireError, check_epsilon
+from .base import SHARE, UNIT, Mechanism, Memo, Span, Target, WireError, check_epsilon
 from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class BinaryRR(ShareMechanism):
         # gives δ(ε') = [p − e^ε' q]₊.
         return [(p, q), (q, p)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         return (f"A device keeps its true answer with probability {percent(p)} and flips it with "
                 f"probability {percent(q)}.")
 
@@ -304,7 +304,7 @@ class GeneralisedRR(ShareMechanism):
         # As for rr, plus one "other" output carrying the q-vs-q mass (it never adds to δ for ε' ≥ 0).
         return [(p, q), (q, p), (q, q)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         return (f"A device reports its true category with probability {percent(p)}; otherwise one of "
                 f"the other {d - 1} categories, each with probability {percent(q)}.")
 
@@ -379,7 +379,7 @@ class OptimisedUnaryEncoding(ShareMechanism):
 
         return [(bit(p, a) * bit(q, b), bit(q, a) * bit(p, b)) for a, b in product((1, 0), repeat=2)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         return (f"A device sends one bit per category: its own category's bit is 1 with probability "
                 f"{percent(p)}, every other bit with probability {percent(q)}.")
 
