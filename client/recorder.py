@@ -3,16 +3,19 @@ record take, so that the schema, the window, the ledger and the coins are chosen
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from ldp_telemetry.shared import windows
 from ldp_telemetry.shared.reports import encode_report
+from ldp_telemetry.shared.schema import Schema, is_number
 
 from .ledger import Ledger
 from .schemas import SchemaSource
 
 QUEUED = "queued"
+LOG = logging.getLogger("ldp_telemetry.client")
 
 
 class RecordResult:
@@ -48,6 +51,8 @@ class Recorder:
         self._ledger = ledger
         self._secret = device_secret
         self._clock = clock
+        self._bounded: tuple[Schema | None, list[tuple[str, float, float]]] = (None, [])
+        self._clip_warned: set[str] = set()
 
     def now(self) -> datetime | None:
         """The injected clock's time, or None for the real UTC now (cheaper than asking for it)."""
@@ -59,6 +64,7 @@ class Recorder:
         the record fits no schema in use; the caller :meth:`Ledger.release`\\ s the claim if it
         cannot queue the report."""
         schema, truth = self._source.fitting(values)
+        self._warn_if_clipped(schema, values)  # as the app gave them: a histogram's truth is a bucket by now
         window = windows.current_window(schema.window, moment)
         reason = self._ledger.claim(schema.name, window, schema.epsilon)
         if reason is not None:
@@ -74,3 +80,18 @@ class Recorder:
             return None, RecordResult(False, f"schema {schema.name!r} version {schema.version} cannot encode "
                                              f"this record ({type(exc).__name__}): nothing recorded", window)
         return report, RecordResult(True, QUEUED, window)
+
+    def _warn_if_clipped(self, schema: Schema, values: Mapping[str, Any]) -> None:
+        """Log once per attribute that a number outside its range (a numeric attribute's ``range``,
+        a histogram's first and last edge) is clipped to the nearest end on the device: the report
+        is valid and counts there, which an app that sent 42 for a range of [0, 10] should hear
+        about. The line names the attribute and its range, never the value."""
+        if self._bounded[0] is not schema:  # computed once per schema, not per record
+            self._bounded = (schema, [(a.name, *(a.range or (a.edges[0], a.edges[-1])))  # type: ignore[misc]
+                                      for a in schema.attributes if a.range or a.edges])
+        for name, lo, hi in self._bounded[1]:
+            value = values.get(name)
+            if name not in self._clip_warned and is_number(value) and not lo <= value <= hi:
+                self._clip_warned.add(name)
+                LOG.warning("a value of %r outside its range [%s, %s] was clipped to the nearest end on the device "
+                            "(said once per attribute)", name, lo, hi)

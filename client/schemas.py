@@ -82,6 +82,7 @@ class SchemaSource:
         self.current: Schema | None = None
         self.previous: Schema | None = None  # the version in use before current, if any
         self.refusal: str | None = None  # why the last schema offered was refused
+        self.last_failure: str | None = None  # the last fetch that failed: its URL and why, escaped
         self.known = threading.Event()  # set once a schema is in use or one was refused
         self._outbox: Outbox | None = None
         self._older_versions_used: set[int] = set()  # warned about once each
@@ -150,14 +151,20 @@ class SchemaSource:
         try:
             response = transport.get_json(url, timeout)
         except Exception as exc:  # any failure of the network is retried later
-            LOG.info("could not fetch schema %r: %s", self.name, type(exc).__name__)
+            # INFO per attempt (a server down for a while would flood the app's log); the sender
+            # repeats the last failure at WARNING when it drops records for want of the schema.
+            self.last_failure = f"GET {shown(url)} failed: {type(exc).__name__}: {shown(exc)}"
+            LOG.info("could not fetch schema %r: %s", self.name, self.last_failure)
             return False
         if 300 <= response.status < 400:
             LOG.warning("fetching schema %r answered HTTP %d: a redirect to another origin is not followed",
                         self.name, response.status)
             return False
         if response.status != 200:
-            LOG.warning("fetching schema %r answered HTTP %d", self.name, response.status)
+            sentence = response.body.get("error") if isinstance(response.body, dict) else None
+            self.last_failure = (f"GET {shown(url)} answered HTTP {response.status}"
+                                 + (f": {shown(sentence)}" if sentence is not None else ""))
+            LOG.warning("fetching schema %r: %s", self.name, self.last_failure)
             return not (retry.is_retryable(response.status) or response.status == 404)
         if not isinstance(response.body, dict):
             # A 200 that is no JSON object (a captive portal's page, a cut-off answer) is no schema the

@@ -245,8 +245,8 @@ class Sender(threading.Thread):
             self._held -= len(self._pending) - len(kept)
         self._pending = kept  # the others' true values are gone from here on
         if expired:
-            LOG.warning("dropped %d pending record(s): no schema within pending_timeout (%g s)",
-                        expired, self._settings.pending_timeout)
+            LOG.warning("dropped %d pending record(s): no schema within pending_timeout (%g s); last attempt: %s",
+                        expired, self._settings.pending_timeout, self._source.last_failure or "none yet")
         if refused:
             LOG.warning("dropped %d pending record(s): %s", refused, self._source.refusal)
 
@@ -384,8 +384,8 @@ class Sender(threading.Thread):
         except Exception as exc:
             LOG.error("could not store %d report(s) at exit: %s", len(self._fresh), exc)
         if self._pending:
-            LOG.warning("dropped %d pending record(s): the client closed before the schema was known",
-                        len(self._pending))
+            LOG.warning("dropped %d pending record(s): the client closed before the schema was known; "
+                        "last attempt: %s", len(self._pending), self._source.last_failure or "none yet")
             self._pending = []
         self._end_turn()
 
