@@ -1,14 +1,17 @@
 """The README's user paths, run as written (issue 22): the demo, twice in one folder; running the
 aggregator for real, the client embedded in an app, the operator's daily commands and the
-dashboard they lead to.
+dashboard they lead to; several nodes on one PostgreSQL (when a server answers, as for the
+store's tests).
 
 The blocks are read out of README.md (each follows a ``<!-- readme-path: ... -->`` comment), so
 a README that drifts from what the code does fails here. Only what a machine's test must change
 is changed: the port (8000 may be taken by another program: the README's port is replaced by a
 free one, and ``LDP_URL``, which the README documents, points the CLI at it), the client's
 endpoint (``https://telemetry.example.org`` becomes that server) and its data folder (a
-temporary ``XDG_DATA_HOME``). ``.venv`` is this test's own environment, linked into the folder
-the paths run in.
+temporary ``XDG_DATA_HOME``); for several nodes, the database URL (a fresh PostgreSQL schema)
+and the address (127.0.0.1: a test opens no port to the network). ``.venv`` is this test's own
+environment, linked into the folder the paths run in (and on ``PATH``, for the README's bare
+``ldp-telemetry``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import requests
+from conftest import APP_USAGE
 
+from ldp_telemetry.shared import randomize
 from ldp_telemetry.tools.process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +100,57 @@ def test_run_for_real_embed_the_client_and_the_daily_commands(folder: Path):
         except ProcessLookupError:
             pass
         shell.wait(30)  # the script itself; the server's group was sent SIGTERM
+
+
+@pytest.mark.postgres_only
+def test_several_nodes_on_one_postgresql(folder: Path, backend, new_db):
+    lines = block("several nodes").splitlines()
+    assert lines[0].startswith("export LDP_DB='postgresql://")
+    env = {**os.environ, "PATH": f"{folder / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "LDP_ADMIN_TOKEN": "readme-nodes-token", "LDP_SCHEDULER": "false"}
+    env.pop("LDP_READ_TOKEN", None)
+    location = new_db()  # one database (a fresh PostgreSQL schema) for every node
+    script = "\n".join([f"export LDP_DB='{location}'", *lines[1:]]).replace("0.0.0.0", "127.0.0.1")
+    urls, nodes = [], []
+    try:
+        for _ in range(2):  # "on each node": two nodes
+            port = free_port()
+            nodes.append(subprocess.Popen(["bash", "-c", script.replace("8000", str(port))], cwd=folder, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+            urls.append(f"http://127.0.0.1:{port}")
+        for url in urls:
+            _wait_for(url)
+        (folder / "app-usage.json").write_text(block("schema file"))
+        cli = [str(folder / ".venv" / "bin" / "ldp-telemetry")]
+        published = subprocess.run([*cli, "schema", "publish", "app-usage.json", "--url", urls[0]], cwd=folder,
+                                   env=env, capture_output=True, text=True, timeout=60)
+        assert published.returncode == 0, published.stderr
+        # any node answers any request: reports to the second, refresh there, read from the first
+        reports = [randomize(APP_USAGE, {"dark_mode": i % 2 == 0, "os": "linux"}) for i in range(50)]
+        assert requests.post(urls[1] + "/api/v1/reports", json={"reports": reports}, timeout=30).status_code == 202
+        assert subprocess.run([*cli, "refresh", "--url", urls[1]], env=env, timeout=60).returncode == 0
+        table = subprocess.run([*cli, "estimates", "app-usage", "--url", urls[0]], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        assert re.findall(r"^all\s+dark_mode\s+true\s+.*\s(\d+)\s+1$", table.stdout, re.M) == ["50"]
+    finally:
+        for node in nodes:
+            try:
+                os.killpg(node.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            node.wait(30)
+
+
+def _wait_for(url: str, timeout: float = 60.0) -> None:
+    """Until ``url``'s /healthz answers 200 (the README's ``until curl -fs ...`` loop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer /healthz within {timeout:g} s")
