@@ -213,3 +213,43 @@ def test_numeric_and_histogram_charts_in_the_browser(chromium, live_server):
     page.screenshot(path=str(ARTIFACTS / "dashboard-numeric.png"), full_page=True)
     assert errors == []
     page.close()
+
+
+# Every attribute type at once, memoised where the design allows it (numeric means cannot be).
+EVERY_TYPE = {"name": "every-type", "version": 1, "epsilon": 2.0, "window": "day", "attributes": [
+    {"name": "dark_mode", "type": "boolean"},
+    {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+    {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
+    {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]}]}
+MEMOISED = {"name": "memoised", "version": 1, "epsilon": 1.0, "epsilon_permanent": 4.0, "window": "day",
+            "attributes": [{"name": "dark_mode", "type": "boolean"},
+                           {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]}]}
+
+
+@pytest.mark.parametrize("definition", [EVERY_TYPE, MEMOISED], ids=lambda d: d["name"])
+def test_a_page_at_one_report_reads_right_at_desktop_and_phone_width(chromium, live_server, definition):
+    # Issue 22: at n = 1 the page said "with 1 reports", "±2.1e+02 pts", "smallest share 188.1%" and
+    # "1× narrower". The screenshots are for a person to look at; the assertions hold what they showed.
+    derived = requests.post(live_server.url + "/api/v1/schemas", json=definition, headers=ADMIN, timeout=10).json()
+    record = {"dark_mode": True, "os": "macos", "session_minutes": 30, "load_ms": 80}
+    report = randomize(parse_schema(derived), {a["name"]: record[a["name"]] for a in definition["attributes"]},
+                       device_secret=b"\x07" * 32 if "epsilon_permanent" in definition else None)
+    assert requests.post(live_server.url + "/api/v1/reports", json={"reports": [report]}, timeout=10).status_code == 202
+    assert requests.post(live_server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{live_server.url}/schemas/{definition['name']}")
+    for summary in page.locator("details.privacy summary").all():
+        summary.click()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-n1-{definition['name']}-desktop.png"), full_page=True)
+    words = page.inner_text("main") if page.locator("main").count() else page.inner_text("body")
+    assert "1 report" in words and " 1 reports" not in words and "e+" not in words
+    assert "1× narrower" not in words and "smallest share" not in words  # no threshold above 100%
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-n1-{definition['name']}-phone.png"), full_page=True)
+    assert errors == []
+    page.close()

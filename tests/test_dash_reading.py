@@ -102,6 +102,14 @@ def test_bar_chart_window_labels_sit_under_their_groups():
         assert abs(tick.at - middle) < 0.1 * group  # under the group, not beside it
 
 
+@pytest.mark.parametrize(("low", "high"), [(0, 120), (-2.44, 122), (0, 10_000), (0.2, 0.8)])
+def test_a_unit_axis_has_a_few_labels_whatever_its_range(low, high):
+    # A mean's interval at n = 1 spans its whole range: 0 to 120 minutes was labelled every 5.
+    _, ticks = charts.unit_scale([low, high])
+    assert 3 <= len(ticks) <= 6
+    assert float(ticks[0].label) <= low and float(ticks[-1].label) >= high
+
+
 def test_one_report_reads_as_one_and_a_mean_in_its_units(client):
     html = client.get("/schemas/usage").get_data(as_text=True)
     words = text(section(html, "session_minutes"))

@@ -124,7 +124,12 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> tuple[float, float, lis
     """A rounded range covering ``[lo, hi]`` and its ticks at a step from :data:`NICE_STEPS`."""
     if hi <= lo:
         hi = lo + 1e-3
-    step = next((s for s in NICE_STEPS if (hi - lo) / s <= target), NICE_STEPS[-1])
+    # The steps, and the same times 10, 100, ...: a mean's range (0 to 120 minutes, 0 to 10,000 ms)
+    # needs steps past the largest share step, or its axis gets dozens of overlapping labels.
+    magnitude = 1.0
+    while (hi - lo) / (NICE_STEPS[-1] * magnitude) > target:
+        magnitude *= 10
+    step = next(s * magnitude for s in NICE_STEPS if (hi - lo) / (s * magnitude) <= target)
     start = math.floor(lo / step + 1e-9) * step
     stop = math.ceil(hi / step - 1e-9) * step
     count = int(round((stop - start) / step))
