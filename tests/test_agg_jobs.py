@@ -20,6 +20,16 @@ from ldp_telemetry.shared import randomize
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 
+def clocked_app(make_app):
+    """An app with a schema published, 3 days of retention and a clock the test moves: (clock,
+    app, store, client)."""
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    client = app.test_client()
+    publish(client)
+    return clock, app, app.extensions["ldp"]["store"], client
+
+
 def hourly_retention(app, clock: list[datetime], until: datetime) -> Expired:
     """What retention erases while the clock moves to ``until`` an hour at a time, as the
     scheduler runs it (each run moves the kept cutoff at most retention.MAX_ADVANCE)."""
@@ -29,6 +39,8 @@ def hourly_retention(app, clock: list[datetime], until: datetime) -> Expired:
         expired = retention.expire(app)
         reports, windows = reports + expired.reports, windows + expired.windows
     return Expired(reports, windows)
+
+
 pytestmark = pytest.mark.backends
 
 
@@ -82,11 +94,7 @@ def test_the_scheduler_refreshes_on_its_own(make_app):
 
 
 def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_app):
-    clock = [NOW]
-    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
-    store = app.extensions["ldp"]["store"]
-    client = app.test_client()
-    publish(client)
+    clock, app, store, client = clocked_app(make_app)
     old = [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window="2026-11-19") for _ in range(3)]
     new = [randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21") for _ in range(2)]
     client.post("/api/v1/reports", json={"reports": old + new})
@@ -118,11 +126,7 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
 def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_counts_twice_after(make_app):
     # Issue 21: with the clock 40 days ahead, retention (which also runs at every start) erased
     # every window at once, and once the clock was back the same ids were accepted and counted again.
-    clock = [NOW]
-    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
-    store = app.extensions["ldp"]["store"]
-    client = app.test_client()
-    publish(client)
+    clock, app, store, client = clocked_app(make_app)
     days = ["2026-11-19", "2026-11-20", "2026-11-21"]
     sent = {day: [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window=day) for _ in range(2)]
             for day in days}
