@@ -35,22 +35,11 @@ export function numberText(x: number): string {
   return Number.isInteger(x) ? String(x === 0 ? 0 : x) : floatRepr(x);
 }
 
-function quote(s: string): string {
-  let out = '"';
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const ch = s[i];
-    if (ch === '"') out += '\\"';
-    else if (ch === "\\") out += "\\\\";
-    else if (ch === "\n") out += "\\n";
-    else if (ch === "\r") out += "\\r";
-    else if (ch === "\t") out += "\\t";
-    else if (ch === "\b") out += "\\b";
-    else if (ch === "\f") out += "\\f";
-    else if (c < 0x20 || c > 0x7e) out += "\\u" + c.toString(16).padStart(4, "0"); // UTF-16 units, as Python
-    else out += ch;
-  }
-  return out + '"';
+/** `s` as a JSON string in ASCII only: JSON.stringify's escapes (\", \\, \n, \b, ..., \u00XX for
+ * other controls, lone surrogates as \udXXX) are Python's, and every other character outside
+ * printable ASCII becomes \uXXXX per UTF-16 unit, as Python's ensure_ascii writes it. */
+export function quote(s: string): string {
+  return JSON.stringify(s).replace(/[^\x20-\x7e]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 }
 
 /** `json.dumps(value, sort_keys=True, separators=(",", ":"))` (ensure_ascii) of a value made of
