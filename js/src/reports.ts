@@ -74,17 +74,9 @@ export function validateRecord(schema: Schema, record: unknown): Truth {
   return truth;
 }
 
-const B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 /** A fresh id (24 bytes of `source`, base64url: 32 characters) that makes retries idempotent. */
 export function newReportId(source: RandomSource = SYSTEM): string {
-  const b = source.take(24);
-  let out = "";
-  for (let i = 0; i < 24; i += 3) {
-    const n = (b[i] << 16) | (b[i + 1] << 8) | b[i + 2];
-    out += B64URL[n >> 18] + B64URL[(n >> 12) & 63] + B64URL[(n >> 6) & 63] + B64URL[n & 63];
-  }
-  return out;
+  return btoa(String.fromCharCode(...source.take(24))).replace(/[+/]/g, (c) => (c === "+" ? "-" : "_"));
 }
 
 /** Memoisation's HMAC message for `a`'s permanent response to `truth`: compact JSON (sorted

@@ -8,7 +8,7 @@
  */
 
 import type { DeviceSecret } from "./hmac.js";
-import { refusal } from "./ledger.js";
+import { spend } from "./ledger.js";
 import type { Report } from "./reports.js";
 import { UTF8, type Appended, type Limits, type Row, type Store } from "./storage.js";
 import { dayOf } from "./windows.js";
@@ -99,10 +99,9 @@ export class IndexedDbStore implements Store {
       const known = spentByDay.get(key);
       const decide = (spent: Record<string, number>) => {
         spentByDay.set(key, spent);
-        const why = refusal(spent, report.window, report.epsilon, limits.perDay);
+        const why = spend(spent, report.window, report.epsilon, limits.perDay);
         if (why) out.refused.push(why);
         else {
-          spent[report.window] = report.epsilon;
           ledger.put(report.epsilon, [report.schema, report.window]);
           outbox.add({ report, bytes: UTF8.encode(JSON.stringify(report)).length });
         }
