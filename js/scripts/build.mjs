@@ -13,7 +13,8 @@ await build({ ...common, entryPoints: ["src/index.ts"], format: "esm", outfile: 
 
 // The browser bundle has a budget of 10 KB gzipped (DESIGN.md), so it is built for size:
 // - no file system in a browser: the file store is swapped for a stub, so Node's code stays out;
-// - internal member names (never JSON keys, options or public API) are shortened;
+// - internal member names (never JSON keys, options, public API or what a custom `store` is
+//   handed: the Store methods, Limits and Row fields) are shortened;
 // - terser's compressor runs over esbuild's output (a few hundred bytes smaller);
 // - the global is assigned in src/browser.ts, not through esbuild's IIFE export helpers.
 const browserStore = {
@@ -27,7 +28,7 @@ const INTERNAL = ("acked again attempt batchLimit byName compose counted days de
   "randomise ready resolvePending respond running schemaAttempt schemaDue secret sender stored streams timer turn " +
   "uninformativeKeep varianceAt waiters why wire wireBytes worstVariance parameters permanentResponse answered claim " +
   "learn release persist refreshSchema deliver drop post step wake waitSettled busy stopped sendNow loadCached offer " +
-  "fitting refusal previous bit make maxBytes beforeTurn perDay batch").split(" ");
+  "fitting refusal previous bit make beforeTurn batch cap maxReport storing wakeAt check refresh delay send current state db").split(" ");
 const bundle = await build({ ...common, entryPoints: ["src/browser.ts"], format: "iife",
   minify: true, write: false, platform: "browser", plugins: [browserStore], mangleProps: new RegExp(`^(${INTERNAL.join("|")})$`) });
 // unsafe_* here only rewrite syntax (arrows, methods, String(x) as ""+x); no arithmetic is

@@ -31,7 +31,7 @@ export interface DaySpent {
 /** The copy in memory: schema -> {window: ε}. */
 export class Ledger {
   private readonly windows: Record<string, Record<string, number>> = {};
-  constructor(readonly perDay: number) {}
+  constructor(private readonly cap: number) {}
 
   private of(schema: string): Record<string, number> {
     return (this.windows[schema] ??= {});
@@ -44,7 +44,7 @@ export class Ledger {
 
   /** Spend in memory if the rules allow; else why not. */
   claim(schema: string, window: string, epsilon: number): string | undefined {
-    return spend(this.of(schema), window, epsilon, this.perDay);
+    return spend(this.of(schema), window, epsilon, this.cap);
   }
 
   release(schema: string, window: string): void {
@@ -56,7 +56,7 @@ export class Ledger {
     for (const schema of Object.keys(this.windows).sort()) {
       const windows = this.windows[schema];
       for (const w of Object.keys(windows).sort()) {
-        const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: this.perDay, windows: {} });
+        const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: this.cap, windows: {} });
         d.epsilon += windows[w];
         d.windows[w] = windows[w];
       }

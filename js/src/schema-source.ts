@@ -21,7 +21,7 @@ export class SchemaSource {
   previous?: Schema; // the version in use before current: records may still fit it
   refusal?: string;
 
-  constructor(spec: string | object, private readonly maxEpsilon: number, private readonly maxBytes: number,
+  constructor(spec: string | object, private readonly maxEpsilon: number, private readonly maxReport: number,
     private readonly log: Logger) {
     if (typeof spec === "string") {
       if (!NAME_RE.test(spec)) throw new TypeError("schema must be a schema name");
@@ -44,7 +44,7 @@ export class SchemaSource {
     // the schema is refused at once rather than every record failing later.
     if (schema.epsilonPermanent !== undefined) subtle();
     const size = maxReportBytes(schema);
-    if (size > this.maxBytes) {
+    if (size > this.maxReport) {
       throw new Error(`reports of ${size} bytes are over maxReportBytes`);
     }
   }
