@@ -178,7 +178,8 @@ export class Sender {
       method: "POST", body, contentType: keepalive ? "text/plain;charset=UTF-8" : "application/json",
       timeoutMs: this.s.requestTimeoutMs, fetch: this.s.fetch, keepalive: k,
     });
-    rows.forEach((r) => this.inflight.add(r.report.id));
+    const ids = rows.map((r) => r.report.id);
+    ids.forEach((id) => this.inflight.add(id));
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
@@ -187,32 +188,35 @@ export class Sender {
       this.why = shown((e as Error)?.name);
       return 0;
     } finally {
-      rows.forEach((r) => this.inflight.delete(r.report.id));
+      ids.forEach((id) => this.inflight.delete(id));
     }
-    const { status, body: b } = answer;
-    const store = await this.store;
-    const seqs = rows.map((r) => r.seq).filter((seq) => seq >= 0); // a fresh report has no row yet
-    if (status >= 200 && status < 300 && isAcknowledgement(b)) {
-      rows.forEach((r) => this.acked.add(r.report.id));
-      await store.remove(seqs);
-      return undefined;
+    const { status, body: b } = answer as { status: number; body: any };
+    const settle = async (done: Row[]) => {
+      done.forEach((r) => this.acked.add(r.report.id)); // settled: never sent again
+      await (await this.store).remove(done.map((r) => r.seq).filter((seq) => seq >= 0)); // a fresh report has no row yet
+    };
+    if (status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates)) {
+      await settle(rows);
+      return;
     }
     if (isRetryable(status) || status < 400) {
       // A 2xx without the aggregator's acknowledgement (a captive portal, a proxy) proves nothing either.
       this.why = `HTTP ${status}`;
       return retryAfter(answer.headers) ?? 0;
     }
-    const bad = rejected(b, rows.length);
+    // A 400 naming details[].index: those reports, with the server's reasons (escaped).
+    const bad = new Map<number, string>();
+    for (const d of Array.isArray(b?.details) ? b.details : []) {
+      const i = d?.index;
+      if (Number.isInteger(i) && i >= 0 && i < rows.length) bad.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+    }
     if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
       this.batchLimit = Math.max(1, rows.length >> 1);
-      return undefined;
+      return;
     }
     const dropped = bad.size ? [...bad.keys()].map((i) => rows[i]) : rows;
-    await store.remove(dropped.map((r) => r.seq));
-    dropped.forEach((r) => this.acked.add(r.report.id)); // settled: never sent again
-    const error = typeof b === "object" && b !== null ? (b as { error?: unknown }).error : "";
-    this.s.logger.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(error ?? "", 500)}`);
-    return undefined;
+    await settle(dropped);
+    this.s.logger.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
   }
 
   /** The page is being hidden or closed: send what is queued now, with keepalive. Fresh reports
@@ -233,20 +237,4 @@ export class Sender {
       this.send(batch, true).finally(() => (this.keepaliveBytes -= size));
     }
   }
-}
-
-function isAcknowledgement(body: unknown): boolean {
-  const b = body as Record<string, unknown> | null;
-  return typeof b === "object" && b !== null && Number.isInteger(b.accepted) && Number.isInteger(b.duplicates);
-}
-
-/** The batch positions a 400 names in details[].index, with the server's reason (escaped). */
-function rejected(body: unknown, size: number): Map<number, string> {
-  const found = new Map<number, string>();
-  const details = (body as { details?: unknown } | null)?.details;
-  for (const d of Array.isArray(details) ? details : []) {
-    const i = d?.index;
-    if (Number.isInteger(i) && i >= 0 && i < size) found.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
-  }
-  return found;
 }
