@@ -70,8 +70,7 @@ export class TelemetryClient {
   private secret?: DeviceSecret;
   private closed = false;
   private failure?: string; // why nothing can be recorded (the store cannot be used)
-  private readonly onHide?: () => void;
-  private readonly onVisibility?: () => void;
+  private readonly onHide?: (e: Event) => void;
 
   /** Throws (TypeError or Error) for a bad setting, or a schema given in code that is invalid,
    * greedy or huge; never because of the network or storage. */
@@ -84,12 +83,10 @@ export class TelemetryClient {
     this.sender.wake();
     const w = globalThis as { addEventListener?: typeof addEventListener; document?: Document };
     if (typeof w.addEventListener === "function" && w.document) {
-      this.onHide = () => this.sender.sendNow();
-      this.onVisibility = () => {
-        if (w.document!.visibilityState === "hidden") this.sender.sendNow();
-      };
+      // pagehide, or the page hidden: it may be closing.
+      this.onHide = (e) => (e.type === "pagehide" || w.document!.visibilityState === "hidden") && this.sender.sendNow();
       w.addEventListener("pagehide", this.onHide);
-      w.document.addEventListener("visibilitychange", this.onVisibility);
+      w.document.addEventListener("visibilitychange", this.onHide);
     }
   }
 
@@ -103,10 +100,8 @@ export class TelemetryClient {
       return store;
     } catch (e) {
       // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
-      this.failure = `no usable storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`;
-      this.s.logger.error(this.failure);
-      const memory = new MemoryStore();
-      return memory;
+      this.s.logger.error((this.failure = `no usable storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`));
+      return new MemoryStore();
     }
   }
 
@@ -209,8 +204,10 @@ export class TelemetryClient {
     if (this.closed) return;
     this.closed = true;
     const w = globalThis as { removeEventListener?: typeof removeEventListener; document?: Document };
-    if (this.onHide) w.removeEventListener!("pagehide", this.onHide);
-    if (this.onVisibility) w.document!.removeEventListener("visibilitychange", this.onVisibility);
+    if (this.onHide) {
+      w.removeEventListener!("pagehide", this.onHide);
+      w.document!.removeEventListener("visibilitychange", this.onHide);
+    }
     await this.sender.waitSettled(timeoutMs);
     this.sender.stopped = true;
     if (this.pending.length) {
