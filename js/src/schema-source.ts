@@ -11,7 +11,7 @@ import { request, shown, type Fetch } from "./http.js";
 import type { Logger } from "./options.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
-import { NAME_RE, parseSchema, schemaDict, type Schema } from "./schema.js";
+import { NAME_RE, parseSchema, type Schema } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export class SchemaSource {
@@ -68,7 +68,7 @@ export class SchemaSource {
   }
 
   /** Use `definition` if it is a valid schema of the right name within the budget. */
-  offer(definition: unknown, from: string): boolean {
+  offer(definition: unknown): boolean {
     let schema: Schema;
     try {
       schema = parseSchema(definition);
@@ -90,7 +90,7 @@ export class SchemaSource {
   async loadCached(store: Store): Promise<void> {
     if (!this.fetched || this.current) return;
     const cached = await store.cachedSchema(this.name);
-    if (cached !== undefined) this.offer(cached, "cached copy");
+    if (cached !== undefined) this.offer(cached);
   }
 
   /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
@@ -111,7 +111,8 @@ export class SchemaSource {
       this.log.warn("schema: no JSON object");
       return false;
     }
-    if (this.offer(answer.body, "from the server") && store) await store.cacheSchema(this.name, schemaDict(this.current!));
+    // Cached as served: it was just checked whole (unknown fields refused), and is checked again when read back.
+    if (this.offer(answer.body) && store) await store.cacheSchema(this.name, answer.body);
     return true;
   }
 }
