@@ -16,7 +16,7 @@ import { settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeReport, encodeWithPermanent, RecordError, type Truth } from "./reports.js";
 import type { Schema } from "./schema.js";
 import { SchemaSource } from "./schema-source.js";
-import { Sender } from "./sender.js";
+import { sender, type Sender } from "./sender.js";
 import { MemoryStore, type Store } from "./storage.js";
 import { FileStore } from "./store-files.js";
 import { hasIndexedDb, IndexedDbStore } from "./store-idb.js";
@@ -79,7 +79,7 @@ export class TelemetryClient {
     this.source = new SchemaSource(this.s.schema, this.s.maxEpsilon, this.s.maxReportBytes, this.s.logger);
     this.ledger = new Ledger(this.s.maxEpsilonPerDay);
     const store = this.open();
-    this.sender = new Sender(this.s, this.source, this.ledger, store, () => this.resolvePending());
+    this.sender = sender(this.s, this.source, this.ledger, store, () => this.resolvePending());
     this.sender.wake();
     const w = globalThis as { addEventListener?: typeof addEventListener; document?: Document };
     if (typeof w.addEventListener === "function" && w.document) {
