@@ -15,7 +15,7 @@ import { Ledger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
 import type { Schema } from "./schema.js";
-import { SchemaSource } from "./schema-source.js";
+import { schemaSource } from "./schema-source.js";
 import { sender } from "./sender.js";
 import { MemoryStore, type Store } from "./storage.js";
 import { FileStore } from "./store-files.js";
@@ -87,7 +87,7 @@ export class TelemetryClient {
   constructor(options: ClientOptions) {
     const s = settings(options);
     const log = s.logger;
-    const source = new SchemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
+    const source = schemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
     const ledger = new Ledger(s.maxEpsilonPerDay);
     let pending: Pending[] = [];
     let ready = false; // the store is open and its ledger read
