@@ -11,7 +11,7 @@
 
 import { shown } from "./http.js";
 import type { DeviceSecret } from "./hmac.js";
-import { Ledger, type DaySpent } from "./ledger.js";
+import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
 import type { Schema } from "./schema.js";
@@ -88,7 +88,7 @@ export class TelemetryClient {
     const s = settings(options);
     const log = s.logger;
     const source = schemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
-    const ledger = new Ledger(s.maxEpsilonPerDay);
+    const ledger = newLedger(s.maxEpsilonPerDay);
     let pending: Pending[] = [];
     let ready = false; // the store is open and its ledger read
     let secret: DeviceSecret | undefined;

@@ -29,38 +29,33 @@ export interface DaySpent {
 }
 
 /** The copy in memory: schema -> {window: ε}. */
-export class Ledger {
-  private readonly windows: Record<string, Record<string, number>> = {};
-  constructor(private readonly cap: number) {}
-
-  private of(schema: string): Record<string, number> {
-    return (this.windows[schema] ??= {});
-  }
-
+export interface Ledger {
   /** What storage says was spent (this process, other tabs or processes, earlier runs). */
-  learn(schema: string, rows: [string, number][]): void {
-    Object.assign(this.of(schema), Object.fromEntries(rows));
-  }
-
+  learn(schema: string, rows: [string, number][]): void;
   /** Spend in memory if the rules allow; else why not. */
-  claim(schema: string, window: string, epsilon: number): string | undefined {
-    return spend(this.of(schema), window, epsilon, this.cap);
-  }
+  claim(schema: string, window: string, epsilon: number): string | undefined;
+  release(schema: string, window: string): void;
+  spent(): Record<string, Record<string, DaySpent>>;
+}
 
-  release(schema: string, window: string): void {
-    delete this.of(schema)[window];
-  }
-
-  spent(): Record<string, Record<string, DaySpent>> {
-    const out: Record<string, Record<string, DaySpent>> = {};
-    for (const schema of Object.keys(this.windows).sort()) {
-      const windows = this.windows[schema];
-      for (const w of Object.keys(windows).sort()) {
-        const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: this.cap, windows: {} });
-        d.epsilon += windows[w];
-        d.windows[w] = windows[w];
+export function ledger(cap: number): Ledger {
+  const all: Record<string, Record<string, number>> = {};
+  const of = (schema: string) => (all[schema] ??= {});
+  return {
+    learn: (schema, rows) => Object.assign(of(schema), Object.fromEntries(rows)),
+    claim: (schema, window, epsilon) => spend(of(schema), window, epsilon, cap),
+    release: (schema, window) => delete of(schema)[window],
+    spent() {
+      const out: Record<string, Record<string, DaySpent>> = {};
+      for (const schema of Object.keys(all).sort()) {
+        const windows = all[schema];
+        for (const w of Object.keys(windows).sort()) {
+          const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: cap, windows: {} });
+          d.epsilon += windows[w];
+          d.windows[w] = windows[w];
+        }
       }
-    }
-    return out;
-  }
+      return out;
+    },
+  };
 }

@@ -140,7 +140,7 @@ export function parseSchema(obj: unknown): Schema {
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
   const description = get(obj, "description", "");
   if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
-    bad("description", "must be a string of at most 10000 characters");
+    bad("description", "must be text of at most 10000 characters");
   }
   requireText(description, "description");
   const raw = obj.attributes;
@@ -175,7 +175,7 @@ function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: 
   const total = obj.epsilon_permanent;
   const k = epsilons.length;
   if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
-    bad("epsilon_permanent", "must be a number above epsilon and at most 50");
+    bad("epsilon_permanent", "must be a number in (epsilon, 50]");
   }
   // Under split 'sample' a device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
   if (split === "sample" && !(epsilon < total / k)) bad("epsilon_permanent", "/ attributes must exceed epsilon (split sample)");
@@ -249,7 +249,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   let [p, q] = mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
-    if (!mech.memoisable) at("type", "cannot be memoised (epsilon_permanent with a numeric mean)");
+    if (!mech.memoisable) at("type", "cannot be memoised (a numeric mean)");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
     ({ p, q } = memo);
   }
@@ -295,9 +295,9 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
     bad(where, `must be a list of ${least === most ? least : `${least} to ${most}`} increasing numbers`);
   }
   raw.forEach((value, i) => {
-    if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) bad(`${where}[${i}]`, "must be a number of magnitude at most 1e15");
+    if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) bad(`${where}[${i}]`, "must be a number in [-1e15, 1e15]");
     if (i && !(value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])))) {
-      bad(`${where}[${i}]`, "must exceed the one before by 1e-9 of the larger (and of 1)");
+      bad(`${where}[${i}]`, "must exceed the one before by 1e-9 (relative)");
     }
   });
   return raw;
