@@ -68,12 +68,15 @@ function logistic(epsilon: number): Pair {
 /** One randomised-response core for rr, grr and oue (and so for histograms): a response at (p, q)
  * on an internal value, and memoisation (RAPPOR: a permanent response at the attribute's share of
  * ε∞ from the device secret's coins, then an instantaneous one with fresh coins, `keep` solved by
- * bisection so that one report is exactly ε-LDP). The defaults are binary: the instantaneous
- * layer keeps the bit w.p. `keep` (uninformative at 1/2), and ε = ln(p/q). */
+ * bisection so that one report is exactly ε-LDP). The instantaneous layer keeps a value w.p.
+ * `keep` and moves it to each of the m-1 others w.p. (1-keep)/(m-1), uninformative at keep = 1/m,
+ * with m = d for rr (d = 2) and grr; oue (the one with a `unary` encoding, bit by bit) has m = 2
+ * and ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
 function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, respond: Respond,
-  wireBytes: (a: Encoded) => number, internal = (_a: Encoded, truth: unknown): unknown => truth,
-  wire = (_a: Encoded, value: unknown): unknown => value, uninformative = (_d: number) => 0.5,
-  irr = (keep: number, _d: number): Pair => [keep, 1 - keep], epsilonOf = (p: number, q: number) => Math.log(p / q)): ShareMechanism {
+  wireBytes: (a: Encoded) => number, wire = (_a: Encoded, value: unknown): unknown => value,
+  unary?: (a: Encoded, truth: unknown) => number[]): ShareMechanism {
+  const internal = unary ?? ((_a: Encoded, truth: unknown): unknown => truth);
+  const irr = (keep: number, d: number): Pair => [keep, (1 - keep) / ((unary ? 2 : d) - 1)];
   const compose = (p1: number, q1: number, keep: number, d: number): Pair => {
     const [p2, q2] = irr(keep, d);
     return [p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2];
@@ -90,12 +93,13 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     memoise(epsilon, epsilonPermanent, d) {
       const [p1, q1] = parameters(epsilonPermanent, d);
-      let low = uninformative(d);
+      let low = 1 / (unary ? 2 : d);
       let high = 1.0;
       for (let i = 0; i < 200; i++) {
         const middle = (low + high) / 2;
         if (middle === low || middle === high) break;
-        if (epsilonOf(...compose(p1, q1, middle, d)) < epsilon) low = middle;
+        const [p, q] = compose(p1, q1, middle, d);
+        if (Math.log(unary ? (p * (1 - q)) / (q * (1 - p)) : p / q) < epsilon) low = middle;
         else high = middle;
       }
       // The lower end is kept: the report's ε never exceeds `epsilon`.
@@ -215,14 +219,13 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
     const e = Math.exp(epsilon);
     return [e / (e + d - 1), 1 / (e + d - 1)];
   }, grrRespond, (a) => Math.max(...a.categories.map((c) => pyJson(c).length)), // as Python's json.dumps writes it
-  undefined, (a, value) => a.categories[value as number], (d) => 1 / d, (keep, d) => [keep, (1 - keep) / (d - 1)]),
+  (a, value) => a.categories[value as number]),
   // Optimised unary encoding (Wang et al. 2017): a one-hot vector, the true bit 1 w.p. p = 1/2,
   // every other bit w.p. q = 1/(e^ε+1); one coin per bit, in order.
   share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], (_a, bits: number[], p, q, source) => {
     const below = [threshold(q), threshold(p)];
     return bits.map((bit) => (uniform53(source) < below[bit] ? 1 : 0));
-  }, (a) => 3 * a.categories.length, (a, truth) => a.categories.map((_, i) => (i === truth ? 1 : 0)), undefined, undefined, undefined,
-  (p, q) => Math.log((p * (1 - q)) / (q * (1 - p)))), // two inputs differ in two bits
+  }, (a) => 3 * a.categories.length, undefined, (a, truth) => a.categories.map((_, i) => (i === truth ? 1 : 0))),
   // Duchi et al.'s one-bit mechanism; wire 0 or 1.
   mean("duchi", logistic, (epsilon, t) => duchiC(epsilon) ** 2 - t * t, (epsilon) => ({ C: duchiC(epsilon) }),
     (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
