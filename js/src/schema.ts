@@ -98,6 +98,12 @@ function bad(field: string, what: string): never {
   throw new SchemaError(field, `${field} ${what}`);
 }
 
+/** A memoised attribute's two layers as served: [field, Memo member]. */
+const LAYERS: Record<string, [string, keyof Memo][]> = {
+  permanent: [["epsilon", "epsilonPermanent"], ["p", "permanentP"], ["q", "permanentQ"]],
+  instantaneous: [["p", "instantP"], ["q", "instantQ"]],
+};
+
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
 export function attributeDict(a: Attribute, py = false): Json {
@@ -109,10 +115,7 @@ export function attributeDict(a: Attribute, py = false): Json {
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
   for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
   const m = a.memo;
-  if (m) {
-    out.permanent = { epsilon: f(m.epsilonPermanent), p: f(m.permanentP), q: f(m.permanentQ) };
-    out.instantaneous = { p: f(m.instantP), q: f(m.instantQ) };
-  }
+  if (m) for (const key in LAYERS) out[key] = Object.fromEntries(LAYERS[key].map(([k, field]) => [k, f(m[field])]));
   return out;
 }
 
@@ -273,14 +276,10 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
 
 /** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */
 function servedLayers(raw: Json, memo: Memo, where: string): Memo {
-  const layers: Record<string, [string, keyof Memo][]> = {
-    permanent: [["epsilon", "epsilonPermanent"], ["p", "permanentP"], ["q", "permanentQ"]],
-    instantaneous: [["p", "instantP"], ["q", "instantQ"]],
-  };
   const out: Json = { ...memo };
-  for (const key in layers) {
+  for (const key in LAYERS) {
     const given = raw[key];
-    const fields = layers[key];
+    const fields = LAYERS[key];
     if (has(raw, key) && !(isObject(given) && Object.keys(given).length === fields.length &&
       fields.every(([k, m]) => has(given, k) && close(given[k], memo[m])))) {
       bad(`${where}.${key}`, `must be ${JSON.stringify(Object.fromEntries(fields.map(([k, m]) => [k, memo[m]])))} (derived)`);
