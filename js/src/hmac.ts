@@ -5,7 +5,7 @@
  * {@link StreamBytes}.
  */
 
-import type { RandomSource } from "./random.js";
+import { FixedBytes } from "./random.js";
 
 /** The device's secret: its 32 raw bytes, or an HMAC-SHA256 CryptoKey made from them (in a
  * browser it is kept non-extractable, so no script can read it back). */
@@ -46,14 +46,9 @@ export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: nu
   return out;
 }
 
-export class StreamBytes implements RandomSource {
-  private at = 0;
-  constructor(private readonly data: Uint8Array) {}
-
-  take(n: number): Uint8Array {
-    if (this.at + n > this.data.length) throw new Error("the HMAC stream ran out");
-    const out = this.data.subarray(this.at, this.at + n);
-    this.at += n;
-    return out;
+/** The HMAC stream's bytes, handed out in order; running out is an error, never a wrap. */
+export class StreamBytes extends FixedBytes {
+  constructor(data: Uint8Array) {
+    super(data, "the HMAC stream");
   }
 }

@@ -7,6 +7,8 @@
  * doing), and server text escaped before it reaches a log.
  */
 
+import { quote } from "./pyjson.js";
+
 export const MAX_RESPONSE_BYTES = 1 << 20;
 const MAX_REDIRECTS = 5;
 // A POST follows only the redirects that keep its method and body.
@@ -23,7 +25,7 @@ export type Fetch = typeof fetch;
 /** Text from a server as it may appear in a log line: quoted, control and non-ASCII characters
  * escaped, at most `limit` characters, so it cannot forge or hide a line of the app's log. */
 export function shown(text: unknown, limit = 300): string {
-  return JSON.stringify(String(text).slice(0, limit)).replace(/[^\x20-\x7e]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  return quote(String(text).slice(0, limit));
 }
 
 export function sameOrigin(a: string, b: string): boolean {
@@ -50,13 +52,7 @@ async function readBounded(response: Response, signal: AbortSignal): Promise<str
     }
     parts.push(value);
   }
-  const all = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    all.set(p, at);
-    at += p.length;
-  }
-  return new TextDecoder().decode(all);
+  return new Blob(parts as BlobPart[]).text();
 }
 
 export interface RequestOptions {

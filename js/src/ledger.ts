@@ -1,25 +1,25 @@
 /**
  * The ledger's rules, per schema (as client/ledger.py): one report per window, where a day and
  * its hours overlap (either spends the other), and at most `perDay` ε per UTC day. The stores
- * apply {@link refusal} inside their check-and-spend; {@link Ledger} is the copy in memory that
+ * apply {@link spend} inside their check-and-spend; {@link Ledger} is the copy in memory that
  * answers record() without touching storage.
  */
 
-import { dayOf, overlapping } from "./windows.js";
+import { dayOf } from "./windows.js";
 
-const EPSILON_TOLERANCE = 1e-9;
-
-/** Why a report of `epsilon` in `window` may not be made, given `day` ({window: ε} spent that
- * UTC day); undefined when it may. */
-export function refusal(day: Record<string, number>, window: string, epsilon: number, perDay: number): string | undefined {
-  for (const name of overlapping(window)) {
-    if (name in day) return `already reported in window ${window}`;
+/** Spend `epsilon` on `window` in `spent` (one schema's {window: ε}) if the rules allow, else
+ * say why not: a window overlapping it spent (a day and its hours: one name is a prefix of the
+ * other), or the UTC day's total over `perDay` (within 1e-9). */
+export function spend(spent: Record<string, number>, window: string, epsilon: number, perDay: number): string | undefined {
+  const day = dayOf(window);
+  let total = 0;
+  for (const w in spent) {
+    if (dayOf(w) !== day) continue;
+    if (w.startsWith(window) || window.startsWith(w)) return `already reported in window ${window}`;
+    total += spent[w];
   }
-  const total = Object.values(day).reduce((a, b) => a + b, 0);
-  if (total + epsilon > perDay + EPSILON_TOLERANCE) {
-    return `over maxEpsilonPerDay on ${dayOf(window)}`;
-  }
-  return undefined;
+  if (total + epsilon > perDay + 1e-9) return `over maxEpsilonPerDay on ${day}`;
+  spent[window] = epsilon;
 }
 
 export interface DaySpent {
@@ -28,49 +28,34 @@ export interface DaySpent {
   windows: Record<string, number>;
 }
 
-export class Ledger {
-  // schema -> day -> {window: ε}
-  private readonly days = new Map<string, Map<string, Record<string, number>>>();
-  constructor(readonly perDay: number) {}
-
-  private day(schema: string, window: string): Record<string, number> {
-    let bySchema = this.days.get(schema);
-    if (!bySchema) this.days.set(schema, (bySchema = new Map()));
-    const key = dayOf(window);
-    let day = bySchema.get(key);
-    if (!day) bySchema.set(key, (day = {}));
-    return day;
-  }
-
+/** The copy in memory: schema -> {window: ε}. */
+export interface Ledger {
   /** What storage says was spent (this process, other tabs or processes, earlier runs). */
-  learn(schema: string, rows: Iterable<[string, number]>): void {
-    for (const [window, epsilon] of rows) this.day(schema, window)[window] = epsilon;
-  }
-
+  learn(schema: string, rows: [string, number][]): void;
   /** Spend in memory if the rules allow; else why not. */
-  claim(schema: string, window: string, epsilon: number): string | undefined {
-    const day = this.day(schema, window);
-    const reason = refusal(day, window, epsilon, this.perDay);
-    if (reason === undefined) day[window] = epsilon;
-    return reason;
-  }
+  claim(schema: string, window: string, epsilon: number): string | undefined;
+  release(schema: string, window: string): void;
+  spent(): Record<string, Record<string, DaySpent>>;
+}
 
-  release(schema: string, window: string): void {
-    delete this.day(schema, window)[window];
-  }
-
-  spent(): Record<string, Record<string, DaySpent>> {
-    const out: Record<string, Record<string, DaySpent>> = {};
-    for (const [schema, days] of [...this.days].sort()) {
-      for (const [day, windows] of [...days].sort()) {
-        const names = Object.keys(windows).sort();
-        if (!names.length) continue;
-        (out[schema] ??= {})[day] = {
-          epsilon: names.reduce((a, w) => a + windows[w], 0), maxEpsilonPerDay: this.perDay,
-          windows: Object.fromEntries(names.map((w) => [w, windows[w]])),
-        };
+export function ledger(cap: number): Ledger {
+  const all: Record<string, Record<string, number>> = {};
+  const of = (schema: string) => (all[schema] ??= {});
+  return {
+    learn: (schema, rows) => Object.assign(of(schema), Object.fromEntries(rows)),
+    claim: (schema, window, epsilon) => spend(of(schema), window, epsilon, cap),
+    release: (schema, window) => delete of(schema)[window],
+    spent() {
+      const out: Record<string, Record<string, DaySpent>> = {};
+      for (const schema of Object.keys(all).sort()) {
+        const windows = all[schema];
+        for (const w of Object.keys(windows).sort()) {
+          const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: cap, windows: {} });
+          d.epsilon += windows[w];
+          d.windows[w] = windows[w];
+        }
       }
-    }
-    return out;
-  }
+      return out;
+    },
+  };
 }

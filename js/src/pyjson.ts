@@ -11,23 +11,18 @@ export class PyFloat {
   constructor(readonly value: number) {}
 }
 
-/** Python's `repr(x)` of the float `x`: fixed notation for exponents -4 to 15, else scientific. */
+/** Python's `repr(x)` of the float `x`: the same shortest round-trip digits as JavaScript's,
+ * fixed notation (with ".0" when whole) for exponents -4 to 15, else scientific with a signed
+ * exponent of at least two digits. */
 export function floatRepr(x: number): string {
   if (!Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
-  const sign = x < 0 ? "-" : "";
-  const [mantissa, exponentText] = Math.abs(x).toExponential().split("e");
-  const digits = mantissa.replace(".", "");
-  const exponent = Number(exponentText);
-  if (exponent < -4 || exponent >= 16) {
-    const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
-    const e = Math.abs(exponent);
-    return `${sign}${m}e${exponent < 0 ? "-" : "+"}${e < 10 ? "0" : ""}${e}`;
-  }
-  if (exponent < 0) return `${sign}0.${"0".repeat(-exponent - 1)}${digits}`;
-  const whole = digits.slice(0, exponent + 1).padEnd(exponent + 1, "0");
-  const fraction = digits.slice(exponent + 1) || "0";
-  return `${sign}${whole}.${fraction}`;
+  if (x === 0) return 1 / x < 0 ? "-0.0" : "0.0";
+  const [mantissa, exponent] = x.toExponential().split("e");
+  const e = +exponent;
+  // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation.
+  if (e < -4 || e > 15) return `${mantissa}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
+  const fixed = String(x);
+  return fixed.includes(".") ? fixed : `${fixed}.0`;
 }
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */
@@ -35,38 +30,24 @@ export function numberText(x: number): string {
   return Number.isInteger(x) ? String(x === 0 ? 0 : x) : floatRepr(x);
 }
 
-function quote(s: string): string {
-  let out = '"';
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const ch = s[i];
-    if (ch === '"') out += '\\"';
-    else if (ch === "\\") out += "\\\\";
-    else if (ch === "\n") out += "\\n";
-    else if (ch === "\r") out += "\\r";
-    else if (ch === "\t") out += "\\t";
-    else if (ch === "\b") out += "\\b";
-    else if (ch === "\f") out += "\\f";
-    else if (c < 0x20 || c > 0x7e) out += "\\u" + c.toString(16).padStart(4, "0"); // UTF-16 units, as Python
-    else out += ch;
-  }
-  return out + '"';
+/** `s` as a JSON string in ASCII only: JSON.stringify's escapes (\", \\, \n, \b, ..., \u00XX for
+ * other controls, lone surrogates as \udXXX) are Python's, and every other character outside
+ * printable ASCII becomes \uXXXX per UTF-16 unit, as Python's ensure_ascii writes it. */
+export function quote(s: string): string {
+  return JSON.stringify(s).replace(/[^\x20-\x7e]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 }
 
 /** `json.dumps(value, sort_keys=True, separators=(",", ":"))` (ensure_ascii) of a value made of
  * objects, arrays, strings, booleans, null, {@link PyFloat}s and numbers (integers written bare). */
 export function pyJson(value: unknown): string {
-  if (value === null) return "null";
-  if (value === true) return "true";
-  if (value === false) return "false";
   if (value instanceof PyFloat) return floatRepr(value.value);
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : floatRepr(value);
+  if (typeof value === "number" && !Number.isInteger(value)) return floatRepr(value);
   if (typeof value === "string") return quote(value);
-  if (Array.isArray(value)) return "[" + value.map(pyJson).join(",") + "]";
-  if (typeof value === "object") {
+  if (Array.isArray(value)) return `[${value.map(pyJson)}]`;
+  if (value && typeof value === "object") {
     // Python sorts keys by code point; our keys are ASCII field names, where that is UTF-16 order too.
-    const keys = Object.keys(value as object).sort();
-    return "{" + keys.map((k) => quote(k) + ":" + pyJson((value as Record<string, unknown>)[k])).join(",") + "}";
+    return `{${Object.keys(value).sort().map((k) => `${quote(k)}:${pyJson((value as Record<string, unknown>)[k])}`)}}`;
   }
+  if (value === null || typeof value === "boolean" || typeof value === "number") return String(value);
   throw new TypeError(`no JSON for a ${typeof value}`);
 }

@@ -19,42 +19,37 @@ export interface RandomSource {
 
 const TWO_21 = 2 ** 21;
 export const SCALE = 2 ** 53;
-const POOL = 4096;
 
-/** Bytes from `crypto.getRandomValues`, fetched 4 KiB at a time (one call serves hundreds of coins). */
-export class SystemRandom implements RandomSource {
-  private pool = new Uint8Array(0);
-  private at = 0;
+/** Given bytes, handed out in order (test vectors, memoisation's HMAC stream). Running out is an
+ * error, never a wrap. */
+export class FixedBytes implements RandomSource {
+  used = 0;
+  constructor(protected data: Uint8Array, private readonly what = "the fixed random bytes") {}
 
   take(n: number): Uint8Array {
-    if (this.at + n > this.pool.length) {
-      const c = globalThis.crypto;
-      if (!c || typeof c.getRandomValues !== "function") {
-        throw new Error("no crypto.getRandomValues");
-      }
-      this.pool = new Uint8Array(Math.max(POOL, n));
-      // getRandomValues fills at most 65,536 bytes per call.
-      for (let i = 0; i < this.pool.length; i += 65536) c.getRandomValues(this.pool.subarray(i, i + 65536));
-      this.at = 0;
-    }
-    const out = this.pool.subarray(this.at, this.at + n);
-    this.at += n;
-    return out;
+    if (this.used + n > this.data.length) this.refill(n);
+    return this.data.subarray(this.used, (this.used += n));
+  }
+
+  protected refill(n: number): void {
+    throw new Error(`${this.what} ran out: ${n} more wanted after ${this.used} of ${this.data.length}`);
   }
 }
 
-/** Given bytes, handed out in order (test vectors). Running out is an error, never a wrap. */
-export class FixedBytes implements RandomSource {
-  used = 0;
-  constructor(private readonly data: Uint8Array) {}
+/** Bytes from `crypto.getRandomValues`, fetched 4 KiB at a time (one call serves hundreds of coins). */
+export class SystemRandom extends FixedBytes {
+  constructor() {
+    super(new Uint8Array(0));
+  }
 
-  take(n: number): Uint8Array {
-    if (this.used + n > this.data.length) {
-      throw new Error(`the fixed random bytes ran out: ${n} more wanted after ${this.used} of ${this.data.length}`);
-    }
-    const out = this.data.subarray(this.used, this.used + n);
-    this.used += n;
-    return out;
+  protected refill(n: number): void {
+    const c = globalThis.crypto;
+    if (typeof c?.getRandomValues !== "function") throw new Error("no crypto.getRandomValues");
+    const pool = new Uint8Array(Math.max(4096, n));
+    // getRandomValues fills at most 65,536 bytes per call.
+    for (let i = 0; i < pool.length; i += 65536) c.getRandomValues(pool.subarray(i, i + 65536));
+    this.data = pool;
+    this.used = 0;
   }
 }
 
@@ -80,7 +75,7 @@ export function bernoulli(probability: number, source: RandomSource): boolean {
 
 /** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
 export function randbelow(n: number, source: RandomSource): number {
-  if (!(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError(`randbelow needs 1 <= n <= 2^48, got ${n}`);
+  if (!(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
   let bits = 0;
   for (let m = n - 1; m > 0; m = Math.floor(m / 2)) bits++;
   if (bits === 0) return 0;

@@ -38,53 +38,32 @@ const MAX_RECORD_NUMBER = 1e300;
 export type Truth = Record<string, boolean | number>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
-  if (typeof record !== "object" || record === null || Array.isArray(record)) {
-    throw new RecordError("record", "must be an object");
-  }
-  const keys = Object.keys(record);
-  if (keys.length !== schema.byName.size || keys.some((k) => !schema.byName.has(k))) {
-    const unknown = keys.filter((k) => !schema.byName.has(k)).sort();
-    if (unknown.length) {
-      throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
-    }
-    const missing = [...schema.byName.keys()].filter((n) => !Object.prototype.hasOwnProperty.call(record, n));
-    throw new RecordError(missing[0], "is missing");
-  }
+  if (typeof record !== "object" || record === null || Array.isArray(record)) throw new RecordError("record", "must be an object");
   const values = record as Record<string, unknown>;
+  const unknown = Object.keys(values).filter((k) => !schema.byName.has(k)).sort();
+  if (unknown.length) throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
+  const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(values, a.name));
+  if (missing) throw new RecordError(missing.name, "is missing");
   const truth: Truth = {};
-  for (const a of schema.attributes) {
-    const value = values[a.name];
-    if (a.type === "boolean") {
-      if (typeof value !== "boolean") throw new RecordError(a.name, "must be true or false");
-      truth[a.name] = value;
-    } else if (a.type === "numeric" || a.type === "histogram") {
-      if (!isNumber(value) || Math.abs(value) > MAX_RECORD_NUMBER) {
-        throw new RecordError(a.name, "must be a finite number");
-      }
-      truth[a.name] = a.type === "numeric" ? value : bucket(a.edges, value);
-    } else {
-      if (typeof value !== "string") throw new RecordError(a.name, "must be a category name");
-      const index = a.indexOf.get(value);
-      if (index === undefined) {
-        throw new RecordError(a.name, "must be one of the schema's categories");
-      }
-      truth[a.name] = index;
+  for (const { name, type, edges, indexOf } of schema.attributes) {
+    const value = values[name];
+    const boolean = type === "boolean";
+    const numeric = type === "numeric";
+    // A boolean, a category's index, a number (clipped later) or a histogram bucket's index.
+    const t = boolean ? (typeof value === "boolean" ? value : undefined)
+      : type === "categorical" ? indexOf.get(value as string)
+      : isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value)) : undefined;
+    if (t === undefined) {
+      throw new RecordError(name, boolean ? "must be true or false" : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
     }
+    truth[name] = t;
   }
   return truth;
 }
 
-const B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 /** A fresh id (24 bytes of `source`, base64url: 32 characters) that makes retries idempotent. */
 export function newReportId(source: RandomSource = SYSTEM): string {
-  const b = source.take(24);
-  let out = "";
-  for (let i = 0; i < 24; i += 3) {
-    const n = (b[i] << 16) | (b[i + 1] << 8) | b[i + 2];
-    out += B64URL[n >> 18] + B64URL[(n >> 12) & 63] + B64URL[(n >> 6) & 63] + B64URL[n & 63];
-  }
-  return out;
+  return btoa(String.fromCharCode(...source.take(24))).replace(/[+/]/g, (c) => (c === "+" ? "-" : "_"));
 }
 
 /** Memoisation's HMAC message for `a`'s permanent response to `truth`: compact JSON (sorted

@@ -31,8 +31,8 @@ const SHOWN = ["C", "z", "C_pm", "alpha", "scale"];
 // the served values are the ones used, so this client's coins are the server's (a libm may
 // differ from Python's in a last digit).
 const PARAMETER_TOLERANCE = 1e-9;
-const WINDOWS = ["hour", "day"];
-const SPLITS = ["equal", "sample"];
+const WINDOWS = ["day", "hour"]; // the first is the default
+const SPLITS = ["equal", "sample"]; // the first is the default
 const TYPES = ["boolean", "categorical", "numeric", "histogram"];
 const SCHEMA_FIELDS = new Set(["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"]);
 const ATTRIBUTE_FIELDS = new Set(["name", "type", "categories", "range", "edges", "mechanism", "epsilon", "p", "q",
@@ -73,7 +73,7 @@ export interface Schema {
   readonly byName: ReadonlyMap<string, Attribute>;
 }
 
-type Json = Record<string, unknown>;
+type Json = Record<string, any>;
 
 function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -92,11 +92,17 @@ function get(obj: Json, key: string, fallback: unknown): unknown {
   return has(obj, key) ? obj[key] : fallback;
 }
 
-/** Throws a SchemaError for `field`. Messages are short (they cost bytes in every page that
- * embeds the client) and never quote the bad value back. */
+/** Throws a SchemaError for `field`: "<field> <what>". Messages are short (they cost bytes in
+ * every page that embeds the client), say what the field must be, and never quote the bad value. */
 function bad(field: string, what: string): never {
   throw new SchemaError(field, `${field} ${what}`);
 }
+
+/** A memoised attribute's two layers as served: [field, Memo member]. */
+const LAYERS: Record<string, [string, keyof Memo][]> = {
+  permanent: [["epsilon", "epsilonPermanent"], ["p", "permanentP"], ["q", "permanentQ"]],
+  instantaneous: [["p", "instantP"], ["q", "instantQ"]],
+};
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
@@ -108,11 +114,8 @@ export function attributeDict(a: Attribute, py = false): Json {
   if (a.categories.length) out.categories = [...a.categories];
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
   for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
-  if (a.memo) {
-    const m = a.memo;
-    out.permanent = { epsilon: f(m.epsilonPermanent), p: f(m.permanentP), q: f(m.permanentQ) };
-    out.instantaneous = { p: f(m.instantP), q: f(m.instantQ) };
-  }
+  const m = a.memo;
+  if (m) for (const key in LAYERS) out[key] = Object.fromEntries(LAYERS[key].map(([k, field]) => [k, f(m[field])]));
   return out;
 }
 
@@ -130,60 +133,56 @@ const PARSED = new WeakSet<object>();
 /** Validate a schema (as decoded from JSON) and derive its parameters; a {@link Schema} is
  * returned as it is. Throws {@link SchemaError}. */
 export function parseSchema(obj: unknown): Schema {
-  if (typeof obj === "object" && obj !== null && PARSED.has(obj)) return obj as Schema;
-  if (!isObject(obj)) bad("schema", "must be a JSON object");
-  rejectUnknown(obj, SCHEMA_FIELDS, "schema");
+  if (PARSED.has(obj as object)) return obj as Schema;
+  object(obj, "schema", SCHEMA_FIELDS);
   const name = checkName(obj.name, "name");
   const version = obj.version;
-  if (!(typeof version === "number" && Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) {
-    bad("version", "must be an integer from 1 to 2^31-1");
-  }
+  if (!(Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) bad("version", "must be an integer in [1, 2^31-1]");
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
-  const window = get(obj, "window", "day");
-  if (!WINDOWS.includes(window as string)) bad("window", "must be hour or day");
-  const split = get(obj, "split", "equal");
-  if (!SPLITS.includes(split as string)) bad("split", "must be equal or sample");
+  const window = oneOf(obj, "window", WINDOWS) as WindowKind;
+  const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
   const description = get(obj, "description", "");
   if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
-    bad("description", "must be a string of at most 10,000 characters");
+    bad("description", "must be text of at most 10000 characters");
   }
   requireText(description, "description");
   const raw = obj.attributes;
-  if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_ATTRIBUTES) {
-    bad("attributes", "must be a list of 1 to 64 attributes");
-  }
-  const epsilons = splitBudget(raw, epsilon, split as string);
-  const permanents = permanentBudget(obj, epsilon, epsilons, split as string);
-  const attributes = raw.map((r, i) => attribute(r as Json, epsilons[i], permanents[i], `attributes[${i}]`));
+  if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_ATTRIBUTES) bad("attributes", "must be a list of 1 to 64 attributes");
+  raw.forEach((r, i) => object(r, `attributes[${i}]`));
+  const epsilons = splitBudget(raw, epsilon, split);
+  const permanents = permanentBudget(obj, epsilon, epsilons, split);
+  const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
   const byName = new Map<string, Attribute>();
   attributes.forEach((a, i) => {
     if (byName.has(a.name)) bad(`attributes[${i}].name`, "repeats another attribute's name");
     byName.set(a.name, a);
   });
   const schema: Schema = {
-    name, version, epsilon, window: window as WindowKind, split: split as "equal" | "sample", description,
-    ...(permanents[0] === undefined ? {} : { epsilonPermanent: obj.epsilon_permanent as number }),
+    name, version, epsilon, window, split, description,
+    ...(permanents[0] === undefined ? {} : { epsilonPermanent: obj.epsilon_permanent }),
     attributes, byName,
   };
   PARSED.add(schema);
   return schema;
 }
 
+/** `obj[key]`, one of `choices` (the first by default). */
+function oneOf(obj: Json, key: string, choices: string[]): string {
+  const v = get(obj, key, choices[0]) as string;
+  if (!choices.includes(v)) bad(key, `must be ${choices.join(" or ")}`);
+  return v;
+}
+
 function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
-  if (!(has(obj, "epsilon_permanent"))) return epsilons.map(() => undefined);
+  if (!has(obj, "epsilon_permanent")) return epsilons.map(() => undefined);
   const total = obj.epsilon_permanent;
-  if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
-    bad("epsilon_permanent", "must be a number above epsilon and at most 50");
-  }
   const k = epsilons.length;
-  if (split === "sample") {
-    // A device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
-    if (!(epsilon < total / k)) {
-      bad("epsilon_permanent", "/ the number of attributes must exceed epsilon under split 'sample'");
-    }
-    return epsilons.map(() => total / k);
+  if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
+    bad("epsilon_permanent", "must be a number in (epsilon, 50]");
   }
-  return epsilons.map((e) => (total * e) / epsilon);
+  // Under split 'sample' a device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
+  if (split === "sample" && !(epsilon < total / k)) bad("epsilon_permanent", "/ attributes must exceed epsilon (split sample)");
+  return epsilons.map((e) => (split === "sample" ? total / k : (total * e) / epsilon));
 }
 
 /** An exactly rounded sum, as Python's math.fsum (Neumaier's compensation suffices for a few terms). */
@@ -198,28 +197,16 @@ function fsum(values: number[]): number {
   return sum + c;
 }
 
-function splitBudget(raw: unknown[], total: number, split: string): number[] {
-  raw.forEach((r, i) => {
-    if (!isObject(r)) bad(`attributes[${i}]`, "must be a JSON object");
-  });
-  const given = raw.map((r) => (r as Json).epsilon);
-  if (given.every((e) => e === undefined || e === null)) {
-    const share = split === "sample" ? total : total / raw.length;
-    return raw.map(() => share);
-  }
-  if (given.some((e) => e === undefined || e === null)) {
-    bad("attributes", "must all give epsilon or none");
-  }
+function splitBudget(raw: Json[], total: number, split: string): number[] {
+  const given = raw.map((r) => r.epsilon ?? undefined);
+  if (given.every((e) => e === undefined)) return raw.map(() => (split === "sample" ? total : total / raw.length));
+  if (given.includes(undefined)) bad("attributes", "must all give epsilon or none");
   const values = given.map((e, i) => checkEpsilon(e, `attributes[${i}].epsilon`));
   if (split === "sample") {
     values.forEach((e, i) => {
-      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) {
-        bad(`attributes[${i}].epsilon`, "must equal the total epsilon under split 'sample'");
-      }
+      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, "must equal epsilon (split sample)");
     });
-  } else if (Math.abs(fsum(values) - total) > EPSILON_SUM_TOLERANCE) {
-    bad("attributes", "epsilons must sum to the total epsilon");
-  }
+  } else if (Math.abs(fsum(values) - total) > EPSILON_SUM_TOLERANCE) bad("attributes", "epsilons must sum to epsilon");
   return values;
 }
 
@@ -231,66 +218,55 @@ function close(given: unknown, derived: number): given is number {
 }
 
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
-  if (raw.type === "string") {
-    // DESIGN.md "Strings" (olh) is not implemented on the server side yet; refusing is honest.
-    bad(`${where}.type`, "is string (olh), which this version of the JavaScript client cannot randomise yet");
-  }
-  rejectUnknown(raw, ATTRIBUTE_FIELDS, where);
-  const name = checkName(raw.name, `${where}.name`);
   const type = raw.type;
-  if (typeof type !== "string" || !TYPES.includes(type)) {
-    bad(`${where}.type`, `must be one of ${TYPES.join(", ")}`);
-  }
-  const allowed: Record<string, string> = { categorical: "categories", numeric: "range", histogram: "edges" };
-  for (const own of ["categories", "range", "edges"]) {
-    if (has(raw, own) && allowed[type] !== own && !(type === "histogram" && own === "categories")) {
-      bad(`${where}.${own}`, `is not allowed on a ${type} attribute`);
-    }
+  const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
+  // DESIGN.md "Strings" (olh) is not implemented on the server side yet; refusing is honest.
+  if (type === "string") at("type", "string (olh) is not supported yet");
+  object(raw, where, ATTRIBUTE_FIELDS);
+  const name = checkName(raw.name, `${where}.name`);
+  if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
+  const own = ({ categorical: "categories", numeric: "range", histogram: "edges" } as Json)[type];
+  for (const key of ["categories", "range", "edges"]) {
+    if (has(raw, key) && own !== key && !(type === "histogram" && key === "categories")) at(key, `is not allowed on a ${type}`);
   }
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
   if (type === "categorical") categories = checkCategories(raw.categories, `${where}.categories`);
-  else if (type === "numeric") {
-    const r = increasing(raw.range, `${where}.range`, 2, 2);
-    range = [r[0], r[1]];
-  } else if (type === "histogram") {
+  else if (type === "numeric") range = increasing(raw.range, `${where}.range`, 2, 2) as [number, number];
+  else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
     if (has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
-      bad(`${where}.categories`, "must be the bucket names of edges");
+      at("categories", "must be the bucket names of edges");
     }
   }
-  if (!(epsilon >= MIN_EPSILON)) bad(`${where}.epsilon`, "is under 1e-4 (its share of the total)");
+  if (!(epsilon >= MIN_EPSILON)) at("epsilon", "(its share of epsilon) is under 1e-4");
   const d = Math.max(2, categories.length); // a boolean has two values
   let mech: Mechanism;
   try {
     mech = resolve(type, get(raw, "mechanism", AUTO), epsilon, d);
   } catch (e) {
-    bad(`${where}.mechanism`, `must be one of ${(e as Error).message}`);
+    at("mechanism", `must be one of ${(e as Error).message}`);
   }
   let [p, q] = mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
-    if (!mech.memoisable) {
-      bad(`${where}.type`, "cannot be memoised (no epsilon_permanent with a numeric mean)");
-    }
+    if (!mech.memoisable) at("type", "cannot be memoised (a numeric mean)");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
-    [p, q] = [memo.p, memo.q];
+    ({ p, q } = memo);
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit).
-  const derived: Record<string, number> = { p, q, ...mech.shown(epsilon) };
-  for (const [field, value] of Object.entries(derived)) {
+  let derived: Record<string, number> = { p, q, ...mech.shown(epsilon) };
+  for (const field in derived) {
     if (has(raw, field)) {
-      if (!close(raw[field], value)) bad(`${where}.${field}`, `must be ${value} (derived from epsilon and mechanism)`);
-      derived[field] = raw[field] as number;
+      if (!close(raw[field], derived[field])) at(field, `must be ${derived[field]} (derived)`);
+      derived[field] = raw[field];
     }
   }
-  for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) bad(`${where}.${field}`, `is no parameter of ${mech.name}`);
-  ({ p, q } = derived);
-  delete derived.p;
-  delete derived.q;
+  for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
+  ({ p, q, ...derived } = derived);
   if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
   return {
     name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges,
@@ -300,41 +276,30 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
 
 /** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */
 function servedLayers(raw: Json, memo: Memo, where: string): Memo {
-  const expect = {
-    permanent: { epsilon: memo.epsilonPermanent, p: memo.permanentP, q: memo.permanentQ },
-    instantaneous: { p: memo.instantP, q: memo.instantQ },
-  };
-  const out = { ...memo };
-  for (const key of ["permanent", "instantaneous"] as const) {
-    if (!has(raw, key)) continue;
+  const out: Json = { ...memo };
+  for (const key in LAYERS) {
     const given = raw[key];
-    const want: Record<string, number> = expect[key];
-    const ok = isObject(given) && Object.keys(given).length === Object.keys(want).length &&
-      Object.entries(want).every(([k, v]) => has(given, k) && close(given[k], v));
-    if (!ok) {
-      bad(`${where}.${key}`, `must be ${JSON.stringify(want)} (derived from epsilon_permanent)`);
+    const fields = LAYERS[key];
+    if (has(raw, key) && !(isObject(given) && Object.keys(given).length === fields.length &&
+      fields.every(([k, m]) => has(given, k) && close(given[k], memo[m])))) {
+      bad(`${where}.${key}`, `must be ${JSON.stringify(Object.fromEntries(fields.map(([k, m]) => [k, memo[m]])))} (derived)`);
     }
-    const g = given as Record<string, number>;
-    if (key === "permanent") Object.assign(out, { epsilonPermanent: g.epsilon, permanentP: g.p, permanentQ: g.q });
-    else Object.assign(out, { instantP: g.p, instantQ: g.q });
+    if (given) for (const [k, m] of fields) out[m] = given[k];
   }
-  return out;
+  return out as Memo;
 }
 
 function increasing(raw: unknown, where: string, least: number, most: number): number[] {
   if (!Array.isArray(raw) || raw.length < least || raw.length > most) {
-    const count = least === most ? `${least}` : `${least} to ${most}`;
-    bad(where, `must be a list of ${count} increasing numbers`);
+    bad(where, `must be a list of ${least === most ? least : `${least} to ${most}`} increasing numbers`);
   }
   raw.forEach((value, i) => {
-    if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) {
-      bad(`${where}[${i}]`, "must be a number of magnitude at most 1e15");
-    }
+    if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) bad(`${where}[${i}]`, "must be a number in [-1e15, 1e15]");
     if (i && !(value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])))) {
-      bad(`${where}[${i}]`, "must exceed the number before it by 1e-9 of the larger (and of 1)");
+      bad(`${where}[${i}]`, "must exceed the one before by 1e-9 (relative)");
     }
   });
-  return raw as number[];
+  return raw;
 }
 
 /** The names of the buckets `edges` make: `[e0, e1)`, ..., `[e(k-1), ek]`. */
@@ -358,49 +323,39 @@ export function bucket(edges: readonly number[], x: number): number {
 }
 
 function checkCategories(raw: unknown, where: string): string[] {
-  if (!Array.isArray(raw) || raw.length < MIN_CATEGORIES || raw.length > MAX_CATEGORIES) {
-    bad(where, "must be a list of 2 to 1024 strings");
-  }
+  if (!Array.isArray(raw) || raw.length < MIN_CATEGORIES || raw.length > MAX_CATEGORIES) bad(where, "must be a list of 2 to 1024 strings");
   const seen = new Set<string>();
   raw.forEach((c, i) => {
-    if (typeof c !== "string" || c.length === 0 || [...c].length > MAX_CATEGORY_LENGTH) {
-      bad(`${where}[${i}]`, "must be a non-empty string of at most 64 characters");
-    }
-    requireText(c, `${where}[${i}]`);
+    const field = `${where}[${i}]`;
+    if (typeof c !== "string" || !c || [...c].length > MAX_CATEGORY_LENGTH) bad(field, "must be a string of 1 to 64 characters");
+    requireText(c, field);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
     const normal = c.normalize("NFC");
-    if (seen.has(normal)) {
-      bad(`${where}[${i}]`, "repeats a category (after Unicode NFC normalisation)");
-    }
+    if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
     seen.add(normal);
   });
-  return raw as string[];
+  return raw;
 }
-
-const LONE_SURROGATE = /\p{Cs}/u;
-const CONTROL_OR_FORMAT = /[\p{Cc}\p{Cf}]/u;
 
 /** Text that shows as what it is: no lone surrogate, no control or format character (U+202E...). */
 function requireText(text: string, field: string): void {
-  if (LONE_SURROGATE.test(text) || CONTROL_OR_FORMAT.test(text)) bad(field, "must be Unicode text without control or format characters");
+  if (/[\p{Cs}\p{Cc}\p{Cf}]/u.test(text)) bad(field, "must be text without control or format characters");
 }
 
 function checkName(value: unknown, field: string): string {
-  if (typeof value !== "string" || !NAME_RE.test(value)) {
-    bad(field, "must match [a-z0-9][a-z0-9_-]{0,63}");
-  }
+  if (typeof value !== "string" || !NAME_RE.test(value)) bad(field, `must match ${NAME_RE.source.slice(1, -1)}`);
   return value;
 }
 
 function checkEpsilon(value: unknown, field: string): number {
-  if (!isNumber(value) || !(value >= MIN_EPSILON && value <= MAX_EPSILON)) {
-    bad(field, "must be a number in [1e-4, 20]");
-  }
+  if (!isNumber(value) || !(value >= MIN_EPSILON && value <= MAX_EPSILON)) bad(field, "must be a number in [1e-4, 20]");
   return value;
 }
 
-function rejectUnknown(obj: Json, allowed: Set<string>, where: string): void {
-  const unknown = Object.keys(obj).filter((k) => !allowed.has(k)).sort();
+/** `obj` is a JSON object, with no field outside `allowed` (when given). */
+function object(obj: unknown, where: string, allowed?: Set<string>): asserts obj is Json {
+  if (!isObject(obj)) bad(where, "must be an object");
+  const unknown = Object.keys(obj).filter((k) => allowed && !allowed.has(k)).sort();
   if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
 }
 

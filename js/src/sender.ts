@@ -27,123 +27,147 @@ export const KEEPALIVE_BUDGET = 60 * 1024;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export class Sender {
-  private fresh: Report[] = []; // made, not yet in storage
-  private storing: Report[] = []; // being written to storage now (a closing page must still see them)
-  private mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
-  private acked = new Set<string>(); // ids acknowledged while their rows may still be stored
-  private inflight = new Set<string>();
-  private keepaliveBytes = 0;
-  private attempt = 0;
-  private deliverDue = 0;
-  private schemaDue: number;
-  private schemaAttempt = 0;
-  private batchLimit: number;
-  private timer?: ReturnType<typeof setTimeout>;
-  private running = false;
-  private wakeAt = Infinity; // when a wake() during a turn asked for the next one
-  private stored = -1; // rows in storage as last counted; -1 before the first count
-  busy = 0; // work the client does outside the sender (pending records, memoised encodings)
-  stopped = false;
-
-  constructor(private readonly s: Settings, private readonly source: SchemaSource, private readonly ledger: Ledger,
-    private readonly store: Promise<Store>, private readonly beforeTurn: () => void) {
-    this.batchLimit = s.maxBatch;
-    this.schemaDue = source.fetched ? 0 : Infinity;
-  }
-
-  put(report: Report): void {
-    this.fresh.push(report);
-    this.wake(this.s.lingerMs);
-  }
-
-  get settled(): boolean {
-    return !this.busy && !this.fresh.length && !this.storing.length && !this.stored && !this.running;
-  }
-
+/** What the client sees of its sender. */
+export interface Sender {
+  /** Work the client does outside the sender (pending records, memoised encodings). */
+  busy: number;
+  stopped: boolean;
+  put(report: Report): void;
   /** Run a turn after `ms` (at once when stopping). */
-  wake(ms = 0): void {
-    if (this.running) {
-      this.wakeAt = Math.min(this.wakeAt, Date.now() + ms);
+  wake(ms?: number): void;
+  /** True once settled, false after `ms` (its sleeps keep a Node process alive, as asked). */
+  waitSettled(ms: number): Promise<boolean>;
+  /** The page is being hidden or closed: send what is queued now, with keepalive. */
+  sendNow(): void;
+}
+
+/** The sender, as a closure: its state is local variables (shorter in the browser bundle than members). */
+export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP: Promise<Store>, beforeTurn: () => void): Sender {
+  let fresh: Report[] = []; // made, not yet in storage
+  let storing: Report[] = []; // being written to storage now (a closing page must still see them)
+  let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
+  const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
+  const inflight = new Set<string>();
+  let keepaliveBytes = 0;
+  let attempt = 0;
+  let deliverDue = 0;
+  let schemaDue = source.fetched ? 0 : Infinity;
+  let schemaAttempt = 0;
+  let batchLimit = s.maxBatch;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running = false;
+  let wakeAt = Infinity; // when a wake() during a turn asked for the next one
+  let stored = -1; // rows in storage as last counted; -1 before the first count
+  let why = "";
+  const log = s.logger;
+  const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
+  const unacked = (rows: Row[]) => rows.filter((r) => !acked.has(r.report.id));
+
+  const self: Sender = {
+    busy: 0,
+    stopped: false,
+    put(report) {
+      fresh.push(report);
+      wake(s.lingerMs);
+    },
+    wake,
+    async waitSettled(ms) {
+      const deadline = Date.now() + ms;
+      wake();
+      while (self.busy || fresh.length || storing.length || stored || running) {
+        if (Date.now() >= deadline) return false;
+        await sleep(Math.min(20, deadline - Date.now()));
+      }
+      return true;
+    },
+    // Fresh reports are stored at the same time (an IndexedDB transaction begun now completes), so
+    // a page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
+    sendNow() {
+      const rows = unacked(mirror);
+      const known = new Set(rows.map((r) => r.report.id));
+      for (const report of [...storing, ...fresh]) {
+        if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+      }
+      if (fresh.length) wake();
+      for (let at = 0; ;) {
+        const left = KEEPALIVE_BUDGET - keepaliveBytes;
+        const rows2 = batch(rows.slice(at), left);
+        const size = rows2.reduce((a, r) => a + r.bytes + 1, 16);
+        if (!rows2.length || size > left) return; // the quota is spent: the rest waits in storage
+        at += rows2.length;
+        keepaliveBytes += size;
+        send(rows2, true).finally(() => (keepaliveBytes -= size));
+      }
+    },
+  };
+
+  function wake(ms = 0): void {
+    if (running) {
+      wakeAt = Math.min(wakeAt, Date.now() + ms);
       return;
     }
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.turn(), this.stopped ? 0 : ms);
+    clearTimeout(timer);
+    timer = setTimeout(turn, self.stopped ? 0 : ms);
     // A Node process is not kept alive by retries alone: flush() and close() wait when asked.
-    (this.timer as { unref?: () => void }).unref?.();
+    (timer as { unref?: () => void }).unref?.();
   }
 
-  /** True once settled, false after `ms` (its sleeps keep a Node process alive, as asked). */
-  async waitSettled(ms: number): Promise<boolean> {
-    const deadline = Date.now() + ms;
-    this.wake();
-    while (!this.settled) {
-      if (Date.now() >= deadline) return false;
-      await sleep(Math.min(20, deadline - Date.now()));
-    }
-    return true;
-  }
-
-  private async turn(): Promise<void> {
-    this.running = true;
+  async function turn(): Promise<void> {
+    running = true;
     try {
-      const store = await this.store;
-      this.beforeTurn();
-      await this.persist(store);
-      if (Date.now() >= this.schemaDue && !(this.stopped && !this.busy)) {
-        const answered = await this.source.refresh(this.s.endpoint, this.s.fetch, this.s.requestTimeoutMs, store);
-        this.schemaDue = Date.now() + (answered ? this.s.schemaRefreshMs : this.delay(this.schemaAttempt++));
-        if (answered) this.schemaAttempt = 0;
-        this.beforeTurn();
-        await this.persist(store);
+      const store = await storeP;
+      beforeTurn();
+      await persist(store);
+      if (Date.now() >= schemaDue && !(self.stopped && !self.busy)) {
+        const answered = await source.refresh(s.endpoint, s.fetch, s.requestTimeoutMs, store);
+        schemaDue = Date.now() + (answered ? s.schemaRefreshMs : delay(schemaAttempt++));
+        if (answered) schemaAttempt = 0;
+        beforeTurn();
+        await persist(store);
       }
-      if (this.stored > 0 && Date.now() >= this.deliverDue) await this.deliver(store);
+      if (stored > 0 && Date.now() >= deliverDue) await deliver(store);
     } catch (e) {
       // A bug or a broken store must never reach the app; reports wait in storage.
-      this.s.logger.error(shown((e as Error)?.message ?? e));
-      this.deliverDue = Date.now() + this.delay(this.attempt++);
+      log.error(shown((e as Error)?.message ?? e));
+      deliverDue = Date.now() + delay(attempt++);
     }
-    this.running = false;
-    const schema = this.stopped && !this.busy ? Infinity : this.schemaDue;
-    const next = Math.min(this.wakeAt, schema, this.stored > 0 ? this.deliverDue : Infinity, this.busy ? Date.now() + 1000 : Infinity);
-    this.wakeAt = Infinity;
-    if (next < Infinity) this.wake(Math.max(0, next - Date.now()));
+    running = false;
+    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? deliverDue : Infinity,
+      self.busy ? Date.now() + 1000 : Infinity);
+    wakeAt = Infinity;
+    if (next < Infinity) wake(Math.max(0, next - Date.now()));
   }
 
-  private delay(attempt: number): number {
-    return backoffDelay(attempt, this.s.backoffBaseMs, this.s.backoffCapMs);
-  }
-
-  private async persist(store: Store): Promise<void> {
-    const reports = (this.storing = this.fresh);
-    this.fresh = [];
+  async function persist(store: Store): Promise<void> {
+    const reports = (storing = fresh);
+    fresh = [];
     if (reports.length) {
       try {
-        const { refused, evicted } = await store.append(reports, { maxReports: this.s.maxOutbox, maxBytes: this.s.maxOutboxBytes, perDay: this.s.maxEpsilonPerDay });
+        const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
-          this.s.logger.warn(`dropped ${refused.length} report(s): ${refused[0]}`);
-          this.ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
+          log.warn(`dropped ${refused.length} report(s): ${refused[0]}`);
+          ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
-        if (evicted) this.s.logger.warn(`outbox full: dropped ${evicted} report(s)`);
+        if (evicted) log.warn(`outbox full: dropped ${evicted} report(s)`);
       } catch (e) {
-        this.fresh = reports.concat(this.fresh).slice(-this.s.maxOutbox); // e.g. storage full: kept, retried
+        fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
         throw e;
       } finally {
-        this.storing = [];
+        storing = [];
       }
     }
-    this.mirror = await store.peek(this.s.maxBatch);
-    this.stored = await store.count();
+    mirror = await store.peek(s.maxBatch);
+    stored = await store.count();
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row). */
-  private batch(rows: Row[], maxBytes: number): Row[] {
+  function batch(rows: Row[], maxBytes: number): Row[] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
     for (const row of rows) {
-      if (out.length >= this.batchLimit || this.inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
+      if (out.length >= batchLimit || inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
       windows.add(row.report.window);
       if (windows.size > MAX_BATCH_WINDOWS) break;
       out.push(row);
@@ -152,101 +176,70 @@ export class Sender {
     return out;
   }
 
-  private async deliver(store: Store): Promise<void> {
-    const done = this.mirror.filter((r) => this.acked.has(r.report.id));
+  async function deliver(store: Store): Promise<void> {
+    const done = mirror.filter((r) => acked.has(r.report.id));
     if (done.length) await store.remove(done.map((r) => r.seq));
-    const rows = this.batch(this.mirror.filter((r) => !this.acked.has(r.report.id)), this.s.maxBatchBytes);
+    const rows = batch(unacked(mirror), s.maxBatchBytes);
     if (rows.length) {
-      const floor = await this.send(rows, false);
-      if (floor === undefined) this.attempt = 0;
+      const floor = await send(rows, false);
+      if (floor === undefined) attempt = 0;
       else {
-        const delay = Math.max(floor, this.delay(this.attempt++));
-        this.deliverDue = Date.now() + delay;
-        this.s.logger.warn(`delivery failed (${this.why}); retry in ${delay | 0} ms`);
+        const wait = Math.max(floor, delay(attempt++));
+        deliverDue = Date.now() + wait;
+        log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
       }
     }
-    await this.persist(store);
+    await persist(store);
   }
-
-  private why = "";
 
   /** Post one batch: undefined when it is settled; else the least ms to wait before a retry.
    * `keepalive`: the page is closing (text/plain, no preflight; a plain fetch if the quota says no). */
-  private async send(rows: Row[], keepalive: boolean): Promise<number | undefined> {
+  async function send(rows: Row[], keepalive: boolean): Promise<number | undefined> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
-    const post = (k: boolean) => request(`${this.s.endpoint}/api/v1/reports`, {
+    const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
       method: "POST", body, contentType: keepalive ? "text/plain;charset=UTF-8" : "application/json",
-      timeoutMs: this.s.requestTimeoutMs, fetch: this.s.fetch, keepalive: k,
+      timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
-    rows.forEach((r) => this.inflight.add(r.report.id));
+    const ids = rows.map((r) => r.report.id);
+    ids.forEach((id) => inflight.add(id));
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
       answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
     } catch (e) {
-      this.why = shown((e as Error)?.name);
+      why = shown((e as Error)?.name);
       return 0;
     } finally {
-      rows.forEach((r) => this.inflight.delete(r.report.id));
+      ids.forEach((id) => inflight.delete(id));
     }
-    const { status, body: b } = answer;
-    const store = await this.store;
-    const seqs = rows.map((r) => r.seq).filter((seq) => seq >= 0); // a fresh report has no row yet
-    if (status >= 200 && status < 300 && isAcknowledgement(b)) {
-      rows.forEach((r) => this.acked.add(r.report.id));
-      await store.remove(seqs);
-      return undefined;
+    const { status, body: b } = answer as { status: number; body: any };
+    const settle = async (done: Row[]) => {
+      done.forEach((r) => acked.add(r.report.id)); // settled: never sent again
+      await (await storeP).remove(done.map((r) => r.seq).filter((seq) => seq >= 0)); // a fresh report has no row yet
+    };
+    if (status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates)) {
+      await settle(rows);
+      return;
     }
     if (isRetryable(status) || status < 400) {
       // A 2xx without the aggregator's acknowledgement (a captive portal, a proxy) proves nothing either.
-      this.why = `HTTP ${status}`;
+      why = `HTTP ${status}`;
       return retryAfter(answer.headers) ?? 0;
     }
-    const bad = rejected(b, rows.length);
+    // A 400 naming details[].index: those reports, with the server's reasons (escaped).
+    const bad = new Map<number, string>();
+    for (const d of Array.isArray(b?.details) ? b.details : []) {
+      const i = d?.index;
+      if (Number.isInteger(i) && i >= 0 && i < rows.length) bad.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+    }
     if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
-      this.batchLimit = Math.max(1, rows.length >> 1);
-      return undefined;
+      batchLimit = Math.max(1, rows.length >> 1);
+      return;
     }
     const dropped = bad.size ? [...bad.keys()].map((i) => rows[i]) : rows;
-    await store.remove(dropped.map((r) => r.seq));
-    dropped.forEach((r) => this.acked.add(r.report.id)); // settled: never sent again
-    const error = typeof b === "object" && b !== null ? (b as { error?: unknown }).error : "";
-    this.s.logger.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(error ?? "", 500)}`);
-    return undefined;
+    await settle(dropped);
+    log.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
   }
 
-  /** The page is being hidden or closed: send what is queued now, with keepalive. Fresh reports
-   * are stored at the same time (an IndexedDB transaction begun now completes), so a page that
-   * lives on sends nothing twice: acknowledged ids are removed rather than resent. */
-  sendNow(): void {
-    const stored = this.mirror.filter((r) => !this.acked.has(r.report.id));
-    const known = new Set(stored.map((r) => r.report.id));
-    let rows = [...stored, ...[...this.storing, ...this.fresh].filter((r) => !known.has(r.id))
-      .map((report) => ({ seq: -1, report, bytes: UTF8.encode(JSON.stringify(report)).length }))];
-    if (this.fresh.length) this.wake();
-    for (;;) {
-      const batch = this.batch(rows, KEEPALIVE_BUDGET - this.keepaliveBytes);
-      const size = batch.reduce((a, r) => a + r.bytes + 1, 16);
-      if (!batch.length || size > KEEPALIVE_BUDGET - this.keepaliveBytes) return; // the quota is spent: the rest waits in storage
-      rows = rows.slice(batch.length);
-      this.keepaliveBytes += size;
-      this.send(batch, true).finally(() => (this.keepaliveBytes -= size));
-    }
-  }
-}
-
-function isAcknowledgement(body: unknown): boolean {
-  const b = body as Record<string, unknown> | null;
-  return typeof b === "object" && b !== null && Number.isInteger(b.accepted) && Number.isInteger(b.duplicates);
-}
-
-/** The batch positions a 400 names in details[].index, with the server's reason (escaped). */
-function rejected(body: unknown, size: number): Map<number, string> {
-  const found = new Map<number, string>();
-  const details = (body as { details?: unknown } | null)?.details;
-  for (const d of Array.isArray(details) ? details : []) {
-    const i = d?.index;
-    if (Number.isInteger(i) && i >= 0 && i < size) found.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
-  }
-  return found;
+  return self;
 }

@@ -9,9 +9,8 @@
  */
 
 import type { DeviceSecret } from "./hmac.js";
-import { refusal } from "./ledger.js";
+import { spend } from "./ledger.js";
 import type { Report } from "./reports.js";
-import { dayOf } from "./windows.js";
 
 export interface Row {
   seq: number;
@@ -68,16 +67,9 @@ export const UTF8 = new TextEncoder();
 export function appendTo(state: State, reports: Report[], limits: Limits): Appended {
   const out: Appended = { refused: [], evicted: 0 };
   for (const report of reports) {
-    const spent = (state.ledger[report.schema] ??= {});
-    const day = dayOf(report.window);
-    const sameDay = Object.fromEntries(Object.entries(spent).filter(([w]) => dayOf(w) === day));
-    const why = refusal(sameDay, report.window, report.epsilon, limits.perDay);
-    if (why) {
-      out.refused.push(why);
-      continue;
-    }
-    spent[report.window] = report.epsilon;
-    state.outbox.push({ seq: state.next++, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+    const why = spend((state.ledger[report.schema] ??= {}), report.window, report.epsilon, limits.perDay);
+    if (why) out.refused.push(why);
+    else state.outbox.push({ seq: state.next++, report, bytes: UTF8.encode(JSON.stringify(report)).length });
   }
   let bytes = state.outbox.reduce((a, r) => a + r.bytes, 0);
   while (state.outbox.length && (state.outbox.length > limits.maxReports || bytes > limits.maxBytes)) {

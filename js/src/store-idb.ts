@@ -8,7 +8,7 @@
  */
 
 import type { DeviceSecret } from "./hmac.js";
-import { refusal } from "./ledger.js";
+import { spend } from "./ledger.js";
 import type { Report } from "./reports.js";
 import { UTF8, type Appended, type Limits, type Row, type Store } from "./storage.js";
 import { dayOf } from "./windows.js";
@@ -37,126 +37,103 @@ export function hasIndexedDb(): boolean {
   return typeof indexedDB !== "undefined" && typeof IDBKeyRange !== "undefined";
 }
 
-export class IndexedDbStore implements Store {
-  readonly kind = "indexeddb";
-  private constructor(private readonly db: IDBDatabase) {}
-
-  static async open(): Promise<IndexedDbStore> {
+/** `IndexedDbStore.open()`: the store over database `ldp-telemetry` (a closure over the open database). */
+export const IndexedDbStore = {
+  async open(): Promise<Store> {
     const request = indexedDB.open(DB, 1);
     request.onupgradeneeded = () => {
-      const db = request.result;
-      db.createObjectStore(SECRET);
-      db.createObjectStore(SCHEMAS);
-      db.createObjectStore(LEDGER);
-      db.createObjectStore(OUTBOX, { autoIncrement: true });
+      for (const name of [SECRET, SCHEMAS, LEDGER]) request.result.createObjectStore(name);
+      request.result.createObjectStore(OUTBOX, { autoIncrement: true });
     };
-    return new IndexedDbStore(await done(request));
-  }
-
-  async deviceSecret(): Promise<DeviceSecret> {
-    const read = () => done(this.db.transaction(SECRET).objectStore(SECRET).get("device")) as Promise<CryptoKey | undefined>;
-    const existing = await read();
-    if (existing) return existing;
-    // Made outside a transaction (Web Crypto is asynchronous), then added only if no other tab
-    // added one meanwhile: add() fails on an existing key, and every tab then reads the winner.
-    const key = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256", length: 256 }, false, ["sign"]);
-    const tx = this.db.transaction(SECRET, "readwrite");
-    tx.objectStore(SECRET).add(key, "device");
-    await finished(tx).catch(() => undefined);
-    return (await read())!;
-  }
-
-  async cachedSchema(name: string): Promise<unknown> {
-    return done(this.db.transaction(SCHEMAS).objectStore(SCHEMAS).get(name));
-  }
-
-  async cacheSchema(name: string, derived: unknown): Promise<void> {
-    const tx = this.db.transaction(SCHEMAS, "readwrite");
-    tx.objectStore(SCHEMAS).put(derived, name);
-    await finished(tx);
-  }
-
-  async ledger(schema: string): Promise<[string, number][]> {
-    const store = this.db.transaction(LEDGER).objectStore(LEDGER);
-    const range = IDBKeyRange.bound([schema, ""], [schema, "\uffff"]);
-    const [keys, values] = await Promise.all([done(store.getAllKeys(range)), done(store.getAll(range))]);
-    return keys.map((k, i) => [(k as [string, string])[1], values[i] as number]);
-  }
-
-  append(reports: Report[], limits: Limits): Promise<Appended> {
-    // One transaction, driven by callbacks only: awaiting anything else inside would let it commit early.
-    const tx = this.db.transaction([LEDGER, OUTBOX], "readwrite");
-    const ledger = tx.objectStore(LEDGER);
-    const outbox = tx.objectStore(OUTBOX);
-    const out: Appended = { refused: [], evicted: 0 };
-    const spentByDay = new Map<string, Record<string, number>>();
-    let i = 0;
-    const next = (): void => {
-      if (i === reports.length) return evict();
-      const report = reports[i++];
-      const day = dayOf(report.window);
-      const key = `${report.schema}\u0000${day}`;
-      const known = spentByDay.get(key);
-      const decide = (spent: Record<string, number>) => {
-        spentByDay.set(key, spent);
-        const why = refusal(spent, report.window, report.epsilon, limits.perDay);
-        if (why) out.refused.push(why);
-        else {
-          spent[report.window] = report.epsilon;
-          ledger.put(report.epsilon, [report.schema, report.window]);
-          outbox.add({ report, bytes: UTF8.encode(JSON.stringify(report)).length });
-        }
+    const db = await done(request);
+    /** One object store, in a transaction of its own unless `tx` is given. */
+    const os = (name: string, mode: IDBTransactionMode = "readonly", tx = db.transaction(name, mode)) => tx.objectStore(name);
+    /** A read of both keys and values of `store` (in `range`, at most `limit`), as [keys, values]. */
+    const both = (store: IDBObjectStore, range: IDBKeyRange | null, limit?: number) =>
+      Promise.all([done(store.getAllKeys(range, limit)), done(store.getAll(range, limit))]);
+    const readSecret = () => done(os(SECRET).get("device")) as Promise<CryptoKey | undefined>;
+    return {
+      kind: "indexeddb",
+      async deviceSecret() {
+        const existing = await readSecret();
+        if (existing) return existing;
+        // Made outside a transaction (Web Crypto is asynchronous), then added only if no other tab
+        // added one meanwhile: add() fails on an existing key, and every tab then reads the winner.
+        const key = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256", length: 256 }, false, ["sign"]);
+        const store = os(SECRET, "readwrite");
+        store.add(key, "device");
+        await finished(store.transaction).catch(() => undefined);
+        return (await readSecret())!;
+      },
+      cachedSchema: (name) => done(os(SCHEMAS).get(name)),
+      cacheSchema(name, derived) {
+        const store = os(SCHEMAS, "readwrite");
+        store.put(derived, name);
+        return finished(store.transaction);
+      },
+      async ledger(schema) {
+        const [keys, values] = await both(os(LEDGER), IDBKeyRange.bound([schema, ""], [schema, "\uffff"]));
+        return keys.map((k, i) => [(k as string[])[1], values[i] as number]);
+      },
+      append(reports, limits) {
+        // One transaction, driven by callbacks only: awaiting anything else inside would let it commit early.
+        const tx = db.transaction([LEDGER, OUTBOX], "readwrite");
+        const ledger = os(LEDGER, undefined, tx);
+        const outbox = os(OUTBOX, undefined, tx);
+        const out: Appended = { refused: [], evicted: 0 };
+        const spentByDay = new Map<string, Record<string, number>>();
+        let i = 0;
+        const next = (): void => {
+          const report = reports[i++];
+          if (!report) {
+            // The oldest rows go while the outbox is over its count or bytes.
+            const keys = outbox.getAllKeys();
+            const rows = outbox.getAll();
+            rows.onsuccess = () => {
+              let bytes = rows.result.reduce((a, r) => a + r.bytes, 0);
+              let count = rows.result.length;
+              for (let j = 0; count > limits.maxReports || bytes > limits.maxBytes; j++, count--, out.evicted++) {
+                outbox.delete(keys.result[j]);
+                bytes -= rows.result[j].bytes;
+              }
+            };
+            return;
+          }
+          const day = dayOf(report.window);
+          const key = `${report.schema}\u0000${day}`;
+          const decide = (spent: Record<string, number>) => {
+            spentByDay.set(key, spent);
+            const why = spend(spent, report.window, report.epsilon, limits.perDay);
+            if (why) out.refused.push(why);
+            else {
+              ledger.put(report.epsilon, [report.schema, report.window]);
+              outbox.add({ report, bytes: UTF8.encode(JSON.stringify(report)).length });
+            }
+            next();
+          };
+          if (spentByDay.has(key)) return decide(spentByDay.get(key)!);
+          // Hour windows sort after their day ("2026-11-21T05" > "2026-11-21") and before "2026-11-21U".
+          const range = IDBKeyRange.bound([report.schema, day], [report.schema, `${day}U`]);
+          const keys = ledger.getAllKeys(range);
+          const values = ledger.getAll(range);
+          values.onsuccess = () => decide(Object.fromEntries(keys.result.map((k, j) => [(k as string[])[1], values.result[j]])));
+        };
         next();
-      };
-      if (known) return decide(known);
-      // Hour windows sort after their day ("2026-11-21T05" > "2026-11-21") and before "2026-11-21U".
-      const range = IDBKeyRange.bound([report.schema, day], [report.schema, `${day}U`]);
-      const keys = ledger.getAllKeys(range);
-      const values = ledger.getAll(range);
-      values.onsuccess = () => decide(Object.fromEntries((keys.result as [string, string][]).map((k, j) => [k[1], values.result[j] as number])));
+        return finished(tx).then(() => out);
+      },
+      async peek(limit) {
+        const [keys, values] = await both(os(OUTBOX), null, limit);
+        return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
+      },
+      remove(seqs) {
+        const store = os(OUTBOX, "readwrite");
+        for (const seq of seqs) store.delete(seq);
+        return finished(store.transaction);
+      },
+      count: () => done(os(OUTBOX).count()),
+      async close() {
+        db.close();
+      },
     };
-    const evict = (): void => {
-      const cursor = outbox.openCursor();
-      const rows: { key: IDBValidKey; bytes: number }[] = [];
-      cursor.onsuccess = () => {
-        const c = cursor.result;
-        if (c) {
-          rows.push({ key: c.key, bytes: (c.value as { bytes: number }).bytes });
-          return c.continue();
-        }
-        let bytes = rows.reduce((a, r) => a + r.bytes, 0);
-        let count = rows.length;
-        for (const r of rows) {
-          if (count <= limits.maxReports && bytes <= limits.maxBytes) break;
-          outbox.delete(r.key);
-          count--;
-          bytes -= r.bytes;
-          out.evicted++;
-        }
-      };
-    };
-    next();
-    return finished(tx).then(() => out);
-  }
-
-  async peek(limit: number): Promise<Row[]> {
-    const store = this.db.transaction(OUTBOX).objectStore(OUTBOX);
-    const [keys, values] = await Promise.all([done(store.getAllKeys(null, limit)), done(store.getAll(null, limit))]);
-    return keys.map((k, i) => ({ seq: k as number, ...(values[i] as { report: Report; bytes: number }) }));
-  }
-
-  async remove(seqs: number[]): Promise<void> {
-    const tx = this.db.transaction(OUTBOX, "readwrite");
-    const store = tx.objectStore(OUTBOX);
-    for (const seq of seqs) store.delete(seq);
-    await finished(tx);
-  }
-
-  async count(): Promise<number> {
-    return done(this.db.transaction(OUTBOX).objectStore(OUTBOX).count());
-  }
-
-  async close(): Promise<void> {
-    this.db.close();
-  }
-}
+  },
+};

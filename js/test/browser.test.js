@@ -115,3 +115,50 @@ test("browser: a page on another origin records, is closed at once, and its repo
     await aggregator.stop();
   }
 });
+
+// The bundle is minified with internal member names shortened: a name that is also read as a
+// string (a JSON key, a table of fields) would break it there and nowhere else. So every report
+// case of the vectors (memoised ones included) and every invalid record runs in the page too.
+test("browser: the <script> bundle passes every report vector in the page", { skip: !existsSync(CHROMIUM) ? `${CHROMIUM} is absent` : !playwright && "no playwright-core (npm ci)" }, async () => {
+  const v = JSON.parse(readFileSync(new URL("../../tests/vectors/randomness.json", import.meta.url), "utf8"));
+  const site = createServer((req, res) => {
+    const js = req.url === "/ldp-telemetry.min.js";
+    res.writeHead(200, { "Content-Type": js ? "text/javascript" : "text/html" });
+    res.end(js ? readFileSync(BUNDLE) : '<!doctype html><meta charset="utf-8"><script src="/ldp-telemetry.min.js"></script>');
+  });
+  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  try {
+    const tab = await browser.newPage();
+    await tab.goto(`http://localhost:${site.address().port}/`); // localhost: a secure context (crypto.subtle)
+    const out = await tab.evaluate(async (v) => {
+      const hex = (s) => Uint8Array.from(s.match(/../g) ?? [], (h) => parseInt(h, 16));
+      const schemas = new Map(v.schemas.map((s) => [s.name, s]));
+      const secret = (c) => (c.device_secret === null ? undefined : hex(c.device_secret));
+      const wrong = [];
+      for (const c of v.reports) {
+        const data = hex(c.random_bytes);
+        let used = 0;
+        const source = { take: (n) => { if (used + n > data.length) throw new Error("ran out"); return data.subarray(used, (used += n)); } };
+        try {
+          const r = await LdpTelemetry.randomize(schemas.get(c.schema), c.record, { window: c.window, deviceSecret: secret(c), source });
+          if (JSON.stringify(r) !== JSON.stringify(c.report) || used !== data.length) wrong.push(`${c.name}: ${JSON.stringify(r)}`);
+        } catch (e) {
+          wrong.push(`${c.name}: ${e}`);
+        }
+      }
+      for (const c of v.invalid_records) {
+        const field = c.field === "device_secret" ? "deviceSecret" : c.field;
+        const e = await LdpTelemetry.randomize(schemas.get(c.schema), c.record, { window: c.window, deviceSecret: secret(c),
+          source: { take: () => { throw new Error("no coins"); } } }).then(() => undefined, (e) => e);
+        if (!(e instanceof LdpTelemetry.RecordError && e.field === field)) wrong.push(`${c.name}: ${e}`);
+      }
+      return { wrong, n: v.reports.length + v.invalid_records.length };
+    }, v);
+    assert.deepEqual(out.wrong, []);
+    assert.ok(out.n > 20);
+  } finally {
+    await browser.close();
+    await new Promise((r) => site.close(r));
+  }
+});
