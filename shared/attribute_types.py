@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import mechanisms
-from .checks import TOLERANCE, SchemaError, is_number, require_text, show, type_name
+from .checks import TOLERANCE, SchemaError, is_int, is_number, require_text, show, type_name
 from .mechanisms import AUTO, Mechanism
 
 if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
@@ -51,6 +51,12 @@ MAX_RECORD_NUMBER = 1e300
 BOOLEAN_KEY = "true"
 # How a numeric attribute's one estimate value (its mean) is keyed, and shown in the API's "value".
 MEAN_KEY = "mean"
+# A string attribute keeps the first max_length code points of a value: 64 unless given, at most 256.
+DEFAULT_STRING_LENGTH = 64
+MAX_STRING_LENGTH = 256
+MAX_CANDIDATES = 10_000
+MAX_ALPHABET = 128
+REPLACEMENT = "\ufffd"
 # A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
 # its range, m the mean's position in it and c this concentration (a spread-out population).
 CONCENTRATION = 4.0
@@ -63,13 +69,30 @@ class Fields:
     categories: tuple[str, ...] = ()
     range: tuple[int | float, int | float] | None = None
     edges: tuple[int | float, ...] = ()
+    max_length: int = 0  # a string attribute's: the code points of a value kept
+    candidates: tuple[str, ...] = ()  # a string attribute's: the strings estimated, prepared
+    discover: bool = False  # a string attribute's: whether the server discovers strings (PEM)
+    alphabet: str = ""  # a string attribute's discovery alphabet
 
 
 class Typed(mechanisms.Target, Protocol):
-    """What a type reads of an attribute: what its mechanism reads, and a histogram's edges."""
+    """What a type reads of an attribute: what its mechanism reads, a histogram's edges and a
+    string attribute's own fields."""
 
     @property
     def edges(self) -> tuple[int | float, ...]: ...
+
+    @property
+    def max_length(self) -> int: ...
+
+    @property
+    def candidates(self) -> tuple[str, ...]: ...
+
+    @property
+    def discover(self) -> bool: ...
+
+    @property
+    def alphabet(self) -> str: ...
 
 
 class AttributeType(ABC):
@@ -170,7 +193,7 @@ class _Shares(AttributeType):
     """What the types estimated as shares have in common: one share per value, drawn as indices."""
 
     def population(self, attribute: Typed, share: Any) -> list[float]:
-        d = len(attribute.categories)
+        d = len(attribute.keys)
         shares = list(share) if isinstance(share, (list, tuple)) else []
         # Comparisons that a NaN fails (`0 <= s <= 1`, `not ... <= TOLERANCE`), so NaN shares are rejected.
         valid = all(isinstance(s, (int, float)) and 0 <= s <= 1 for s in shares)
@@ -193,7 +216,7 @@ class _Shares(AttributeType):
     def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
         import numpy as np
 
-        return list(np.bincount(truth, minlength=len(attribute.categories)) / truth.shape[0])
+        return list(np.bincount(truth, minlength=len(attribute.keys)) / truth.shape[0])
 
 
 class Boolean(_Shares):
@@ -345,8 +368,62 @@ class Numeric(AttributeType):
         return [float(v) for v in truth]
 
 
-BOOLEAN, CATEGORICAL, HISTOGRAM, NUMERIC = Boolean(), Categorical(), Histogram(), Numeric()
-REGISTRY: dict[str, AttributeType] = {t.name: t for t in (BOOLEAN, CATEGORICAL, NUMERIC, HISTOGRAM)}
+class String(_Shares):
+    """Any text (a URL, an app's name, an error identifier); estimated: the share of each candidate
+    string (listed in the schema). Optimal local hashing (DESIGN.md, "Strings").
+
+    A value is prepared before it is hashed: each lone surrogate, control (Cc) and format (Cf)
+    character becomes U+FFFD, then NFC, then its first ``max_length`` code points. A record is
+    never refused for what its string holds. Candidates are prepared alike, and must be distinct
+    after that. Simulation draws candidates by index, as a categorical attribute's categories."""
+
+    name = "string"
+    fields = ("max_length", "candidates", "discover", "alphabet", "levels")
+    mechanisms = (mechanisms.OLH,)
+    ranked = True
+
+    def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
+        max_length = raw.get("max_length", DEFAULT_STRING_LENGTH)
+        if not is_int(max_length) or not 1 <= max_length <= MAX_STRING_LENGTH:
+            raise SchemaError(f"{where}.max_length", f"{where}.max_length must be an integer from 1 to "
+                                                     f"{MAX_STRING_LENGTH}, got {show(max_length)}")
+        discover = raw.get("discover", False)
+        if not isinstance(discover, bool):
+            raise SchemaError(f"{where}.discover", f"{where}.discover must be true or false, got {show(discover)}")
+        if discover:
+            raise SchemaError(f"{where}.discover", f"{where}.discover: discovering strings is not supported yet; "
+                                                   f"list the strings to estimate in candidates")
+        if "levels" in raw:
+            raise SchemaError(f"{where}.levels", f"{where}.levels belong to discovery, which is not supported yet")
+        alphabet = _alphabet(raw["alphabet"], f"{where}.alphabet") if "alphabet" in raw else ""
+        return Fields(max_length=max_length, candidates=_candidates(raw.get("candidates", []), max_length,
+                                                                    f"{where}.candidates"),
+                      discover=discover, alphabet=alphabet)
+
+    def to_dict(self, attribute: Typed) -> dict[str, Any]:
+        out: dict[str, Any] = {"max_length": attribute.max_length, "candidates": list(attribute.candidates),
+                               "discover": attribute.discover}
+        if attribute.alphabet:
+            out["alphabet"] = attribute.alphabet
+        return out
+
+    def prepare(self, attribute: Typed, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string (str), got a {type_name(value)}")
+        return prepare_text(value, attribute.max_length)
+
+    def keys(self, attribute: Typed) -> tuple[str, ...]:
+        return attribute.candidates
+
+    def example(self, attribute: Typed) -> str:
+        return attribute.candidates[0] if attribute.candidates else "example"
+
+    def record_values(self, attribute: Typed, truth: np.ndarray) -> list[Any]:
+        return [attribute.candidates[i] for i in truth]
+
+
+BOOLEAN, CATEGORICAL, HISTOGRAM, NUMERIC, STRING = Boolean(), Categorical(), Histogram(), Numeric(), String()
+REGISTRY: dict[str, AttributeType] = {t.name: t for t in (BOOLEAN, CATEGORICAL, NUMERIC, HISTOGRAM, STRING)}
 # Every type's own fields: a field of another type is refused on an attribute.
 OWN_FIELDS = tuple(dict.fromkeys(f for t in REGISTRY.values() for f in t.fields))
 
@@ -357,6 +434,15 @@ def get(name: Any) -> AttributeType:
         return REGISTRY[name]
     except (KeyError, TypeError):
         raise ValueError(f"must be one of {', '.join(REGISTRY)}, got {show(name)}") from None
+
+
+def prepare_text(text: str, max_length: int | None) -> str:
+    """A string value as the device hashes it (DESIGN.md, "Strings"): each lone surrogate, control
+    character (Cc) and format character (Cf) becomes U+FFFD; then NFC; then the first
+    ``max_length`` code points (never UTF-16 units or graphemes; None: all of them)."""
+    cleaned = "".join(REPLACEMENT if 0xD800 <= ord(c) <= 0xDFFF or unicodedata.category(c) in ("Cc", "Cf") else c
+                      for c in text)
+    return unicodedata.normalize("NFC", cleaned)[:max_length]
 
 
 def bucket(edges: Sequence[int | float], x: int | float) -> int:
@@ -429,3 +515,42 @@ def _categories(raw: Any, where: str) -> tuple[str, ...]:
                                                f"(compared after Unicode NFC normalisation)")
         seen.add(normal)
     return tuple(raw)
+
+
+def _candidates(raw: Any, max_length: int, where: str) -> tuple[str, ...]:
+    """A string attribute's candidates: at most :data:`MAX_CANDIDATES` strings, each prepared as a
+    value is (:func:`prepare_text`), at most ``max_length`` code points before the cut, and
+    distinct after preparation."""
+    if not isinstance(raw, list) or len(raw) > MAX_CANDIDATES:
+        raise SchemaError(where, f"{where} must be a list of at most {MAX_CANDIDATES} strings, got {show(raw)}")
+    seen: dict[str, int] = {}
+    for i, candidate in enumerate(raw):
+        if not isinstance(candidate, str):
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must be a string, got {show(candidate)}")
+        prepared = prepare_text(candidate, None)
+        if len(prepared) > max_length:
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] has {len(prepared)} code points after preparation; "
+                                               f"a device keeps only the first max_length ({max_length})")
+        if prepared in seen:
+            raise SchemaError(f"{where}[{i}]", f"{where} must be distinct after preparation (U+FFFD for control, "
+                                               f"format and surrogate characters, then NFC); {where}[{i}] is the "
+                                               f"same as {where}[{seen[prepared]}]")
+        seen[prepared] = i
+    return tuple(seen)
+
+
+def _alphabet(raw: Any, where: str) -> str:
+    """A discovery alphabet: NFC text of at most :data:`MAX_ALPHABET` distinct code points, none of
+    them U+FFFD, U+0000, a control or a format character."""
+    if not isinstance(raw, str) or not 1 <= len(raw) <= MAX_ALPHABET:
+        raise SchemaError(where, f"{where} must be a string of 1 to {MAX_ALPHABET} code points, got {show(raw)}")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in raw):
+        raise SchemaError(where, f"{where} must be valid Unicode text; it contains a lone UTF-16 surrogate")
+    if unicodedata.normalize("NFC", raw) != raw:
+        raise SchemaError(where, f"{where} must be in Unicode NFC")
+    if REPLACEMENT in raw:
+        raise SchemaError(where, f"{where} must not contain U+FFFD (it stands for characters outside the alphabet)")
+    require_text(raw, where)  # U+0000 is a control character
+    if len(set(raw)) != len(raw):
+        raise SchemaError(where, f"{where} must not repeat a code point")
+    return raw

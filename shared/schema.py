@@ -99,6 +99,10 @@ class Attribute:
     memo: mechanisms.Memo | None = None  # the permanent and instantaneous layers of a memoised attribute
     range: tuple[int | float, int | float] | None = None  # a numeric attribute's [lo, hi], as given
     edges: tuple[int | float, ...] = ()  # a histogram's bucket edges, as given
+    max_length: int = 0  # a string attribute's: the code points of a value a device keeps
+    candidates: tuple[str, ...] = ()  # a string attribute's: the strings estimated, prepared
+    discover: bool = False  # a string attribute's: whether the server discovers strings
+    alphabet: str = ""  # a string attribute's discovery alphabet
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
     # the registry object of ``type``: its fields, record values, mechanisms, simulation (read on hot paths)
@@ -330,7 +334,7 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
         memo = mechanism.memoise(epsilon=epsilon, epsilon_permanent=epsilon_permanent, d=d)
         p, q = memo.p, memo.q
     attribute = Attribute(name, kind.name, epsilon, mechanism.name, p, q, fields.categories, memo, fields.range,
-                          fields.edges)
+                          fields.edges, fields.max_length, fields.candidates, fields.discover, fields.alphabet)
     _check_derived(raw, attribute, where)
     return attribute
 

@@ -17,7 +17,7 @@ import json
 import logging
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Sequence
 
 from ...shared.schema import Schema
 from ..store import AmountRow, Increments, ReportRow, TotalRow
@@ -60,25 +60,26 @@ class Counting:
 
     def __call__(self, rows: Sequence[ReportRow]) -> Increments:
         """What ``rows`` (countable ones) add to the counters, summed per counter. Rows alike (same
-        window and wire values, which is most of them) are decoded once, and each distinct value
-        of an attribute goes through its mechanism once, with the count of reports that sent it."""
+        window and wire values, which is most of them) are decoded once; each attribute's wire
+        values of a window go to its mechanism together (:meth:`Mechanism.tally`), with the count
+        of reports that sent each, so that equal values are counted once and a string attribute's
+        supports are computed in bulk (numpy over every candidate)."""
         alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
-        wire: Counter[tuple[str, int, str, str, Hashable]] = Counter()
+        wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
         ends: dict[tuple[str, int, str], int] = {}
         for (schema, version, window, end, values), count in alike.items():
             ends[(schema, version, window)] = end
             for name, reported in (_decode(values) or {}).items():
-                # OUE vectors as tuples, so that they can be counted alike.
-                wire[(schema, version, window, name, tuple(reported) if type(reported) is list else reported)] += count
-        n: Counter[tuple[str, int, str, str]] = Counter()
-        amounts: Counter[tuple[str, int, str, str, str]] = Counter()
-        for (schema, version, window, name, reported), count in wire.items():
+                wire.setdefault((schema, version, window, name), []).append((reported, count))
+        totals: list[TotalRow] = []
+        amounts: list[AmountRow] = []
+        for (schema, version, window, name), reported in wire.items():
             attribute = self._schema(schema, version).by_name[name]
-            n[(schema, version, window, name)] += count
-            for key, amount in attribute.mech.statistics(attribute, reported):
-                amounts[(schema, version, window, name, key)] += amount * count
-        return Increments([TotalRow(*key, count, ends[key[:3]]) for key, count in n.items()],
-                          [AmountRow(*key, amount) for key, amount in amounts.items() if amount])
+            totals.append(TotalRow(schema, version, window, name, sum(c for _, c in reported),
+                                   ends[(schema, version, window)]))
+            amounts += [AmountRow(schema, version, window, name, key, amount)
+                        for key, amount in attribute.mech.tally(attribute, reported).items() if amount]
+        return Increments(totals, amounts)
 
     def _schema(self, name: str, version: int) -> Schema:
         schema = self._schemas(name, version)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from .base import MEAN, SHARE, Estimand, Mechanism, Memo, Target, WireError, check_epsilon
 from .means import DUCHI, HM, LAPLACE, PARAMETERS, PM
+from .olh import OLH, OptimalLocalHashing
 from .randomness import SYSTEM, FixedBytes, RandomSource, SystemRandom
 from .shares import GRR, OUE, RR, BinaryRR, GeneralisedRR, OptimisedUnaryEncoding, hit_probability, variance
 
 AUTO = "auto"
-REGISTRY: dict[str, Mechanism] = {m.name: m for m in (RR, GRR, OUE, DUCHI, PM, HM, LAPLACE)}
+REGISTRY: dict[str, Mechanism] = {m.name: m for m in (RR, GRR, OUE, DUCHI, PM, HM, LAPLACE, OLH)}
 
 
 def get(name: str) -> Mechanism:
@@ -35,8 +36,8 @@ def parameter_descriptions() -> dict[str, str]:
 
 
 __all__ = [
-    "AUTO", "DUCHI", "GRR", "HM", "LAPLACE", "MEAN", "OUE", "PM", "REGISTRY", "RR", "SHARE", "SYSTEM", "BinaryRR",
-    "Estimand", "FixedBytes", "GeneralisedRR", "Mechanism", "Memo", "OptimisedUnaryEncoding", "RandomSource",
+    "AUTO", "DUCHI", "GRR", "HM", "LAPLACE", "MEAN", "OLH", "OUE", "PM", "REGISTRY", "RR", "SHARE", "SYSTEM", "BinaryRR",
+    "Estimand", "FixedBytes", "GeneralisedRR", "Mechanism", "Memo", "OptimalLocalHashing", "OptimisedUnaryEncoding", "RandomSource",
     "SystemRandom", "Target", "WireError", "check_epsilon", "get", "hit_probability", "parameter_descriptions",
     "variance",
 ]

@@ -85,6 +85,7 @@ PARAMETERS = {
     "C_pm": "(z + 1)/(z − 1): the piecewise mechanism's outputs lie in [−C_pm, C_pm]",
     "alpha": "1 − e^(−ε/2) above ε ≈ 0.61, else 0: the probability that hm uses the piecewise mechanism",
     "scale": "2/ε: the Laplace noise's scale on the [−1, 1] scale",
+    "g": "min(65536, floor(e^ε + 1/2) + 1): the number of values optimal local hashing hashes a string into",
 }
 
 

@@ -78,7 +78,43 @@ def variance(p: float, q: float, n: int, theta: float | None = None, *, conditio
     return pi * (1 - pi) / scale
 
 
-class ShareMechanism(Mechanism):
+class HitMechanism(Mechanism):
+    r"""A mechanism whose report *hits* each estimate value with probability :math:`p` when that is
+    the device's true value and :math:`q` otherwise: the three share mechanisms below and ``olh``
+    (a report supports a string). Its estimate of a value is the share estimator
+    :math:`\hat\theta = (\text{hits}/n - q)/(p - q)` with the mapped Wilson interval
+    (:func:`..estimators.estimate`)."""
+
+    estimand = SHARE
+
+    def worst_variance(self, *, epsilon: float, d: int) -> float:
+        p, q = self.parameters(epsilon=epsilon, d=d)
+        # An ε so small that p == q in floating point carries nothing; the schema refuses it.
+        return variance(p, q, n=1) if p > q else math.inf
+
+    def report_variance(self, attribute: Target) -> float:
+        r"""The variance of a sampled population's estimate, :math:`\pi(1-\pi)/(p-q)^2` with
+        :math:`\pi = q + (p-q)\theta`, at its largest over :math:`\theta \in [0, 1]`: at
+        :math:`\pi = 1/2` when :math:`q \le 1/2 \le p`, else at the end nearer 1/2. The Wilson
+        interval's width follows the same :math:`\pi(1-\pi)`."""
+        p, q = attribute.p, attribute.q
+        pi = min(max(0.5, q), p)
+        return pi * (1 - pi) / (p - q) ** 2
+
+    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
+                  confidence: float) -> list[tuple[str, Estimate]]:
+        # Values with the same hits share one estimate: most of a wide attribute's values have none.
+        by_hits: dict[int, Estimate] = {}
+        out = []
+        for key in attribute.keys:
+            hits = int(amounts.get(key, 0))
+            if hits not in by_hits:
+                by_hits[hits] = estimate(hits, n, attribute.p, attribute.q, confidence)
+            out.append((key, by_hits[hits]))
+        return out
+
+
+class ShareMechanism(HitMechanism):
     """What the three share mechanisms have in common: hits per value, the Wilson estimator, and
     memoisation.
 
@@ -94,7 +130,6 @@ class ShareMechanism(Mechanism):
     exactly ε-LDP: the estimator and its interval are unchanged within a window.
     """
 
-    estimand = SHARE
     memoisable = True
 
     def _uninformative_keep(self, d: int) -> float:
@@ -170,33 +205,6 @@ class ShareMechanism(Mechanism):
     @abstractmethod
     def _wire(self, attribute: Target, value: Any) -> Any:
         """The wire form of a response."""
-
-    def worst_variance(self, *, epsilon: float, d: int) -> float:
-        p, q = self.parameters(epsilon=epsilon, d=d)
-        # An ε so small that p == q in floating point carries nothing; the schema refuses it.
-        return variance(p, q, n=1) if p > q else math.inf
-
-    def report_variance(self, attribute: Target) -> float:
-        r"""The variance of a sampled population's estimate, :math:`\pi(1-\pi)/(p-q)^2` with
-        :math:`\pi = q + (p-q)\theta`, at its largest over :math:`\theta \in [0, 1]`: at
-        :math:`\pi = 1/2` when :math:`q \le 1/2 \le p`, else at the end nearer 1/2. The Wilson
-        interval's width follows the same :math:`\pi(1-\pi)`."""
-        p, q = attribute.p, attribute.q
-        pi = min(max(0.5, q), p)
-        return pi * (1 - pi) / (p - q) ** 2
-
-    def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
-                  confidence: float) -> list[tuple[str, Estimate]]:
-        # Values with the same hits share one estimate: most of a wide attribute's values have none.
-        by_hits: dict[int, Estimate] = {}
-        out = []
-        for key in attribute.keys:
-            hits = int(amounts.get(key, 0))
-            if hits not in by_hits:
-                by_hits[hits] = estimate(hits, n, attribute.p, attribute.q, confidence)
-            out.append((key, by_hits[hits]))
-        return out
-
 
 class BinaryRR(ShareMechanism):
     """Binary randomised response (Warner 1965): the true bit with probability ``p``, else its

@@ -1,0 +1,204 @@
+r"""Optimal local hashing (``olh``) for string attributes: open domains (URLs, app names, errors).
+
+Wang, Blocki, Li, Jha, *Locally Differentially Private Protocols for Frequency Estimation*,
+USENIX Security 2017, §4.4. A device hashes its string with a fresh hash from a universal family
+into :math:`g` values and randomises the hash value with generalised randomised response over
+them; the report is the hash's seed and the randomised value, a few bytes however large the
+domain. Every detail is DESIGN.md's ("Strings"), so that every client computes the same report:
+
+- the fingerprint of a string :math:`s`: :math:`x(s)` = the first 8 bytes of
+  SHA-256("ldp-telemetry/string/v1" ‖ 0x00 ‖ UTF-8 of :math:`s`), big-endian, mod :math:`P`, with
+  :math:`P = 2^{31} - 1`;
+- :math:`g = \min(65536, \lfloor e^\varepsilon + \tfrac12 \rfloor + 1)` (OLH's optimum is
+  :math:`e^\varepsilon + 1`), :math:`p = e^\varepsilon / (e^\varepsilon + g - 1)`, :math:`q = 1/g`;
+- the draws: :math:`a = 1 + \text{randbelow}(P - 1)`, :math:`b = \text{randbelow}(P)`,
+  :math:`h = ((a x + b) \bmod P) \bmod g` in exact integers; a coin at :math:`p` keeps
+  :math:`y = h`, else :math:`j = \text{randbelow}(g - 1)` and :math:`y = j + [j \ge h]`;
+- wire value ``{"a": a, "b": b, "y": y}``.
+
+A report *supports* a string :math:`s` when :math:`((a\,x(s) + b) \bmod P) \bmod g = y`: with
+probability :math:`p` when :math:`s` is the device's string, and :math:`1/g` otherwise (up to
+about :math:`1/P` for this hash family), so the share estimator with :math:`p` and
+:math:`q = 1/g` is unbiased and the mapped Wilson interval covers. The counters keep, per
+candidate string, the number of supporting reports; numpy computes them for every candidate at
+once, in int64 (:math:`a\,x + b < 2^{62} + 2^{31}`, never a float).
+
+A string attribute cannot be memoised: a fixed :math:`(a, b)` would link a device's reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from .base import Target, WireError, check_epsilon
+from .randomness import RandomSource, bernoulli, randbelow
+from .shares import HitMechanism
+
+if TYPE_CHECKING:
+    import numpy as np
+
+P = 2**31 - 1  # the hash family's prime modulus
+MAX_G = 65536
+FINGERPRINT_TAG = b"ldp-telemetry/string/v1"
+WIRE_KEYS = frozenset(("a", "b", "y"))
+# Supports are computed over at most this many (report, candidate) pairs at a time (int64: 8 MiB).
+_CELLS = 1 << 20
+
+
+def fingerprint(text: str) -> int:
+    """:math:`x(s)`: the first 8 bytes of SHA-256(tag ‖ 0x00 ‖ UTF-8 of ``text``), big-endian,
+    mod :math:`P`. ``text`` is taken exactly as given (a prepared value or candidate)."""
+    digest = hashlib.sha256(FINGERPRINT_TAG + b"\x00" + text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % P
+
+
+def hash_value(a: int, b: int, x: int, g: int) -> int:
+    """:math:`((a x + b) \\bmod P) \\bmod g`, in exact integers."""
+    return ((a * x + b) % P) % g
+
+
+def buckets(epsilon: float) -> int:
+    r""":math:`g = \min(65536, \lfloor e^\varepsilon + \frac12 \rfloor + 1)`: the hash range."""
+    check_epsilon(epsilon)
+    return min(MAX_G, math.floor(math.exp(epsilon) + 0.5) + 1)
+
+
+@lru_cache(maxsize=64)
+def fingerprints(texts: tuple[str, ...]) -> np.ndarray:
+    """The fingerprints of ``texts`` as an int64 array (cached: a schema's candidates are hashed once)."""
+    import numpy as np
+
+    return np.fromiter((fingerprint(t) for t in texts), dtype=np.int64, count=len(texts))
+
+
+def supports(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int,
+             weights: np.ndarray | None = None) -> np.ndarray:
+    """For each fingerprint in ``x``, how many of the reports ``(a, b, y)`` support it (each
+    report counted ``weights`` times, else once): :math:`\\sum_r w_r [((a_r x + b_r) \\bmod P)
+    \\bmod g = y_r]`. int64 throughout; at most :data:`_CELLS` pairs in memory at once."""
+    import numpy as np
+
+    a, b, y = (np.asarray(v, dtype=np.int64) for v in (a, b, y))
+    w = np.ones(a.shape[0], dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+    out = np.zeros(x.shape[0], dtype=np.int64)
+    if x.shape[0] == 0:
+        return out
+    step = max(1, _CELLS // x.shape[0])
+    for start in range(0, a.shape[0], step):
+        end = start + step
+        hit = (((a[start:end, None] * x[None, :] + b[start:end, None]) % P) % g) == y[start:end, None]
+        out += w[start:end] @ hit
+    return out
+
+
+def randomise_bulk(x: np.ndarray, g: int, p: float, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Many devices' reports ``(a, b, y)`` for the fingerprints ``x`` at once (numpy; simulation)."""
+    import numpy as np
+
+    n = x.shape[0]
+    a = rng.integers(1, P, size=n, dtype="int64")
+    b = rng.integers(0, P, size=n, dtype="int64")
+    h = ((a * x + b) % P) % g
+    j = rng.integers(0, g - 1, size=n, dtype="int64")
+    y = np.where(rng.random(n) < p, h, j + (j >= h))
+    return a, b, y
+
+
+class OptimalLocalHashing(HitMechanism):
+    """Optimal local hashing (Wang et al. 2017): a fresh hash of the string into ``g`` values, then
+    generalised randomised response over them. Wire value: ``{"a": a, "b": b, "y": y}``."""
+
+    name = "olh"
+    title = "optimal local hashing"
+    wire_schema = {"type": "object", "additionalProperties": False, "required": ["a", "b", "y"],
+                   "properties": {"a": {"type": "integer", "minimum": 1, "maximum": P - 1},
+                                  "b": {"type": "integer", "minimum": 0, "maximum": P - 1},
+                                  "y": {"type": "integer", "minimum": 0, "maximum": MAX_G - 1}},
+                   "description": "the hash's seed (a, b) and the randomised hash value y"}
+
+    def parameters(self, *, epsilon: float, d: int = 2) -> tuple[float, float]:
+        r""":math:`p = e^\varepsilon/(e^\varepsilon + g - 1)` (the report supports the true string),
+        :math:`q = 1/g` (it supports another one); ``d`` plays no part: the domain is open."""
+        g = buckets(epsilon)
+        e = math.exp(epsilon)
+        return e / (e + g - 1), 1 / g
+
+    def shown_parameters(self, *, epsilon: float, d: int) -> dict[str, float]:
+        return {"g": buckets(epsilon)}
+
+    def encode(self, attribute: Target, truth: Any, source: RandomSource,
+               permanent: RandomSource | None = None) -> dict[str, int]:
+        """The report of the prepared string ``truth``: draws in DESIGN.md's order."""
+        g = buckets(attribute.epsilon)
+        x = fingerprint(truth)
+        a = 1 + randbelow(P - 1, source)
+        b = randbelow(P, source)
+        h = hash_value(a, b, x, g)
+        if bernoulli(attribute.p, source):
+            y = h
+        else:
+            j = randbelow(g - 1, source)
+            y = j + 1 if j >= h else j
+        return {"a": a, "b": b, "y": y}
+
+    def wire_bytes(self, attribute: Target) -> int:
+        return len(json.dumps({"a": P - 1, "b": P - 1, "y": MAX_G - 1}))
+
+    def check(self, attribute: Target, reported: Any) -> None:
+        g = buckets(attribute.epsilon)
+        if not isinstance(reported, dict) or reported.keys() != WIRE_KEYS:
+            extra = sorted(str(k) for k in reported if k not in WIRE_KEYS) if isinstance(reported, dict) else []
+            if "level" in extra:
+                raise WireError("must not carry a level: the attribute does not discover strings")
+            raise WireError('must be an object {"a": a, "b": b, "y": y} with no other keys')
+        a, b, y = reported["a"], reported["b"], reported["y"]
+        for key, value, low, high in (("a", a, 1, P - 1), ("b", b, 0, P - 1), ("y", y, 0, g - 1)):
+            if type(value) is not int or not low <= value <= high:
+                raise WireError(f"{key} must be an integer from {low} to {high}")
+
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
+        """One support for each candidate the report supports (about k/g of k)."""
+        return self.tally(attribute, [(reported, 1)]).items()
+
+    def tally(self, attribute: Target, reported: Iterable[tuple[Any, int]]) -> dict[str, int | float]:
+        """Supports of every candidate (:attr:`Target.keys`), in bulk: numpy over all reports and
+        candidates at once, bounded by the 10,000-candidate limit."""
+        import numpy as np
+
+        pairs = list(reported)
+        candidates = attribute.keys
+        if not pairs or not candidates:
+            return {}
+        columns = np.array([(v["a"], v["b"], v["y"], c) for v, c in pairs], dtype=np.int64)
+        counts = supports(columns[:, 0], columns[:, 1], columns[:, 2], fingerprints(candidates),
+                          buckets(attribute.epsilon), columns[:, 3])
+        return {candidates[i]: int(counts[i]) for i in np.flatnonzero(counts)}
+
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``truth`` holds indices into the candidates; the supports of each candidate."""
+        x = fingerprints(attribute.keys)
+        g = buckets(attribute.epsilon)
+        return supports(*randomise_bulk(x[truth], g, attribute.p, rng), x, g)
+
+    def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
+        # For a given (a, b) a report is GRR over g hash values, whose other values each have
+        # (1 - p)/(g - 1) = 1/(e^ε + g - 1); two strings leak most when their hashes differ (as GRR).
+        g = round(1 / q)
+        other = (1 - p) / (g - 1)
+        return [(p, other), (other, p), (other * (g - 2), other * (g - 2))] if g > 2 else [(p, other), (other, p)]
+
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+        g = round(1 / q)
+        return (f"A device hashes its string with a fresh random hash into {g} values and reports that value "
+                f"with probability {percent(p)}, otherwise one of the other {g - 1}; a report supports "
+                f"a string that is not its own with probability {percent(q)}.")
+
+
+OLH = OptimalLocalHashing()
+
