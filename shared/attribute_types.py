@@ -102,6 +102,9 @@ class AttributeType(ABC):
     fields: ClassVar[tuple[str, ...]] = ()  # its own schema fields (given, or derived and given back)
     mechanisms: ClassVar[tuple[Mechanism, ...]]  # those that may randomise it; the first wins a tie under auto
     ranked: ClassVar[bool] = False  # the dashboard lists its values largest first (else in their order)
+    # Its values are candidate strings, each with a source; the dashboard sets apart those whose
+    # interval includes zero.
+    candidates_apart: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<attribute type {self.name}>"
@@ -162,6 +165,11 @@ class AttributeType(ABC):
     def value_of(self, key: str) -> Any:
         """The API's ``value`` of a stored ``key``."""
         return key
+
+    def source(self, attribute: Typed, key: str) -> str | None:
+        """Where the value keyed ``key`` came from, for a type whose values are candidates
+        (``listed`` in the schema, ``added`` later, ``discovered``); None for the others."""
+        return None
 
     @abstractmethod
     def example(self, attribute: Typed) -> Any:
@@ -381,6 +389,7 @@ class String(_Shares):
     fields = ("max_length", "candidates", "discover", "alphabet", "levels")
     mechanisms = (mechanisms.OLH,)
     ranked = True
+    candidates_apart = True
 
     def parse(self, raw: Mapping[str, Any], where: str) -> Fields:
         max_length = raw.get("max_length", DEFAULT_STRING_LENGTH)
@@ -414,6 +423,9 @@ class String(_Shares):
 
     def keys(self, attribute: Typed) -> tuple[str, ...]:
         return attribute.candidates
+
+    def source(self, attribute: Typed, key: str) -> str | None:
+        return "listed"  # adding and discovering candidates are to come
 
     def example(self, attribute: Typed) -> str:
         return attribute.candidates[0] if attribute.candidates else "example"

@@ -8,7 +8,7 @@ numbers on a page can be tested without a server. Estimate rows have the store's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ...shared import privacy
@@ -54,9 +54,16 @@ class Cell:
 
 @dataclass(frozen=True)
 class ValueRow:
-    label: str  # "true" for a boolean's share, else the category
+    label: str  # "true" for a boolean's share, else the category (or a string attribute's candidate)
     latest: Cell | None
     rollup: Cell | None
+    source: str | None = None  # where a string attribute's candidate came from (listed, added, discovered)
+
+    @property
+    def includes_zero(self) -> bool:
+        """Whether its interval (all windows, else the latest) includes zero: not told from absent."""
+        shown = self.rollup or self.latest
+        return shown is None or shown.ci_low <= 0.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,15 @@ class AttributeView:
     chart_note: str
     privacy: AttributePrivacy
     percent: bool = True  # estimates are shares (percent); else a mean in the attribute's units
+    # A string attribute's candidates whose interval includes zero, set apart below its table
+    # (most frequent first, at most MAX_TABLE_VALUES); ``hidden_apart`` more are not shown.
+    apart: list[ValueRow] = field(default_factory=list)
+    hidden_apart: int = 0
+
+    @property
+    def sourced(self) -> bool:
+        """Whether its values are candidates with a source (a string attribute)."""
+        return self.attribute.kind.candidates_apart
 
     @property
     def any_clipped(self) -> bool:
@@ -161,21 +177,33 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     windows = sorted(w for w in cells if w != ROLLUP)
     latest = windows[-1] if windows else None
     rollup = cells.get(ROLLUP, {})
-    rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k)) for k in keys]
+    kind = attribute.kind
+    rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k), kind.source(attribute, k))
+            for k in keys]
     n = max((c.n for c in rollup.values()), default=0)
     # In the schema's order, as the API, the CSV and the CLI list them. Where there are too many to
     # show, a ranked kind (categories) keeps its largest, still in that order; a histogram keeps its
-    # first buckets, as before.
-    if attribute.kind.ranked:
-        kept = sorted(range(len(rows)), key=lambda i: -(rows[i].rollup.estimate_clipped if rows[i].rollup else -1.0))
+    # first buckets, as before. A string attribute's candidates are listed most frequent first
+    # (DESIGN.md, "Dashboard"), and those whose interval includes zero are set apart below.
+    def size(i: int) -> float:
+        return -(rows[i].rollup.estimate_clipped if rows[i].rollup else -1.0)
+
+    apart: list[ValueRow] = []
+    if kind.candidates_apart:
+        rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
+        apart = [r for r in rows if r.includes_zero]
+        rows = [r for r in rows if not r.includes_zero]
+        shown = rows[:MAX_TABLE_VALUES]
+        charted = [r.label for r in rows[:MAX_CHART_CATEGORIES]]
     else:
-        kept = list(range(len(rows)))
-    shown = [rows[i] for i in sorted(kept[:MAX_TABLE_VALUES])]
-    charted = [rows[i].label for i in sorted(kept[:MAX_CHART_CATEGORIES])]
+        kept = sorted(range(len(rows)), key=size) if kind.ranked else list(range(len(rows)))
+        shown = [rows[i] for i in sorted(kept[:MAX_TABLE_VALUES])]
+        charted = [rows[i].label for i in sorted(kept[:MAX_CHART_CATEGORIES])]
     chart, note = _chart(attribute, windows, cells, charted, len(rows))
     widest = max(((c.ci_high - c.ci_low) / 2 for r in shown if (c := r.rollup) is not None), default=None)
     return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
-                         attribute_privacy(attribute, n, confidence, widest), attribute.mech.estimand.percent)
+                         attribute_privacy(attribute, n, confidence, widest), attribute.mech.estimand.percent,
+                         apart[:MAX_TABLE_VALUES], max(0, len(apart) - MAX_TABLE_VALUES))
 
 
 def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, Cell]],
