@@ -85,6 +85,21 @@ def test_an_invalid_record_names_its_field(case):
     assert generate.run_invalid_record(RANDOMNESS_SCHEMAS[case["schema"]], case) == case["field"]
 
 
+@cases(RANDOMNESS["string_values"])
+def test_a_string_value_is_prepared_and_fingerprinted_exactly(case):
+    assert generate.run_string_value(case) == {"prepared": case["prepared"], "fingerprint": case["fingerprint"]}
+
+
+@cases(RANDOMNESS["string_draws"])
+def test_a_string_reports_seed_is_drawn_exactly(case):
+    assert generate.run_string_draws(case) == (case["result"], len(case["bytes"]) // 2)
+
+
+@cases(RANDOMNESS["supports"])
+def test_a_string_report_supports_exactly_these_candidates(case):
+    assert generate.run_supports(RANDOMNESS_SCHEMAS[case["schema"]], case) == case["supported"]
+
+
 # --- schemas.json, invalid_schemas.json ---------------------------------------------------------
 
 

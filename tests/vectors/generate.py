@@ -28,6 +28,8 @@ from typing import Any
 from ldp_telemetry.aggregator.estimation.refresh import estimate_rows
 from ldp_telemetry.aggregator.store import WindowCounters
 from ldp_telemetry.shared import windows
+from ldp_telemetry.shared.attribute_types import prepare_text
+from ldp_telemetry.shared.mechanisms import olh
 from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow
 from ldp_telemetry.shared.reports import (RecordError, ReportError, permanent_message, randomize, validate_record,
                                           validate_report)
@@ -69,6 +71,27 @@ def run_report(schema: Schema, case: Mapping[str, Any]) -> tuple[JSON, int]:
     secret = None if case["device_secret"] is None else bytes.fromhex(case["device_secret"])
     report = randomize(schema, case["record"], window=case["window"], device_secret=secret, source=source)
     return report, source.used
+
+
+def run_string_value(case: Mapping[str, Any]) -> JSON:
+    """A string record value as a device prepares it (at ``max_length``) and the fingerprint x of that."""
+    prepared = prepare_text(case["value"], case["max_length"])
+    return {"prepared": prepared, "fingerprint": olh.fingerprint(prepared)}
+
+
+def run_string_draws(case: Mapping[str, Any]) -> tuple[JSON, int]:
+    """A string report's hash seed from the case's bytes: a = 1 + randbelow(P - 1), then b = randbelow(P)."""
+    source = FixedBytes(bytes.fromhex(case["bytes"]))
+    a = 1 + randbelow(olh.P - 1, source)
+    return {"a": a, "b": randbelow(olh.P, source)}, source.used
+
+
+def run_supports(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """The candidates of the case's string attribute that its wire value supports, in the
+    schema's order: what counting adds one to (the aggregator's own path, numpy)."""
+    attribute = schema.attribute(case["attribute"])
+    counted = attribute.mech.tally(attribute, [(case["value"], 1)])
+    return [c for c in attribute.candidates if counted.get(c)]
 
 
 def run_permanent(schema: Schema, case: Mapping[str, Any]) -> JSON:
@@ -182,6 +205,9 @@ TOP = (1 << 53) - 1  # the largest 53-bit draw: a coin that fails for every p < 
 SECRET = stream("device secret", 32)
 OS = ["linux", "macos", "windows", "other"]
 LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl"]
+HOMES = ["example.org", "caf\u00e9.fr", "\u65e5\u672c\u8a9e.jp", "\U0001f600 smile", "a\ufffdb", "", "x" * 16]
+ERRORS = [f"E{i:04d}" for i in range(40)] + ["\u00c5ngstr\u00f6m"]
+P_LESS_1 = olh.P - 1
 
 SCHEMAS: list[dict[str, Any]] = [
     {"name": "features", "version": 1, "epsilon": 2.0, "description": "DESIGN.md's example",
@@ -215,6 +241,11 @@ SCHEMAS: list[dict[str, Any]] = [
      "attributes": [{"name": "flag", "type": "boolean"},
                     {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
                     {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"}]},
+    {"name": "strings", "version": 1, "epsilon": 4.0,  # each attribute 2.0: g = 8
+     "attributes": [{"name": "home", "type": "string", "max_length": 16, "candidates": HOMES},
+                    {"name": "flag", "type": "boolean"}]},
+    {"name": "strings-wide", "version": 1, "epsilon": 12.0,  # g = 65536: randbelow(g - 1) reads 2 bytes
+     "attributes": [{"name": "error", "type": "string", "candidates": ERRORS}]},
 ]
 
 
@@ -256,6 +287,29 @@ REPORTS: list[tuple[str, str, dict[str, Any], str, bytes | None, bytes]] = [
      stream("another device secret", 32), stream("memoised-another-device", 256)),
     *((f"memoised-sample-{i}", "memoised-sample", {"flag": True, "os": "macos", "lang": "it"}, "2026-11-21T00",
        SECRET, stream(f"memoised-sample-{i}", 256)) for i in range(3)),
+    # Strings. Crafted: a = 1 + 4660, b = 22136, then the coin keeps h (0) or fails (TOP) and j
+    # is one byte (g - 1 = 7: three bits); then the boolean's coin.
+    ("string-keeps", "strings", {"home": "example.org", "flag": True}, "2026-11-21", None,
+     stream("id", 24) + (4660).to_bytes(4, "little") + (22136).to_bytes(4, "little") + coin(0) + coin(0)),
+    *((f"string-flips-j-{j}", "strings", {"home": "example.org", "flag": True}, "2026-11-21", None,
+       stream("id", 24) + (4660).to_bytes(4, "little") + (22136).to_bytes(4, "little") + coin(TOP) + bytes([j])
+       + coin(0)) for j in (0, 6)),
+    # a's and b's draws reject (a: 2^31 - 1 and P - 1 are not below P - 1; b: P is not below P), then
+    # take their largest values: a = 1 + (P - 2) = P - 1, b = P - 1.
+    ("string-seeds-reject-then-take-their-largest", "strings", {"home": "caf\u00e9.fr", "flag": False}, "2026-11-21",
+     None, stream("id", 24) + bytes.fromhex("ffffffff") + P_LESS_1.to_bytes(4, "little")
+     + (P_LESS_1 - 1).to_bytes(4, "little") + (olh.P).to_bytes(4, "little") + P_LESS_1.to_bytes(4, "little")
+     + coin(0) + coin(0)),
+    *((f"string-{i}", "strings", {"home": home, "flag": i % 2 == 0}, "2026-11-21", None, stream(f"string-{i}", 256))
+      for i, home in enumerate([
+          "example.org", "cafe\u0301.fr", "\u65e5\u672c\u8a9e.jp", "\U0001f600 smile", "a\u0007b",
+          "a\ud800b", "", "an unlisted string that is longer than sixteen", "x" * 40, "\u212bngstr\u00f6m",
+      ])),
+    *((f"string-wide-{i}", "strings-wide", {"error": error}, "2026-11-21", None, stream(f"string-wide-{i}", 256))
+      for i, error in enumerate(["E0001", "E0039", "\u00c5ngstr\u00f6m", "unlisted"])),
+    ("string-wide-flips-with-two-bytes", "strings-wide", {"error": "E0007"}, "2026-11-21", None,
+     stream("id", 24) + (4660).to_bytes(4, "little") + (22136).to_bytes(4, "little") + coin(TOP)
+     + bytes([0xfe, 0xff])),
 ]
 
 # (name, schema, record, window, device secret or None, field named)
@@ -278,6 +332,41 @@ INVALID_RECORDS: list[tuple[str, str, Any, str, bytes | None]] = [
      None),
     ("memoised-short-secret", "memoised", {"flag": True, "os": "linux", "lang": "en", "load_ms": 1}, "2026-11-21",
      SECRET[:16]),
+    ("string-as-number", "strings", {"home": 3, "flag": True}, "2026-11-21", None),
+    ("string-as-null", "strings", {"home": None, "flag": True}, "2026-11-21", None),
+    ("string-as-list", "strings", {"home": ["example.org"], "flag": True}, "2026-11-21", None),
+]
+
+# (name, value, max_length): a string record value, its preparation and its fingerprint.
+STRING_VALUES: list[tuple[str, str, int]] = [
+    ("ascii", "example.org", 64),
+    ("empty", "", 64),
+    ("latin-precomposed", "caf\u00e9", 64),
+    ("nfc-composes-a-combining-accent", "cafe\u0301", 64),
+    ("nfc-composes-hangul-jamo", "\u1100\u1161", 64),
+    ("nfc-maps-the-angstrom-sign", "\u212b", 64),
+    ("cjk", "\u65e5\u672c\u8a9e", 64),
+    ("astral-plane", "\U0001f600\U0001d11e", 64),
+    ("lone-high-surrogate", "a\ud800b", 64),
+    ("lone-low-surrogate", "\udc00", 64),
+    ("nul-and-bell", "\u0000x\u0007", 64),
+    ("delete-and-c1-control", "\u007f\u0085", 64),
+    ("format-characters", "\ufeffsafe\u202etxt\u200d", 64),
+    ("zero-width-joiner-in-an-emoji", "\U0001f469\u200d\U0001f4bb", 64),
+    ("cut-to-max-length", "abcdefghij", 4),
+    ("cut-counts-code-points-not-utf16-units", "\U0001f600" * 6, 4),
+    ("cut-after-nfc", "e\u0301" * 4, 4),
+    ("cut-keeps-a-replacement", "\u0001" * 5, 3),
+    ("256-code-points", "\u00e9" * 300, 256),
+]
+
+# (name, bytes): the draws of a string report's a and b.
+STRING_DRAWS: list[tuple[str, bytes]] = [
+    ("smallest", bytes(8)),
+    ("largest-after-rejections", bytes.fromhex("ffffffff") + P_LESS_1.to_bytes(4, "little")
+     + (P_LESS_1 - 1).to_bytes(4, "little") + (olh.P).to_bytes(4, "little") + P_LESS_1.to_bytes(4, "little")),
+    ("the-top-bit-is-masked", bytes.fromhex("0100008002000080")),
+    *((f"stream-{i}", stream(f"string-draws-{i}", 16)) for i in range(3)),
 ]
 
 PRIMITIVE_BERNOULLI: list[tuple[str, float, bytes]] = [
@@ -308,6 +397,20 @@ PRIMITIVE_HMAC: list[tuple[str, bytes, str, int]] = [
 ]
 
 
+def supports_cases(parsed: Mapping[str, Schema], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The supports of the string reports among ``reports`` (and of a few crafted wire values)."""
+    out = []
+    for case in reports:
+        for name, value in case["report"]["values"].items():
+            if parsed[case["schema"]].attribute(name).mech is olh.OLH:
+                out.append({"name": case["name"], "schema": case["schema"], "attribute": name, "value": value})
+    out += [{"name": "string-y-beyond-every-hash", "schema": "strings", "attribute": "home",
+             "value": {"a": 1, "b": 0, "y": 7}},
+            {"name": "string-wide-largest-seed", "schema": "strings-wide", "attribute": "error",
+             "value": {"a": P_LESS_1, "b": P_LESS_1, "y": 65535}}]
+    return [{**c, "supported": run_supports(parsed[c["schema"]], c)} for c in out]
+
+
 def randomness() -> JSON:
     schemas = derived_schemas()
     parsed = schemas_by_name(schemas)
@@ -334,6 +437,10 @@ def randomness() -> JSON:
                         for n, k, m, length in PRIMITIVE_HMAC],
         "reports": reports,
         "invalid_records": invalid,
+        "string_values": [{**case, **run_string_value(case)} for case in
+                          ({"name": n, "value": v, "max_length": m} for n, v, m in STRING_VALUES)],
+        "string_draws": [_primitive(run_string_draws, {"name": n, "bytes": b.hex()}) for n, b in STRING_DRAWS],
+        "supports": supports_cases(parsed, reports),
     }
 
 
@@ -360,6 +467,10 @@ def _features(**changes: Any) -> dict[str, Any]:
 
 def _attribute(**fields: Any) -> dict[str, Any]:
     return _features(attributes=[fields])
+
+
+def _string(**fields: Any) -> dict[str, Any]:
+    return _attribute(**{"name": "s", "type": "string", **fields})
 
 
 def _numeric(**fields: Any) -> dict[str, Any]:
@@ -390,6 +501,14 @@ VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     ("histogram-categories-given-back", _attribute(name="h", type="histogram", edges=[0, 1, 2],
                                                    categories=["[0, 1)", "[1, 2]"])),
     ("a-derived-numeric-schema-parses-to-itself", parse_schema(SCHEMAS[4]).to_dict()),
+    ("string-defaults-filled-in", _attribute(name="s", type="string")),
+    ("string-candidates-prepared", _attribute(name="s", type="string", max_length=8, candidates=[
+        "cafe\u0301", "a\u0000b", "\u212b", "\U0001f600", ""])),
+    ("string-alphabet-kept", _attribute(name="s", type="string", alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-/",
+                                        discover=False)),
+    ("string-g-capped-at-65536", _features(epsilon=11.2, attributes=[{"name": "s", "type": "string"}])),
+    ("string-g-at-a-small-epsilon", _features(epsilon=1e-4, attributes=[{"name": "s", "type": "string"}])),
+    ("a-derived-string-schema-parses-to-itself", parse_schema(SCHEMAS[8]).to_dict()),
     ("the-least-epsilon-an-attribute-may-have", _features(epsilon=2e-4, attributes=[
         {"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"},
         {"name": "y", "type": "numeric", "range": [0, 1], "mechanism": "laplace"}])),
@@ -401,6 +520,8 @@ _BAD_C = parse_schema(SCHEMAS[4]).to_dict()
 _BAD_C["attributes"][2]["C"] *= 1 + 1e-6
 _OTHER_PARAMETER = parse_schema(SCHEMAS[4]).to_dict()
 _OTHER_PARAMETER["attributes"][1]["scale"] = 1.0
+_BAD_G = parse_schema(SCHEMAS[8]).to_dict()
+_BAD_G["attributes"][0]["g"] = 9
 _BAD_PERMANENT = parse_schema(SCHEMAS[6]).to_dict()
 _BAD_PERMANENT["attributes"][0]["permanent"] = {"epsilon": 1.0, "p": 0.7, "q": 0.3}
 
@@ -467,6 +588,29 @@ INVALID_SCHEMAS: list[tuple[str, Any]] = [
     ("numeric-cannot-be-memoised", _features(epsilon_permanent=4.0, attributes=[
         {"name": "b", "type": "boolean"}, {"name": "x", "type": "numeric", "range": [0, 1]}])),
     ("permanent-given-back-wrong", _BAD_PERMANENT),
+    ("string-max-length-zero", _string(max_length=0)),
+    ("string-max-length-above-256", _string(max_length=257)),
+    ("string-max-length-a-float", _string(max_length=64.0)),
+    ("string-candidates-not-a-list", _string(candidates="example.org")),
+    ("string-candidates-over-10000", _string(candidates=[f"s{i}" for i in range(10_001)])),
+    ("string-candidate-not-a-string", _string(candidates=["a", 1])),
+    ("string-candidate-longer-than-max-length", _string(max_length=4, candidates=["abcd", "abcde"])),
+    ("string-candidates-repeat-after-nfc", _string(candidates=["caf\u00e9", "cafe\u0301"])),
+    ("string-candidates-repeat-after-replacement", _string(candidates=["a\u0000", "a\u0007"])),
+    ("string-discover-not-supported-yet", _string(discover=True)),
+    ("string-discover-not-a-boolean", _string(discover=1)),
+    ("string-levels-without-discovery", _string(levels=[8, 64])),
+    ("string-alphabet-repeats", _string(alphabet="abca")),
+    ("string-alphabet-replacement-character", _string(alphabet="ab\ufffd")),
+    ("string-alphabet-nul", _string(alphabet="ab\u0000")),
+    ("string-alphabet-not-nfc", _string(alphabet="e\u0301")),
+    ("string-alphabet-too-long", _string(alphabet="".join(chr(0x100 + i) for i in range(129)))),
+    ("string-mechanism-grr", _string(mechanism="grr")),
+    ("string-categories", _string(categories=["a", "b"])),
+    ("olh-on-a-categorical", _attribute(name="c", type="categorical", categories=OS, mechanism="olh")),
+    ("string-g-given-back-wrong", _BAD_G),
+    ("string-cannot-be-memoised", _features(epsilon_permanent=4.0, attributes=[
+        {"name": "b", "type": "boolean"}, {"name": "s", "type": "string"}])),
 ]
 
 
@@ -489,6 +633,8 @@ def _report(schema: str, version: int, window: str, epsilon: Any, values: Any, *
 
 FEATURES = _report("features", 1, "2026-11-21", 2.0, {"dark_mode": True, "os": "macos"})
 THREE = _report("three", 2, "2026-11-21T13", 3.0, {"flag": False, "os": "other", "lang": [0, 1, 1, 0, 0, 0, 0, 1]})
+STRINGS = _report("strings", 1, "2026-11-21", 4.0, {"home": {"a": 123456789, "b": 987654321, "y": 5}, "flag": True})
+WIDE = _report("strings-wide", 1, "2026-11-21", 12.0, {"error": {"a": 1, "b": 0, "y": 65535}})
 MEANS = _report("means", 1, "2026-11-21", 8.0, {"minutes": 1, "pages": -1.25, "latency": 0.5, "crashes": 0.0009765625})
 
 VALID_REPORTS: list[tuple[str, dict[str, Any]]] = [
@@ -508,6 +654,10 @@ VALID_REPORTS: list[tuple[str, dict[str, Any]]] = [
     ("id-16-characters", {**FEATURES, "id": "abcdefghij_-0123"}),
     ("id-64-characters", {**FEATURES, "id": "Z" * 64}),
     ("fields-in-any-order", dict(reversed(list(FEATURES.items())))),
+    ("string-supports", STRINGS),
+    ("string-keys-in-any-order", {**STRINGS, "values": {"home": {"y": 0, "b": 0, "a": 2}, "flag": False}}),
+    ("string-largest-seed", {**STRINGS, "values": {"home": {"a": P_LESS_1, "b": P_LESS_1, "y": 7}, "flag": True}}),
+    ("string-wide-largest-y", WIDE),
 ]
 
 INVALID_REPORTS: list[tuple[str, Any]] = [
@@ -553,6 +703,24 @@ INVALID_REPORTS: list[tuple[str, Any]] = [
     ("pm-out-of-bounds", {**MEANS, "values": {**MEANS["values"], "pages": 1e6}}),
     ("hm-a-string", {**MEANS, "values": {**MEANS["values"], "latency": "0.5"}}),
     ("histogram-a-number", _report("buckets", 1, "2026-11-21", 2.0, {"load_ms": 60, "ratio": [0, 1, 1]})),
+    *((f"string-{name}", {**STRINGS, "values": {**STRINGS["values"], "home": home}}) for name, home in [
+        ("a-zero", {"a": 0, "b": 0, "y": 0}),
+        ("a-p", {"a": olh.P, "b": 0, "y": 0}),
+        ("b-negative", {"a": 1, "b": -1, "y": 0}),
+        ("b-p", {"a": 1, "b": olh.P, "y": 0}),
+        ("y-g", {"a": 1, "b": 0, "y": 8}),
+        ("y-negative", {"a": 1, "b": 0, "y": -1}),
+        ("a-boolean", {"a": True, "b": 0, "y": 0}),
+        ("b-a-float", {"a": 1, "b": 0.0, "y": 0}),
+        ("y-a-string", {"a": 1, "b": 0, "y": "0"}),
+        ("y-missing", {"a": 1, "b": 0}),
+        ("extra-key", {"a": 1, "b": 0, "y": 0, "x": 0}),
+        ("level-without-discovery", {"a": 1, "b": 0, "y": 0, "level": 0}),
+        ("a-list", [1, 0, 0]),
+        ("the-string-itself", "example.org"),
+        ("null", None),
+    ]),
+    ("string-wide-y-65536", {**WIDE, "values": {"error": {"a": 1, "b": 0, "y": 65536}}}),
 ]
 
 
@@ -637,6 +805,9 @@ ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[st
      {"window": windows.ROLLUP, "smallest_window_n": 100}),
     ("memoised-rollup-no-window-retained", "memoised", "flag", 4000, {"true": 2500}, 0.95,
      {"window": windows.ROLLUP, "smallest_window_n": None}),
+    ("olh-supports", "strings", "home", 1000, {"example.org": 400, "caf\u00e9.fr": 180, "": 120, "x" * 16: 126},
+     0.95, {}),
+    ("olh-wide", "strings-wide", "error", 500, {"E0001": 60, "E0039": 1}, 0.95, {}),
 ]
 
 
