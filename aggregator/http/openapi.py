@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
+from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_ALPHABET, MAX_CANDIDATES, MAX_STRING_LENGTH
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                               MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
@@ -33,6 +34,18 @@ RANGE = {"type": "array", "items": _NUMBER, "minItems": 2, "maxItems": 2,
          "description": "a numeric attribute's [lo, hi], lo < hi; the device clips its value to it"}
 EDGES = {"type": "array", "items": _NUMBER, "minItems": MIN_CATEGORIES + 1, "maxItems": MAX_BUCKETS + 1,
          "description": "a histogram's increasing bucket edges [e0, e1, ..., ek]: buckets [e0, e1), ..., [e(k-1), ek]"}
+STRING_FIELDS = {
+    "max_length": {"type": "integer", "minimum": 1, "maximum": MAX_STRING_LENGTH, "default": DEFAULT_STRING_LENGTH,
+                   "description": "a string attribute's: the code points of a value a device keeps"},
+    "candidates": {"type": "array", "maxItems": MAX_CANDIDATES, "items": {"type": "string"},
+                   "description": "a string attribute's strings to estimate; each prepared as a device prepares a value "
+                                  "(control and format characters to U+FFFD, NFC), at most max_length code points, "
+                                  "distinct after that"},
+    "discover": {"type": "boolean", "enum": [False], "description": "a string attribute's discovery of strings: not "
+                                                                    "supported yet"},
+    "alphabet": {"type": "string", "minLength": 1, "maxLength": MAX_ALPHABET,
+                 "description": "a string attribute's discovery alphabet (NFC, distinct code points)"},
+}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -63,7 +76,7 @@ COMPONENTS: dict[str, Any] = {
             "name": NAME, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "minItems": MIN_CATEGORIES, "maxItems": MAX_CATEGORIES,
                            "items": {"type": "string", "minLength": 1, "maxLength": MAX_CATEGORY_LENGTH}},
-            "range": RANGE, "edges": EDGES,
+            "range": RANGE, "edges": EDGES, **STRING_FIELDS,
             "mechanism": {"type": "string", "enum": [mechanisms.AUTO, *MECHANISM_NAMES]},
             "epsilon": {"type": "number"}, "p": {"type": "number"}, "q": {"type": "number"}, **DERIVED}},
         "SchemaInput": {"type": "object", "required": ["name", "version", "epsilon", "attributes"],
@@ -81,7 +94,7 @@ COMPONENTS: dict[str, Any] = {
             "name": {"type": "string"}, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "items": {"type": "string"},
                            "description": "a categorical attribute's, or a histogram's bucket names"},
-            "range": RANGE, "edges": EDGES,
+            "range": RANGE, "edges": EDGES, **STRING_FIELDS,
             "epsilon": {"type": "number"}, "mechanism": {"type": "string", "enum": MECHANISM_NAMES},
             "p": {"type": "number"}, "q": {"type": "number"}, **DERIVED, **LAYERS}},
         "Schema": {"type": "object", "required": ["name", "version", "epsilon", "window", "split", "description",
@@ -107,7 +120,8 @@ COMPONENTS: dict[str, Any] = {
                        "in several windows repeat one permanent response, so they are not independent)"},
             "attribute": {"type": "string"},
             "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}],
-                      "description": "the category or bucket; true for a boolean's share; 'mean' for a numeric attribute"},
+                      "description": "the category or bucket; a string attribute's candidate; true for a boolean's "
+                                     "share; 'mean' for a numeric attribute"},
             "estimate": {"type": "number", "description": "a share, or a numeric attribute's mean in its own units"},
             "estimate_clipped": {"type": "number", "description": "clipped to [0, 1], or to a numeric attribute's range"},
             "ci_low": {"type": "number"}, "ci_high": {"type": "number"},
