@@ -171,6 +171,11 @@ class AttributeType(ABC):
         (``listed`` in the schema, ``added`` later, ``discovered``); None for the others."""
         return None
 
+    def candidate_rows(self, attribute: Typed) -> list[dict[str, Any]]:
+        """Its candidates as ``GET .../candidates`` lists them (``value``, ``source``,
+        ``fingerprint``, ``collides_with``); none for a type whose values are not candidates."""
+        return []
+
     @abstractmethod
     def example(self, attribute: Typed) -> Any:
         """A valid record value (benchmarks and tools fill records with it)."""
@@ -426,6 +431,17 @@ class String(_Shares):
 
     def source(self, attribute: Typed, key: str) -> str | None:
         return "listed"  # adding and discovering candidates are to come
+
+    def candidate_rows(self, attribute: Typed) -> list[dict[str, Any]]:
+        """Each candidate with its fingerprint x and the other candidates that share it: no report
+        can tell those apart, so their estimates are of the strings' combined share."""
+        fingerprints = [int(x) for x in mechanisms.olh.fingerprints(attribute.candidates)]
+        sharing: dict[int, list[str]] = {}
+        for candidate, x in zip(attribute.candidates, fingerprints):
+            sharing.setdefault(x, []).append(candidate)
+        return [{"value": c, "source": self.source(attribute, c), "fingerprint": x,
+                 "collides_with": [o for o in sharing[x] if o != c]}
+                for c, x in zip(attribute.candidates, fingerprints)]
 
     def example(self, attribute: Typed) -> str:
         return attribute.candidates[0] if attribute.candidates else "example"

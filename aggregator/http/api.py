@@ -73,6 +73,27 @@ def _published(name: str, version: str | None) -> Schema:
     return schema
 
 
+@bp.get("/schemas/<name>/<version>/candidates")
+def get_candidates(name: str, version: str) -> Response:
+    """The candidate strings of a schema's string attributes (DESIGN.md, "Candidates"): each with
+    its source, its fingerprint, the candidates it collides with, and when it was added. At most
+    the schema's own limits (10,000 candidates an attribute), whoever asks."""
+    require_reader()
+    unknown = sorted(k for k in request.args if k != "attribute")
+    if unknown:
+        raise ApiError(400, f"unknown query parameter {unknown[0][:40]!r}; known: attribute",
+                       [detail(unknown[0][:40], "unknown query parameter")])
+    schema = _published(name, version)
+    attribute = request.args.get("attribute")
+    if attribute is not None and attribute not in schema.attribute_names:
+        raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
+                       [detail("attribute", "not found")])
+    added = context.store().published_at(schema.name, schema.version)
+    rows = [{"attribute": a.name, **row, "added_at": added} for a in schema.attributes if attribute in (None, a.name)
+            for row in a.kind.candidate_rows(a)]
+    return jsonify({"schema": schema.name, "version": schema.version, "candidates": rows})
+
+
 # -- reports -----------------------------------------------------------------------------------
 
 @bp.post("/reports")

@@ -127,6 +127,16 @@ COMPONENTS: dict[str, Any] = {
             "ci_low": {"type": "number"}, "ci_high": {"type": "number"},
             "n": {"type": "integer", "minimum": 1}, "epsilon": {"type": "number"},
             "computed_at": {"type": "string", "format": "date-time"}}},
+        "Candidates": {"type": "object", "required": ["schema", "version", "candidates"], "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"},
+            "candidates": {"type": "array", "items": {"type": "object", "required": [
+                "attribute", "value", "source", "fingerprint", "collides_with", "added_at"], "properties": {
+                "attribute": {"type": "string"}, "value": {"type": "string", "description": "the candidate, prepared"},
+                "source": {"type": "string", "enum": ["listed", "added", "discovered"]},
+                "fingerprint": {"type": "integer", "minimum": 0, "description": "x(s), as DESIGN.md defines it"},
+                "collides_with": {"type": "array", "items": {"type": "string"},
+                                  "description": "the attribute's other candidates with the same fingerprint"},
+                "added_at": {"type": "string", "format": "date-time"}}}}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
             "estimates": {"type": "array", "items": _ref("Estimate")},
@@ -168,6 +178,10 @@ def _paths() -> dict[str, Any]:
         "/api/v1/schemas/{name}/{version}": {"get": {
             "summary": "One version of a schema", "parameters": [name_param, version_param],
             "responses": {"200": _json(_ref("Schema"), "the schema"), **_errors(404)}}},
+        "/api/v1/schemas/{name}/{version}/candidates": {"get": {
+            "summary": "The candidate strings of a schema's string attributes",
+            "parameters": [name_param, version_param, {"name": "attribute", "in": "query", "schema": {"type": "string"}}],
+            "responses": {"200": _json(_ref("Candidates"), "the candidates"), **_errors(400, 401, 403, 404)}}},
         "/api/v1/reports": {"post": {
             "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",
             # text/plain (UTF-8) holds the same JSON: a web page posts it without a CORS preflight.

@@ -205,6 +205,10 @@ class Store(ABC):
     # -- schemas -----------------------------------------------------------------------------
 
     @abstractmethod
+    def published_at(self, name: str, version: int) -> str | None:
+        """When schema ``name`` version ``version`` was published (ISO 8601 UTC), or None."""
+
+    @abstractmethod
     def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
         """The definition of ``name`` at ``version`` (latest if None), or None if unpublished."""
 

@@ -271,6 +271,12 @@ class PostgresStore(Store):
     # -- schemas -----------------------------------------------------------------------------
 
     @_translated
+    def published_at(self, name: str, version: int) -> str | None:
+        if not schema_key_ok(name, version):
+            return None
+        return self._one("SELECT published_at FROM schemas WHERE name = %s AND version = %s", (name, version))
+
+    @_translated
     def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
         if not schema_key_ok(name, version):
             return None

@@ -86,6 +86,14 @@ class SQLiteStore(Store):
     # -- schemas -----------------------------------------------------------------------------
 
     @translated
+    def published_at(self, name: str, version: int) -> str | None:
+        if not schema_key_ok(name, version):
+            return None
+        row = self._db.conn.execute("SELECT published_at FROM schemas WHERE name = ? AND version = ?",
+                                    (name, version)).fetchone()
+        return None if row is None else row[0]
+
+    @translated
     def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
         if not schema_key_ok(name, version):
             return None
