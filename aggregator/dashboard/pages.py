@@ -190,7 +190,7 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
 
     apart: list[ValueRow] = []
     if kind.candidates_apart:
-        rows.sort(key=lambda r: -(r.rollup.estimate_clipped if r.rollup else -1.0))
+        rows = [rows[i] for i in sorted(range(len(rows)), key=size)]
         apart = [r for r in rows if r.includes_zero]
         rows = [r for r in rows if not r.includes_zero]
         shown = rows[:MAX_TABLE_VALUES]
