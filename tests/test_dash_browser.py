@@ -220,7 +220,9 @@ EVERY_TYPE = {"name": "every-type", "version": 1, "epsilon": 2.0, "window": "day
     {"name": "dark_mode", "type": "boolean"},
     {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
     {"name": "session_minutes", "type": "numeric", "range": [0, 120]},
-    {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]}]}
+    {"name": "load_ms", "type": "histogram", "edges": [0, 50, 100, 250, 1000]},
+    {"name": "home", "type": "string", "candidates": [
+        "example.org", "caf\u00e9.fr", "a-candidate-wider-than-a-phone-screen.example.org/some/long/path"]}]}
 MEMOISED = {"name": "memoised", "version": 1, "epsilon": 1.0, "epsilon_permanent": 4.0, "window": "day",
             "attributes": [{"name": "dark_mode", "type": "boolean"},
                            {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]}]}
@@ -231,7 +233,7 @@ def test_a_page_at_one_report_reads_right_at_desktop_and_phone_width(chromium, l
     # Issue 22: at n = 1 the page said "with 1 reports", "±2.1e+02 pts", "smallest share 188.1%" and
     # "1× narrower". The screenshots are for a person to look at; the assertions hold what they showed.
     derived = requests.post(live_server.url + "/api/v1/schemas", json=definition, headers=ADMIN, timeout=10).json()
-    record = {"dark_mode": True, "os": "macos", "session_minutes": 30, "load_ms": 80}
+    record = {"dark_mode": True, "os": "macos", "session_minutes": 30, "load_ms": 80, "home": "example.org"}
     report = randomize(parse_schema(derived), {a["name"]: record[a["name"]] for a in definition["attributes"]},
                        device_secret=b"\x07" * 32 if "epsilon_permanent" in definition else None)
     assert requests.post(live_server.url + "/api/v1/reports", json={"reports": [report]}, timeout=10).status_code == 202
