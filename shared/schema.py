@@ -141,7 +141,7 @@ class Attribute:
     def derived_parameters(self) -> dict[str, float]:
         """Every parameter besides ``p`` and ``q`` that its encoder and estimator use, named as
         DESIGN.md names them (``C``, ``z``, ``C_pm``, ``alpha``, ``scale``; none for a share)."""
-        return self.mech.shown_parameters(epsilon=self.epsilon, d=self.kind.values_count(self.categories))
+        return self.mech.shown_parameters_of(self, d=self.kind.values_count(self.categories))
 
     def to_dict(self) -> dict[str, Any]:
         """The derived attribute as the server serves it: as given, with every derived parameter."""
@@ -325,7 +325,7 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
     except ValueError as exc:
         raise SchemaError(f"{where}.mechanism",
                           f"{where}.mechanism {exc}, got {show(raw.get('mechanism'))}") from None
-    p, q = mechanism.parameters(epsilon=epsilon, d=d)
+    p, q = mechanism.given_parameters(raw, epsilon=epsilon, d=d) or mechanism.parameters(epsilon=epsilon, d=d)
     memo = None
     if epsilon_permanent is not None:
         if not mechanism.memoisable:

@@ -41,6 +41,21 @@ def test_the_derived_schema_parses_back_to_itself_and_a_wrong_g_is_refused():
     assert error.value.field == "attributes[0].g"
 
 
+def test_a_served_g_is_taken_where_e_to_the_epsilon_is_a_half_integer_and_refused_elsewhere():
+    # DESIGN.md: either neighbour is accepted where e^ε is within 1e-9 of a half-integer (another
+    # language's exp may round the other way), and the client randomises with the served g and p.
+    half = math.log(2.5)  # Python's exp gives exactly 2.5 here: g = 4
+    for g in (3, 4):
+        attribute = parse_schema(schema_of(half, g=g)).attribute("home")
+        assert (attribute.to_dict()["g"], attribute.q, attribute.p) == (g, 1 / g, 2.5 / (2.5 + g - 1))
+        report = attribute.mech.encode(attribute, "example.org", FixedBytes(bytes(16) + bytes(8)))
+        assert report["y"] == olh.hash_value(1, 0, olh.fingerprint("example.org"), g)
+    for epsilon, g in ((half, 2), (half, 5), (1.0, 5), (1.0, 3)):
+        with pytest.raises(SchemaError) as error:
+            parse_schema(schema_of(epsilon, g=g))
+        assert error.value.field == "attributes[0].g"
+
+
 @pytest.mark.parametrize("text, prepared", [
     ("caf\u0065\u0301", "caf\u00e9"),  # NFC
     ("a\u0000b\u007f", "a\ufffdb\ufffd"),  # controls (Cc)

@@ -122,6 +122,17 @@ class Mechanism(ABC):
         the derived schema shows them, so a client in another language can check what it computed."""
         return {}
 
+    def shown_parameters_of(self, attribute: Target, *, d: int) -> dict[str, float]:
+        """:meth:`shown_parameters` of ``attribute`` as parsed: the same, unless the schema gave back
+        a parameter that :meth:`given_parameters` accepted in place of ours."""
+        return self.shown_parameters(epsilon=attribute.epsilon, d=d)
+
+    def given_parameters(self, given: Mapping[str, Any], *, epsilon: float, d: int) -> tuple[float, float] | None:
+        """``(p, q)`` from parameters a (served) schema gives back that differ from ours but that
+        DESIGN.md lets a client take as served, or None: ours stand. None for every mechanism
+        but ``olh`` (its ``g`` at a half-integer e^ε)."""
+        return None
+
     @abstractmethod
     def worst_variance(self, *, epsilon: float, d: int) -> float:
         """The variance of one report's estimate in the worst case (times 1/n for n reports);

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,12 @@ def buckets(epsilon: float) -> int:
     r""":math:`g = \min(65536, \lfloor e^\varepsilon + \frac12 \rfloor + 1)`: the hash range."""
     check_epsilon(epsilon)
     return min(MAX_G, math.floor(math.exp(epsilon) + 0.5) + 1)
+
+
+def buckets_of(attribute: Target) -> int:
+    """The ``g`` an attribute was parsed with (its ``q`` is exactly 1/g): the derived one, or the
+    neighbour a served schema gave (:meth:`OptimalLocalHashing.given_parameters`)."""
+    return round(1 / attribute.q)
 
 
 @lru_cache(maxsize=64)
@@ -132,10 +138,25 @@ class OptimalLocalHashing(HitMechanism):
     def shown_parameters(self, *, epsilon: float, d: int) -> dict[str, float]:
         return {"g": buckets(epsilon)}
 
+    def shown_parameters_of(self, attribute: Target, *, d: int) -> dict[str, float]:
+        return {"g": buckets_of(attribute)}
+
+    def given_parameters(self, given: Mapping[str, Any], *, epsilon: float, d: int) -> tuple[float, float] | None:
+        """A served ``g`` that is the other neighbour where :math:`e^\varepsilon` is within 1e-9 of
+        a half-integer (another language's ``exp`` may round it the other way; DESIGN.md: either
+        neighbour is accepted, and the client randomises with the served one): its ``(p, q)``."""
+        g, e = given.get("g"), math.exp(epsilon)
+        half = math.floor(e) + 0.5
+        if type(g) is not int or g == buckets(epsilon) or abs(e - half) > 1e-9 or g not in (half + 0.5, half + 1.5):
+            return None
+        if g > MAX_G:
+            return None
+        return e / (e + g - 1), 1 / g
+
     def encode(self, attribute: Target, truth: Any, source: RandomSource,
                permanent: RandomSource | None = None) -> dict[str, int]:
         """The report of the prepared string ``truth``: draws in DESIGN.md's order."""
-        g = buckets(attribute.epsilon)
+        g = buckets_of(attribute)
         x = fingerprint(truth)
         a = 1 + randbelow(P - 1, source)
         b = randbelow(P, source)
@@ -151,7 +172,7 @@ class OptimalLocalHashing(HitMechanism):
         return len(json.dumps({"a": P - 1, "b": P - 1, "y": MAX_G - 1}))
 
     def check(self, attribute: Target, reported: Any) -> None:
-        g = buckets(attribute.epsilon)
+        g = buckets_of(attribute)
         if not isinstance(reported, dict) or reported.keys() != WIRE_KEYS:
             extra = sorted(str(k) for k in reported if k not in WIRE_KEYS) if isinstance(reported, dict) else []
             if "level" in extra:
@@ -177,13 +198,13 @@ class OptimalLocalHashing(HitMechanism):
             return {}
         columns = np.array([(v["a"], v["b"], v["y"], c) for v, c in pairs], dtype=np.int64)
         counts = supports(columns[:, 0], columns[:, 1], columns[:, 2], fingerprints(candidates),
-                          buckets(attribute.epsilon), columns[:, 3])
+                          buckets_of(attribute), columns[:, 3])
         return {candidates[i]: int(counts[i]) for i in np.flatnonzero(counts)}
 
     def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``truth`` holds indices into the candidates; the supports of each candidate."""
         x = fingerprints(attribute.keys)
-        g = buckets(attribute.epsilon)
+        g = buckets_of(attribute)
         return supports(*randomise_bulk(x[truth], g, attribute.p, rng), x, g)
 
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:

@@ -509,6 +509,8 @@ VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     ("string-g-capped-at-65536", _features(epsilon=11.2, attributes=[{"name": "s", "type": "string"}])),
     ("string-g-at-a-small-epsilon", _features(epsilon=1e-4, attributes=[{"name": "s", "type": "string"}])),
     ("a-derived-string-schema-parses-to-itself", parse_schema(SCHEMAS[8]).to_dict()),
+    # e^ε is 2.5 here (Python's exp): g is 4, and the other neighbour, 3, is taken when given.
+    ("string-g-either-neighbour-at-a-half-integer", _string(g=3) | {"epsilon": math.log(2.5)}),
     ("the-least-epsilon-an-attribute-may-have", _features(epsilon=2e-4, attributes=[
         {"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"},
         {"name": "y", "type": "numeric", "range": [0, 1], "mechanism": "laplace"}])),
@@ -609,6 +611,7 @@ INVALID_SCHEMAS: list[tuple[str, Any]] = [
     ("string-categories", _string(categories=["a", "b"])),
     ("olh-on-a-categorical", _attribute(name="c", type="categorical", categories=OS, mechanism="olh")),
     ("string-g-given-back-wrong", _BAD_G),
+    ("string-g-neighbour-not-at-a-half-integer", _string(g=5) | {"epsilon": 1.0}),
     ("string-cannot-be-memoised", _features(epsilon_permanent=4.0, attributes=[
         {"name": "b", "type": "boolean"}, {"name": "s", "type": "string"}])),
 ]
