@@ -5,12 +5,12 @@ report can never be counted again after its window's reports (the only record th
 counted) are gone, even if the clock moves back.
 
 The clock is not trusted to jump: each run of the job moves the kept cutoff forward by at most
-:data:`MAX_ADVANCE`. A machine that boots with its clock weeks ahead erases at most a day of
-windows early per run (runs are hourly and at each start) instead of every window at once, and
-once the clock is right again the windows it did not reach are kept as they should be (a clock
-that stays wrong for N runs moves the cutoff up to N days early: at worst the windows it passed are
-refused until the real time catches up). A server that was stopped for a week catches up in a
-few runs.
+:data:`MAX_ADVANCE` (6 hours; runs are hourly, and one at each worker start). A machine that boots
+with its clock weeks ahead erases at most 6 hours of windows early per run instead of every window
+at once, and once the clock is right again the windows it did not reach are kept as they should
+be. The price: a clock that stays wrong keeps moving the cutoff, up to 6 hours per run (a day of
+wrong clock costs up to about 5 days of windows, which are then refused until real time catches
+up); and a server stopped for a week catches up with retention in about a day and a half.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from flask import Flask
 from . import context
 from .store import Expired, Retention
 
-# How far one run of the retention job may move the kept cutoff forward.
-MAX_ADVANCE = timedelta(days=1)
+# How far one run of the retention job may move the kept cutoff forward. Runs are hourly (and one
+# at each worker start), so the cutoff moves at most about 6 times as fast as real time.
+MAX_ADVANCE = timedelta(hours=6)
 # How long a process trusts the kept cutoff it read (it only grows, and ingest's own transaction
 # reads it again before storing, so a stale one costs no correctness).
 CUTOFF_SECONDS = 5.0
@@ -64,5 +65,5 @@ def kept_cutoff(app: Flask) -> int | None:
     """The kept cutoff as this process last read it (at most :data:`CUTOFF_SECONDS` ago)."""
     cache = app.extensions["ldp"].setdefault("retention", {"read_at": -CUTOFF_SECONDS, "cutoff": None})
     if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
-        cache["cutoff"], cache["read_at"] = context.store(app).retention().cutoff, time.monotonic()
+        cache["cutoff"], cache["read_at"] = context.store(app).retention_cutoff(), time.monotonic()
     return cache["cutoff"]

@@ -154,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_CONFIDENCE", 0.95, "Confidence level of the estimate intervals, in (0, 1).",
             _number(0, 1, open_low=True, open_high=True)),
     Setting("LDP_RETENTION_DAYS", 30.0,
-            "Days a window's raw reports, counters and estimates are kept (each schema version's 'all' rollup keeps their sums); older windows are rejected at ingest. The cutoff is kept in the database and moves at most a day per hourly run, so a clock that jumps ahead erases no more than that.",
+            "Days a window's raw reports, counters and estimates are kept (each schema version's 'all' rollup keeps their sums); older windows are rejected at ingest. The cutoff is kept in the database, never moves back, and moves at most 6 hours per run (hourly, and at each worker start), so a clock that jumps ahead cannot erase every window at once.",
             _number(0, 36500, open_low=True)),
     Setting("LDP_CLOCK_SKEW", 300.0, "Seconds a report's window may start in the future (device clock skew).",
             _number(0, 86400)),

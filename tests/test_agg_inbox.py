@@ -125,11 +125,15 @@ def test_a_line_cut_by_a_crash_is_left_out_and_a_damaged_one_skipped(db):
     # Lines that pass the field check but cannot be counted: values that are no JSON object, a
     # schema that was never published. Each is left out; the segment's good lines are counted.
     damaged = ["not\ta\treport\n", f"{'d' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{not json\n",
-               f"{'e' * 20}\tapp-usage\t1\t{TODAY}\t0\t[1]\n", f"{'f' * 20}\tnever-published\t1\t{TODAY}\t0\t{{}}\n"]
+               f"{'e' * 20}\tapp-usage\t1\t{TODAY}\t0\t[1]\n", f"{'f' * 20}\tnever-published\t1\t{TODAY}\t0\t{{}}\n",
+               # JSON objects the schema does not take: an unknown attribute, a wrong wire value.
+               # They made counting raise, and the whole segment was set aside as .bad.
+               f"{'g' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{\"nope\":true}}\n",
+               f"{'h' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{\"dark_mode\":\"yes\",\"os\":\"linux\"}}\n"]
     write_segment(db, "damaged", reports[3:], tail="".join(damaged))
     store_of(app).settle()
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
-    assert segments(db) == []
+    assert segments(db) == [] and not list(Path(db + "-inbox").glob("*.bad"))
 
 
 def test_too_many_unfolded_reports_answer_503_and_store_nothing(db, monkeypatch):

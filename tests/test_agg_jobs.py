@@ -133,7 +133,7 @@ def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_count
     assert client.post("/api/v1/reports", json={"reports": [r for d in days for r in sent[d]]}).status_code == 202
     rollup = store.window_counters("app-usage", 1, [ROLLUP])[ROLLUP]
     clock[0] = NOW + timedelta(days=40)
-    # The first run ever may move the cutoff a day past the oldest window's end: 2026-11-19 only.
+    # The first run ever may move the cutoff 6 hours past the oldest window's end: 2026-11-19 only.
     assert retention.expire(app) == Expired(reports=2, windows=1)
     clock[0] = NOW  # the clock is right again
     assert retention.expire(app) == Expired(reports=0, windows=0)

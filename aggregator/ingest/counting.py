@@ -47,16 +47,36 @@ class Counting:
 
     def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
         """``rows`` less those that cannot be counted (a damaged line of a dead process's inbox
-        segment: values that are no JSON object, or a schema that is not published), each left
-        out with a warning. Rows ingest validated always count."""
+        segment: values that are no JSON object, a schema that is not published, an attribute the
+        schema does not have or a wire value its mechanism refuses), each left out with a
+        warning, so one damaged line never stops the others. Rows ingest validated always count;
+        each distinct wire text is checked once."""
         kept = []
+        verdicts: dict[tuple[str, int, str], bool] = {}
         for row in rows:
-            if _decode(row.values) is not None and self._schemas(row.schema, row.version) is not None:
+            key = (row.schema, row.version, row.values)
+            if key not in verdicts:
+                verdicts[key] = self._countable(*key)
+            if verdicts[key]:
                 kept.append(row)
             else:
                 log.warning("left out a stored report that cannot be counted (schema %r version %s)",
                             row.schema[:64], row.version)
         return kept
+
+    def _countable(self, name: str, version: int, values: str) -> bool:
+        decoded, schema = _decode(values), self._schemas(name, version)
+        if decoded is None or schema is None:
+            return False
+        for attribute_name, reported in decoded.items():
+            attribute = schema.by_name.get(attribute_name)
+            if attribute is None:
+                return False
+            try:
+                attribute.mech.check(attribute, reported)
+            except ValueError:  # WireError
+                return False
+        return True
 
     def __call__(self, rows: Sequence[ReportRow]) -> Increments:
         """What ``rows`` (countable ones) add to the counters, summed per counter. Rows alike (same

@@ -282,7 +282,13 @@ class Store(ABC):
 
     @abstractmethod
     def retention(self) -> Retention:
-        """The kept retention cutoff and the oldest retained window's end."""
+        """The kept retention cutoff and the oldest retained window's end (everything
+        acknowledged counted first: what the retention job decides from)."""
+
+    @abstractmethod
+    def retention_cutoff(self) -> int | None:
+        """The kept retention cutoff alone (None before retention first ran): one cheap read,
+        what ingest refuses windows by."""
 
     @abstractmethod
     def expire(self, cutoff: int) -> Expired:

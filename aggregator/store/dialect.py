@@ -32,6 +32,7 @@ class Dialect:
     """The shared statements, written with ``param``, the driver's placeholder."""
 
     param: str
+    share_lock: str = ""  # what holds a row read until commit (SQLite's write lock already does)
 
     def stale_windows(self, conn: Any, confidence: float) -> list[Stale]:
         """:meth:`Store.stale_windows` read on ``conn``: dirty windows with their marks, and windows
@@ -110,9 +111,13 @@ class Dialect:
 
     def retention(self, conn: Any) -> Retention:
         """:meth:`Store.retention` read on ``conn``."""
-        row = conn.execute("SELECT cutoff FROM retention").fetchone()
         oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]  # the rollup's is NULL
-        return Retention(None if row is None else row[0], oldest)
+        return Retention(self.retention_cutoff(conn), oldest)
+
+    def retention_cutoff(self, conn: Any) -> int | None:
+        """:meth:`Store.retention_cutoff` read on ``conn``."""
+        row = conn.execute("SELECT cutoff FROM retention").fetchone()
+        return None if row is None else row[0]
 
     def expire(self, transaction: Callable[[], ContextManager[Any]], snapshot: Callable[[], ContextManager[Any]],
                cutoff: int) -> Expired:
@@ -159,11 +164,13 @@ class Dialect:
         return Expired(reports, len(windows))
 
     def within_retention(self, conn: Any, rows: Sequence[ReportRow]) -> list[ReportRow]:
-        """``rows`` less those of windows the kept cutoff has erased (read in the ingest's own
-        transaction: a retry of an erased report is never counted twice)."""
-        row = conn.execute("SELECT cutoff FROM retention").fetchone()
+        """``rows`` less those of windows the kept cutoff has erased, read in the ingest's own
+        transaction and held (``share_lock``) until it commits: a retention run raises the
+        cutoff only after the ingests that read the old one are stored, so its walk finds their
+        reports, and a retry of an erased report is never counted twice."""
+        row = conn.execute("SELECT cutoff FROM retention" + self.share_lock).fetchone()
         return list(rows) if row is None else [r for r in rows if r.window_end > row[0]]
 
 
 SQLITE = Dialect("?")
-POSTGRES = Dialect("%s")
+POSTGRES = Dialect("%s", share_lock=" FOR SHARE")

@@ -405,6 +405,11 @@ class PostgresStore(Store):
             return POSTGRES.retention(conn)
 
     @_translated
+    def retention_cutoff(self) -> int | None:
+        with self._transaction() as conn:
+            return POSTGRES.retention_cutoff(conn)
+
+    @_translated
     def expire(self, cutoff: int) -> Expired:
         return POSTGRES.expire(self._transaction, functools.partial(self._transaction, snapshot=True), cutoff)
 

@@ -218,6 +218,10 @@ class SQLiteStore(Store):
         return SQLITE.retention(self._db.conn)
 
     @translated
+    def retention_cutoff(self) -> int | None:
+        return SQLITE.retention_cutoff(self._db.conn)
+
+    @translated
     def expire(self, cutoff: int) -> Expired:
         self._inbox.settle()
         return SQLITE.expire(self._db.write, self._db.snapshot, cutoff)
