@@ -102,6 +102,9 @@ class AttributeType(ABC):
     fields: ClassVar[tuple[str, ...]] = ()  # its own schema fields (given, or derived and given back)
     mechanisms: ClassVar[tuple[Mechanism, ...]]  # those that may randomise it; the first wins a tie under auto
     ranked: ClassVar[bool] = False  # the dashboard lists its values largest first (else in their order)
+    # How the dashboard draws it over windows: one value per window as a line with its interval as a
+    # band ("line"), or several values per window as bars with whiskers ("bars").
+    chart: ClassVar[str] = "bars"
     # Its values are candidate strings, each with a source; the dashboard sets apart those whose
     # interval includes zero.
     candidates_apart: ClassVar[bool] = False
@@ -237,6 +240,7 @@ class Boolean(_Shares):
 
     name = "boolean"
     mechanisms = (mechanisms.RR,)
+    chart = "line"  # the share of true
 
     def prepare(self, attribute: Typed, value: Any) -> bool:
         if not isinstance(value, bool):
@@ -334,6 +338,7 @@ class Numeric(AttributeType):
 
     name = "numeric"
     fields = ("range",)
+    chart = "line"  # the mean
     # At ε ≤ 0.61 ``hm`` is ``duchi``: the tie goes to duchi, named first.
     mechanisms = (mechanisms.DUCHI, mechanisms.PM, mechanisms.HM, mechanisms.LAPLACE)
 

@@ -343,17 +343,17 @@ def _check_derived(raw: Mapping, attribute: Attribute, where: str) -> None:
     """:class:`SchemaError` unless every derived field ``raw`` gives back (a derived schema
     re-published) is what we derive: numbers within :data:`TOLERANCE`, the layers exactly."""
     parameters = {"p": attribute.p, "q": attribute.q, **attribute.derived_parameters}
-    for field, derived in parameters.items():
-        if field in raw:
-            given = raw[field]
+    for name, derived in parameters.items():
+        if name in raw:
+            given = raw[name]
             if not is_number(given) or not close(given, derived):
                 raise SchemaError(
-                    f"{where}.{field}", f"{where}.{field} is derived from epsilon and mechanism and must be {derived}, "
+                    f"{where}.{name}", f"{where}.{name} is derived from epsilon and mechanism and must be {derived}, "
                     f"got {show(given)}"
                 )
-    for field in _SHOWN_PARAMETERS:
-        if field in raw and field not in parameters:
-            raise SchemaError(f"{where}.{field}", f"{where}.{field} is not a parameter of {attribute.mech.title}")
+    for name in _SHOWN_PARAMETERS:
+        if name in raw and name not in parameters:
+            raise SchemaError(f"{where}.{name}", f"{where}.{name} is not a parameter of {attribute.mech.title}")
     derived_layers = attribute.to_dict()
     for key in ("permanent", "instantaneous"):
         if key in raw and raw[key] != derived_layers.get(key):

@@ -1,4 +1,4 @@
-"""Chart geometry (aggregator/charts.py): values land where they should inside the frame."""
+"""Chart geometry (aggregator/dashboard/charts.py): values land where they should inside the frame."""
 
 import pytest
 

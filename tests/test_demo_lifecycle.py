@@ -1,6 +1,6 @@
 """`ldp-telemetry demo`: its aggregator never outlives it, and it says which port it took.
 
-The server runs in a session of its own (aggregator/process.py), so only the demo can stop it:
+The server runs in a session of its own (tools/process.py), so only the demo can stop it:
 on SIGTERM, SIGHUP and Ctrl-C it does so itself; on SIGKILL its watchdog does.
 """
 

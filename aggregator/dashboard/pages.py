@@ -295,7 +295,7 @@ class PlanLine:
 
 def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str, float],
                confidence: float) -> dict[str, PlanLine]:
-    """Each attribute's :class:`PlanLine` from the planner (:mod:`..shared.planner`), at the
+    """Each attribute's :class:`PlanLine` from the planner (:mod:`...shared.planner`), at the
     reports its latest window holds; ``targets`` are the half-widths an analyst typed (a default
     of 1 percentage point, or 1% of a mean's range, where none was)."""
     plans: dict[str, Plan] = {p.attribute.name: p for p in plan(schema, confidence=confidence)}

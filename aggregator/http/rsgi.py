@@ -37,6 +37,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
+from ...shared.checks import parse_digits
 from .cors import headers_for
 
 # Seconds a client has to deliver a whole request body once its headers are in.
@@ -44,6 +45,8 @@ BODY_SECONDS = 10.0
 # Bytes of request line and headers a request may carry: what ``serve`` lets granian's HTTP/1.1
 # parser buffer (more is a 431 there), and what the bridge itself accepts from any front end.
 HEADER_BYTES = 64 * 1024
+# A Content-Length longer than this is no body we would read (LDP_MAX_BODY is far smaller).
+CONTENT_LENGTH_DIGITS = 19
 # Threads per worker process running the Flask app: enough for concurrent requests to share a
 # commit (the store's group commit) while SQLite writes one transaction at a time anyway.
 THREADS = 8
@@ -83,14 +86,15 @@ class BufferedWSGI:
         except _TooLarge:
             _error(proto, cors, 431, f"the request headers are larger than {HEADER_BYTES} bytes")
             return
-        declared = headers.get("CONTENT_LENGTH")
-        if declared is not None and not (declared.isascii() and declared.isdigit()):
+        declared_text = headers.get("CONTENT_LENGTH")
+        declared = None if declared_text is None else parse_digits(declared_text, CONTENT_LENGTH_DIGITS)
+        if declared_text is not None and declared is None:
             _error(proto, cors, 400, "Content-Length must be a whole number")
             return
         complete = True  # whether the whole body was read (else the connection cannot be reused)
-        if declared is not None and int(declared) > self.max_body:
+        if declared is not None and declared > self.max_body:
             # Not read at all: the app sees the declared length and refuses it (413).
-            body, length, complete = b"", int(declared), False
+            body, length, complete = b"", declared, False
         else:
             try:
                 body = await asyncio.wait_for(self._body(proto, declared is not None), self.body_seconds)

@@ -7,7 +7,7 @@ anything else is a file path, the embedded SQLite store (:mod:`.sqlite`).
 
 The rooms: :mod:`.base` (the interface and the rows that cross it), :mod:`.errors` (the store's
 own errors), :mod:`.dialect` (the SQL both databases share), :mod:`.rollup` (increments arranged
-for writing), :mod:`.sqlite` with :mod:`.sqlite_migrations` and :mod:`.inbox` (where SQLite's
+for writing), :mod:`.sqlite` with :mod:`.sqlite_connection`, :mod:`.sqlite_migrations` and :mod:`.inbox` (where SQLite's
 acknowledged reports wait to be folded in), :mod:`.postgres` with :mod:`.postgres_migrations`,
 and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
 """
