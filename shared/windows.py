@@ -81,7 +81,7 @@ def _window_start(name: str, kind: str) -> datetime:
         raise ValueError(f"window must be a {kind} window of the form {shape} (UTC), got {name!r:.40}")
     try:
         # The pattern fixed where the ASCII digits are; datetime() checks the date is real
-        # (strptime would cost ~10 µs).
+        # (strptime, many times slower, runs for every report of a batch).
         hour = int(name[11:13]) if kind == "hour" else 0
         return datetime(int(name[0:4]), int(name[5:7]), int(name[8:10]), hour, tzinfo=timezone.utc)
     except ValueError:

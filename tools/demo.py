@@ -17,8 +17,8 @@ through one client.
   ledger, outbox on disk, background sender): the path an app takes.
 - The rest call the client's :func:`randomize` (the same on-device randomisation, without the
   ledger and outbox) and their reports go out in batches through the client's HTTP transport,
-  as a gateway carrying reports for many devices would send them. A full client per device would
-  cost about 10 ms each, minutes for 20,000.
+  as a gateway carrying reports for many devices would send them. A full client per device (its
+  own data folder, outbox and sender thread) would take minutes for 20,000.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ SERVER_START_TIMEOUT = 60.0
 class Options:
     devices: int = 20_000
     days: int = 7
-    clients: int = 200  # devices that run a whole TelemetryClient (about 10-30 ms each)
+    clients: int = 200  # devices that run a whole TelemetryClient (the slow, complete path)
     data_dir: Path = Path("demo-data")
     port: int = 8000  # 0: any free port; a busy port falls back to a free one
     seed: int = 2017  # of the population's true values (devices randomise with the OS CSPRNG)

@@ -39,7 +39,7 @@ class SystemRandom:
     """Bytes from the OS CSPRNG, read 4 KiB at a time.
 
     One system call then serves hundreds of coins, which makes the device encoders several times
-    faster (one ``os.urandom`` call costs ~20 µs on some virtual machines). Every byte is used
+    faster (a system call costs far more than the arithmetic of a coin). Every byte is used
     once; a forked child starts with an empty pool, so a parent and its child never share coins.
     """
 
