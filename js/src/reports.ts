@@ -8,6 +8,7 @@ import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, typ
 import { pyJson } from "./pyjson.js";
 import { randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
+import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
 import { windowOf, windowStart } from "./windows.js";
 
@@ -86,7 +87,6 @@ export function checkDeviceSecret(schema: Schema, secret: unknown): void {
   }
 }
 
-const UTF8 = new TextEncoder();
 
 /** The report of `truth` in `window`. Coins, in order: the id (24 bytes), the `sample` index,
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */

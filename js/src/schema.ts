@@ -308,10 +308,11 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   if (has(raw, "levels")) at("levels", "is not supported yet");
   const alphabet = raw.alphabet;
   if (has(raw, "alphabet")) {
-    const points = typeof alphabet === "string" ? [...alphabet] : [];
-    // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a format character.
-    if (!points.length || points.length > MAX_ALPHABET || new Set(points).size < points.length || alphabet !== alphabet.normalize("NFC") ||
-      /[\ufffd\p{Cs}\p{Cc}\p{Cf}]/u.test(alphabet)) {
+    const points = [...(typeof alphabet === "string" ? alphabet : "")];
+    // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
+    // format character: exactly the text that preparation leaves as it is, without U+FFFD.
+    if (!points.length || points.length > MAX_ALPHABET || new Set(points).size < points.length ||
+      prepareText(alphabet) !== alphabet || alphabet.includes("\ufffd")) {
       at("alphabet", "must be NFC text of 1 to 128 distinct code points, no U+FFFD or controls");
     }
   }

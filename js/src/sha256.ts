@@ -13,8 +13,9 @@ let H: number[];
 
 const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
 
-/** The 32 bytes of SHA-256 of `data` (at most 2^29 - 1 bytes: the bit length fits 32 bits). */
-export function sha256(data: Uint8Array): Uint8Array {
+/** SHA-256 of `data` (at most 2^29 - 1 bytes: the bit length fits 32 bits) as its eight 32-bit
+ * words, big-endian order, each as a signed 32-bit number. */
+export function sha256Words(data: Uint8Array): number[] {
   if (!K) {
     K = [];
     H = [];
@@ -26,8 +27,9 @@ export function sha256(data: Uint8Array): Uint8Array {
   }
   const length = data.length;
   const words = new Int32Array(((length + 72) >> 6) << 4); // the message, 0x80, zeros, 64-bit bit length
-  for (let i = 0; i < length; i++) words[i >> 2] |= data[i] << (24 - 8 * (i & 3));
-  words[length >> 2] |= 0x80 << (24 - 8 * (length & 3));
+  // A shift count is taken mod 32: 24 - 8i is 24 - 8(i mod 4) there.
+  for (let i = 0; i < length; i++) words[i >> 2] |= data[i] << (24 - 8 * i);
+  words[length >> 2] |= 0x80 << (24 - 8 * length);
   words[words.length - 1] = length * 8;
   const h = H.slice(0, 8);
   const w = new Int32Array(64);
@@ -41,14 +43,18 @@ export function sha256(data: Uint8Array): Uint8Array {
         : (rotr(x, 7) ^ rotr(x, 18) ^ (x >>> 3)) + w[t - 7] + (rotr(y, 17) ^ rotr(y, 19) ^ (y >>> 10)) + w[t - 16];
       const [a, b, c, d, e, f, g, k] = v;
       const t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
-      const t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      v.unshift((t1 + t2) | 0);
+      v.unshift((t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0);
       v.pop();
       v[4] = (d + t1) | 0;
     }
     v.forEach((x, i) => (h[i] = (h[i] + x) | 0));
   }
-  const out = new Uint8Array(32);
-  h.forEach((x, i) => new DataView(out.buffer).setInt32(4 * i, x));
-  return out;
+  return h;
+}
+
+/** The 32 bytes of SHA-256 of `data`. */
+export function sha256(data: Uint8Array): Uint8Array {
+  const out = new DataView(new ArrayBuffer(32));
+  sha256Words(data).forEach((x, i) => out.setInt32(4 * i, x));
+  return new Uint8Array(out.buffer);
 }

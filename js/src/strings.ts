@@ -4,13 +4,13 @@
  * shared/attribute_types.py (prepare_text) and shared/mechanisms/olh.py.
  */
 
-import { sha256 } from "./sha256.js";
+import { sha256Words } from "./sha256.js";
+import { UTF8 } from "./storage.js";
 
 /** The hash family's prime modulus, 2^31 - 1. */
 export const P = 2 ** 31 - 1;
 // Domain separation of the fingerprints: the tag, then one byte 0x00.
 const TAG = "ldp-telemetry/string/v1\0";
-const UTF8 = new TextEncoder();
 
 /** A string value as the device hashes it: each lone surrogate, control (Cc) and format (Cf)
  * character becomes U+FFFD; then NFC; then the first `maxLength` code points (never UTF-16 units;
@@ -24,8 +24,8 @@ export function prepareText(text: string, maxLength?: number): string {
  * `text` exactly as given (a prepared value or candidate). As 2^32 ≡ 2 (mod P), the 64-bit
  * number hi·2^32 + lo is 2·hi + lo mod P, below 2^34: exact in a double. */
 export function fingerprint(text: string): number {
-  const digest = new DataView(sha256(UTF8.encode(TAG + text)).buffer);
-  return (2 * digest.getUint32(0) + digest.getUint32(4)) % P;
+  const [hi, lo] = sha256Words(UTF8.encode(TAG + text));
+  return (2 * (hi >>> 0) + (lo >>> 0)) % P;
 }
 
 /** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = ah·2^16 + al, every partial
