@@ -8,6 +8,7 @@
 
 import { pyJson } from "./pyjson.js";
 import { bernoulli, randbelow, threshold, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
+import { fingerprint, olhHash, P } from "./strings.js";
 
 /** What an encoder needs of an attribute (the schema module's Attribute has it all). */
 export interface Encoded {
@@ -18,8 +19,8 @@ export interface Encoded {
   readonly categories: readonly string[];
   readonly range?: readonly [number, number];
   readonly memo?: Memo;
-  /** A mean mechanism's other parameters (C, z, C_pm, alpha, scale): the served ones, which the
-   * coins use, so that this client's reports are the server's to the last bit. */
+  /** A mechanism's other parameters (a mean's C, z, C_pm, alpha, scale; olh's g): the served
+   * ones, which the coins use, so that this client's reports are the server's to the last bit. */
   readonly params: Readonly<Record<string, number>>;
 }
 
@@ -40,8 +41,11 @@ export interface Mechanism {
   readonly memoisable: boolean;
   parameters(epsilon: number, d: number): [number, number];
   /** The parameters besides p and q that its encoder and estimator use, named as DESIGN.md names
-   * them; the derived schema shows them (none for a share). */
-  shown(epsilon: number): Record<string, number>;
+   * them; the derived schema shows them (none for a share; olh's g is 1/q, q as derived or given). */
+  shown(epsilon: number, q: number): Record<string, number>;
+  /** (p, q) from served parameters that differ from ours but that DESIGN.md lets a client take
+   * as served (olh's g at a half-integer e^ε), else undefined: ours stand. */
+  given?(raw: Record<string, unknown>, epsilon: number): Pair | undefined;
   worstVariance(epsilon: number, d: number): number;
   /** The wire value of `truth` (a boolean, a category index, or a number), coins from `source`;
    * a memoised attribute's permanent layer takes its coins from `permanent`. */
@@ -117,12 +121,22 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
   };
 }
 
-/** A category index's response: itself w.p. p, else a uniform index below d-1 that skips over it. */
-const grrRespond: Respond = (a, value, p, _q, source) => {
+/** An index below d's response: itself w.p. p, else a uniform index below d-1 that skips over it. */
+function among(value: number, d: number, p: number, source: RandomSource): number {
   if (bernoulli(p, source)) return value;
-  const other = randbelow(a.categories.length - 1, source);
+  const other = randbelow(d - 1, source);
   return other >= value ? other + 1 : other;
-};
+}
+
+const grrRespond: Respond = (a, value, p, _q, source) => among(value, a.categories.length, p, source);
+
+/** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
+export function olhBuckets(epsilon: number): number {
+  return Math.min(65536, Math.floor(Math.exp(epsilon) + 0.5) + 1);
+}
+
+/** (p, q) at g: p = e^ε/(e^ε + g - 1), q = 1/g. */
+const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
 
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
 // the low bits of a double never leak the input (Mironov, CCS 2012).
@@ -209,6 +223,32 @@ function mean(name: string, parameters: (epsilon: number) => Pair, varianceAt: (
   };
 }
 
+// Optimal local hashing (Wang et al. 2017; DESIGN.md "Strings"): a fresh hash seed (a, b) per
+// report, h = ((a·x + b) mod P) mod g of the value's fingerprint x, then GRR over the g hash
+// values. Draws: a = 1 + randbelow(P - 1), b = randbelow(P), then GRR's. Never memoised: a
+// fixed seed would link a device's reports.
+const OLH: Mechanism = {
+  name: "olh", types: ["string"], memoisable: false,
+  parameters: (epsilon) => olhPair(Math.exp(epsilon), olhBuckets(epsilon)),
+  shown: (_epsilon, q) => ({ g: Math.round(1 / q) }),
+  // Where e^ε is within 1e-9 of a half-integer, another libm may round g the other way: either
+  // neighbour is taken as served, with its own p and q (DESIGN.md "Strings").
+  given(raw, epsilon) {
+    const e = Math.exp(epsilon);
+    const half = Math.floor(e) + 0.5;
+    const g = raw.g as number;
+    return Math.abs(e - half) <= 1e-9 && (g === half + 0.5 || g === half + 1.5) && g <= 65536 ? olhPair(e, g) : undefined;
+  },
+  worstVariance: () => 0, // the one mechanism for a string
+  encode(a, truth, source) {
+    const x = fingerprint(truth as string);
+    const seed = 1 + randbelow(P - 1, source);
+    const b = randbelow(P, source);
+    return { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source) };
+  },
+  wireBytes: () => 46, // {"a": 2147483646, "b": 2147483646, "y": 65535}
+};
+
 export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
 export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanism>([
@@ -246,6 +286,7 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
     if (bernoulli(alpha, source)) return pmSample(t, a.params, source);
     return duchiBit(t, logistic(a.epsilon), source) ? C : -C;
   }),
+  OLH,
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
   mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2], (epsilon) => 8 / epsilon ** 2 + ROUNDING_VARIANCE,
     (epsilon) => ({ scale: 2 / epsilon }), (a, t, source) => { // sensitivity 2 over [-1, 1]

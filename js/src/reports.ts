@@ -8,6 +8,8 @@ import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, typ
 import { pyJson } from "./pyjson.js";
 import { randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
+import { UTF8 } from "./storage.js";
+import { prepareText } from "./strings.js";
 import { windowOf, windowStart } from "./windows.js";
 
 export interface Report {
@@ -34,8 +36,9 @@ export const PERMANENT_TAG = "ldp-telemetry/permanent-response/v1";
 // A number in a record beyond this cannot be a meaningful measurement; smaller ones are clipped.
 const MAX_RECORD_NUMBER = 1e300;
 
-/** The true values as the encoders take them: a boolean, a category or bucket index, a number. */
-export type Truth = Record<string, boolean | number>;
+/** The true values as the encoders take them: a boolean, a category or bucket index, a number,
+ * a prepared string. */
+export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (typeof record !== "object" || record === null || Array.isArray(record)) throw new RecordError("record", "must be an object");
@@ -45,16 +48,19 @@ export function validateRecord(schema: Schema, record: unknown): Truth {
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(values, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
   const truth: Truth = {};
-  for (const { name, type, edges, indexOf } of schema.attributes) {
+  for (const { name, type, edges, indexOf, strings } of schema.attributes) {
     const value = values[name];
     const boolean = type === "boolean";
     const numeric = type === "numeric";
-    // A boolean, a category's index, a number (clipped later) or a histogram bucket's index.
+    // A boolean, a category's index, a string as prepared (never refused for what it holds), a
+    // number (clipped later) or a histogram bucket's index.
     const t = boolean ? (typeof value === "boolean" ? value : undefined)
       : type === "categorical" ? indexOf.get(value as string)
+      : strings ? (typeof value === "string" ? prepareText(value, strings.max_length) : undefined)
       : isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value)) : undefined;
     if (t === undefined) {
-      throw new RecordError(name, boolean ? "must be true or false" : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
+      throw new RecordError(name, boolean ? "must be true or false" : strings ? "must be a string"
+        : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
     }
     truth[name] = t;
   }
@@ -81,7 +87,6 @@ export function checkDeviceSecret(schema: Schema, secret: unknown): void {
   }
 }
 
-const UTF8 = new TextEncoder();
 
 /** The report of `truth` in `window`. Coins, in order: the id (24 bytes), the `sample` index,
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
@@ -109,7 +114,7 @@ export async function encodeWithPermanent(schema: Schema, truth: Truth, window: 
   const permanent: Record<string, RandomSource> = {};
   if (schema.epsilonPermanent !== undefined) {
     const key = await hmacKey(secret!);
-    for (const a of schema.attributes) permanent[a.name] = await permanentSource(schema, a, truth[a.name], key);
+    for (const a of schema.attributes) permanent[a.name] = await permanentSource(schema, a, truth[a.name] as boolean | number, key); // never a string
   }
   return encodeReport(schema, truth, window, source, permanent);
 }

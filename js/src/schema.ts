@@ -7,6 +7,7 @@
 
 import { AUTO, REGISTRY, resolve, type Encoded, type Mechanism, type Memo, type ShareMechanism } from "./mechanisms.js";
 import { numberText, PyFloat } from "./pyjson.js";
+import { prepareText } from "./strings.js";
 import type { WindowKind } from "./windows.js";
 
 export const NAME_RE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -25,18 +26,29 @@ const EPSILON_SUM_TOLERANCE = 1e-9;
 const MIN_EPSILON = 1e-4;
 // Consecutive range ends or bucket edges differ by at least this of the larger magnitude (and of 1).
 const MIN_RELATIVE_WIDTH = 1e-9;
-// Parameters a mean mechanism shows besides p and q; one of another mechanism is refused.
-const SHOWN = ["C", "z", "C_pm", "alpha", "scale"];
+// Parameters a mechanism shows besides p and q (a mean's, olh's g); one of another mechanism is refused.
+const SHOWN = ["C", "z", "C_pm", "alpha", "scale", "g"];
 // p and q (and a memoised attribute's layers) given back must match what we derive within this;
 // the served values are the ones used, so this client's coins are the server's (a libm may
 // differ from Python's in a last digit).
 const PARAMETER_TOLERANCE = 1e-9;
 const WINDOWS = ["day", "hour"]; // the first is the default
 const SPLITS = ["equal", "sample"]; // the first is the default
-const TYPES = ["boolean", "categorical", "numeric", "histogram"];
+// Each type's own fields; a field of another type is refused (a histogram's categories are derived).
+const OWN: Record<string, string[]> = {
+  boolean: [], categorical: ["categories"], numeric: ["range"], histogram: ["edges", "categories"],
+  string: ["max_length", "candidates", "discover", "alphabet", "levels"],
+};
+const TYPES = Object.keys(OWN);
+const OWN_FIELDS = ["categories", "range", "edges", ...OWN.string];
 const SCHEMA_FIELDS = new Set(["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"]);
-const ATTRIBUTE_FIELDS = new Set(["name", "type", "categories", "range", "edges", "mechanism", "epsilon", "p", "q",
-  "permanent", "instantaneous", ...SHOWN]);
+const ATTRIBUTE_FIELDS = new Set(["name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous",
+  ...OWN_FIELDS, ...SHOWN]);
+// A string attribute (DESIGN.md "Strings"): the code points of a value kept, and its candidates.
+const DEFAULT_STRING_LENGTH = 64;
+const MAX_STRING_LENGTH = 256;
+const MAX_CANDIDATES = 10_000;
+const MAX_ALPHABET = 128;
 
 export class SchemaError extends Error {
   constructor(readonly field: string, message: string) {
@@ -59,6 +71,16 @@ export interface Attribute extends Encoded {
   readonly edges: readonly number[];
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
+  /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
+   * `discover` (false: discovery is not supported yet) and `alphabet` when given. */
+  readonly strings?: StringFields;
+}
+
+export interface StringFields {
+  readonly max_length: number;
+  readonly candidates: readonly string[];
+  readonly discover: boolean;
+  readonly alphabet?: string;
 }
 
 export interface Schema {
@@ -112,6 +134,7 @@ export function attributeDict(a: Attribute, py = false): Json {
   if (a.type === "numeric") out.range = [...a.range!];
   if (a.type === "histogram") out.edges = [...a.edges];
   if (a.categories.length) out.categories = [...a.categories];
+  Object.assign(out, a.strings);
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
   for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
   const m = a.memo;
@@ -220,19 +243,16 @@ function close(given: unknown, derived: number): given is number {
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
   const type = raw.type;
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
-  // DESIGN.md "Strings" (olh) is not implemented on the server side yet; refusing is honest.
-  if (type === "string") at("type", "string (olh) is not supported yet");
   object(raw, where, ATTRIBUTE_FIELDS);
   const name = checkName(raw.name, `${where}.name`);
   if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
-  const own = ({ categorical: "categories", numeric: "range", histogram: "edges" } as Json)[type];
-  for (const key of ["categories", "range", "edges"]) {
-    if (has(raw, key) && own !== key && !(type === "histogram" && key === "categories")) at(key, `is not allowed on a ${type}`);
-  }
+  for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
-  if (type === "categorical") categories = checkCategories(raw.categories, `${where}.categories`);
+  let strings: StringFields | undefined;
+  if (type === "string") strings = stringFields(raw, where, at);
+  else if (type === "categorical") categories = checkCategories(raw.categories, `${where}.categories`);
   else if (type === "numeric") range = increasing(raw.range, `${where}.range`, 2, 2) as [number, number];
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
@@ -249,19 +269,20 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   } catch (e) {
     at("mechanism", `must be one of ${(e as Error).message}`);
   }
-  let [p, q] = mech.parameters(epsilon, d);
+  let [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
-    if (!mech.memoisable) at("type", "cannot be memoised (a numeric mean)");
+    if (!mech.memoisable) at("type", "cannot be memoised (a numeric mean or a string)");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
     ({ p, q } = memo);
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit).
-  let derived: Record<string, number> = { p, q, ...mech.shown(epsilon) };
+  let derived: Record<string, number> = { p, q, ...mech.shown(epsilon, q) };
   for (const field in derived) {
     if (has(raw, field)) {
-      if (!close(raw[field], derived[field])) at(field, `must be ${derived[field]} (derived)`);
+      // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
+      if (!(field === "g" ? raw.g === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
       derived[field] = raw[field];
     }
   }
@@ -270,8 +291,51 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
   return {
     name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges,
-    indexOf: new Map(categories.map((c, i) => [c, i])), params: derived,
+    indexOf: new Map(categories.map((c, i) => [c, i])), params: derived, strings,
   };
+}
+
+/** A string attribute's own fields, checked as shared/attribute_types.py's String.parse does. */
+function stringFields(raw: Json, where: string, at: (field: string, what: string) => never): StringFields {
+  const max_length = get(raw, "max_length", DEFAULT_STRING_LENGTH) as number;
+  if (!(Number.isInteger(max_length) && max_length >= 1 && max_length <= MAX_STRING_LENGTH)) {
+    at("max_length", "must be an integer from 1 to 256");
+  }
+  const discover = get(raw, "discover", false);
+  if (typeof discover !== "boolean") at("discover", "must be true or false");
+  // As the Python side: discovering strings (DESIGN.md's PEM, with its levels) is not implemented yet.
+  if (discover) at("discover", "is not supported yet");
+  if (has(raw, "levels")) at("levels", "is not supported yet");
+  const alphabet = raw.alphabet;
+  if (has(raw, "alphabet")) {
+    const points = [...(typeof alphabet === "string" ? alphabet : "")];
+    // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
+    // format character: exactly the text that preparation leaves as it is, without U+FFFD.
+    if (!points.length || points.length > MAX_ALPHABET || new Set(points).size < points.length ||
+      prepareText(alphabet) !== alphabet || alphabet.includes("\ufffd")) {
+      at("alphabet", "must be NFC text of 1 to 128 distinct code points, no U+FFFD or controls");
+    }
+  }
+  return {
+    max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
+    ...(has(raw, "alphabet") && { alphabet }),
+  };
+}
+
+/** At most 10,000 strings, each prepared as a value is, then at most `maxLength` code points and
+ * distinct from the others; the prepared strings. */
+function checkCandidates(raw: unknown, maxLength: number, where: string): string[] {
+  if (!Array.isArray(raw) || raw.length > MAX_CANDIDATES) bad(where, "must be a list of at most 10000 strings");
+  const seen = new Set<string>();
+  return raw.map((c, i) => {
+    const field = `${where}[${i}]`;
+    if (typeof c !== "string") bad(field, "must be a string");
+    const prepared = prepareText(c);
+    if ([...prepared].length > maxLength) bad(field, "is over max_length (prepared)");
+    if (seen.has(prepared)) bad(field, "repeats a candidate (prepared)");
+    seen.add(prepared);
+    return prepared;
+  });
 }
 
 /** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */

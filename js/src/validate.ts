@@ -6,6 +6,7 @@
 
 import { duchiC, GRID, pmConstants, type Encoded } from "./mechanisms.js";
 import { isNumber, MAX_EPSILON, MAX_VERSION, type Schema } from "./schema.js";
+import { P } from "./strings.js";
 import { windowStart } from "./windows.js";
 
 export const REPORT_FIELDS = ["id", "schema", "version", "window", "epsilon", "values"];
@@ -29,6 +30,14 @@ const CHECKS: Record<string, (a: Encoded, v: unknown) => string | undefined> = {
   hm: (a, v) => number(Math.max(pmConstants(a.epsilon)[1] + GRID, duchiC(a.epsilon)))(a, v),
   // The largest exponential a 53-bit uniform gives is 53 ln 2.
   laplace: (a, v) => number(1 + (2 / a.epsilon) * 53 * Math.LN2 + GRID)(a, v),
+  // {"a": a, "b": b, "y": y}, integers, no other key (a level only on an attribute that discovers: none yet).
+  olh: (a, v) => {
+    const o = (v ?? 0) as Record<string, number>;
+    const g = a.params.g;
+    return typeof v === "object" && !Array.isArray(v) && Object.keys(o).length === 3 &&
+      ([["a", 1, P - 1], ["b", 0, P - 1], ["y", 0, g - 1]] as const).every(([k, low, high]) => Number.isInteger(o[k]) && o[k] >= low && o[k] <= high)
+      ? undefined : `must be {"a": 1 to ${P - 1}, "b": 0 to ${P - 1}, "y": 0 to ${g - 1}} (integers) with no other key`;
+  },
 };
 
 export class ReportError extends Error {

@@ -101,3 +101,31 @@ test("e2e: a memoised schema given in code is randomised with the device secret 
     await server.stop();
   }
 });
+
+test("e2e: a string attribute is randomised by the served g and p, delivered and counted", { skip: !haveServer() && "no .venv (make install)" }, async () => {
+  const dir = tempDir();
+  const port = await freePort();
+  const server = await startServer({ db: join(dir, "x.db"), port });
+  const TRUE_URL = "https://example.org/an-unlisted-page"; // the candidates are public (in the cached schema); this is not
+  try {
+    await publish(server.url, {
+      name: "js-strings", version: 1, epsilon: 3, window: "day",
+      attributes: [{ name: "page", type: "string", max_length: 40, candidates: ["https://example.org/", "https://example.org/b"] }, { name: "flag", type: "boolean" }],
+    });
+    const log = quietLogger();
+    const dataDir = join(dir, "data");
+    const t = new TelemetryClient({ endpoint: server.url, schema: "js-strings", maxEpsilon: 3, dataDir, logger: log });
+    assert.equal(await t.waitForSchema(10_000), true, log.lines.join("\n"));
+    const r = t.record({ page: `${TRUE_URL}\u200b`, flag: true }); // a format character: U+FFFD, never a refusal
+    assert.equal(r.queued, true, r.reason);
+    assert.equal(await t.flush(20_000), true, log.lines.join("\n"));
+    await t.close();
+    const n = await counts(server.url, "js-strings");
+    assert.equal(n[`${windowOf(Date.now(), "day")} page`], 1, JSON.stringify(n));
+    for (const name of readdirSync(dataDir)) {
+      assert.ok(!readFileSync(join(dataDir, name), "utf8").includes("an-unlisted-page"), `${name} holds a true value`);
+    }
+  } finally {
+    await server.stop();
+  }
+});

@@ -1,0 +1,35 @@
+/**
+ * String attributes (DESIGN.md "Strings", optimal local hashing): how a device prepares its text,
+ * the text's fingerprint, and the hash a report's seed (a, b) makes of it. Byte for byte as
+ * shared/attribute_types.py (prepare_text) and shared/mechanisms/olh.py.
+ */
+
+import { sha256Words } from "./sha256.js";
+import { UTF8 } from "./storage.js";
+
+/** The hash family's prime modulus, 2^31 - 1. */
+export const P = 2 ** 31 - 1;
+// Domain separation of the fingerprints: the tag, then one byte 0x00.
+const TAG = "ldp-telemetry/string/v1\0";
+
+/** A string value as the device hashes it: each lone surrogate, control (Cc) and format (Cf)
+ * character becomes U+FFFD; then NFC; then the first `maxLength` code points (never UTF-16 units;
+ * none given: all of them). The engine's Unicode tables may be newer than Python 3.11's 14.0:
+ * only characters newer than that may differ (DESIGN.md), and none of the vectors has one. */
+export function prepareText(text: string, maxLength?: number): string {
+  return Array.from(text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")).slice(0, maxLength).join("");
+}
+
+/** x(s): the first 8 bytes of SHA-256(tag ‖ 0x00 ‖ UTF-8 of `text`), big-endian, mod P, of
+ * `text` exactly as given (a prepared value or candidate). As 2^32 ≡ 2 (mod P), the 64-bit
+ * number hi·2^32 + lo is 2·hi + lo mod P, below 2^34: exact in a double. */
+export function fingerprint(text: string): number {
+  const [hi, lo] = sha256Words(UTF8.encode(TAG + text));
+  return (2 * (hi >>> 0) + (lo >>> 0)) % P;
+}
+
+/** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = ah·2^16 + al, every partial
+ * product and sum stays below 2^49 (a double is exact to 2^53; never a·x itself, up to 2^62). */
+export function olhHash(a: number, b: number, x: number, g: number): number {
+  return ((((Math.floor(a / 65536) * x) % P) * 65536 + (a % 65536) * x + b) % P) % g;
+}
