@@ -8,14 +8,14 @@ seconds, never sooner than the server's ``Retry-After``; any other 4xx is final.
 from __future__ import annotations
 
 import random
-import re
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Mapping
 
+from ..shared.checks import parse_digits
+
 # A Retry-After beyond a day is more likely a bug than a plan; never let it silence a device.
 MAX_RETRY_AFTER = 86_400.0
-_DELAY_SECONDS = re.compile(r"[0-9]+")  # ASCII only: \d would take any Unicode digit
 # An HTTP date is 29 characters (obsolete forms up to ~40); delay-seconds past MAX_RETRY_AFTER are
 # capped anyway, so a longer value is garbage, never a wait worth honouring.
 _MAX_RETRY_AFTER_TEXT = 64
@@ -53,8 +53,9 @@ def retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
     value = value.strip(" \t")
     if len(value) > _MAX_RETRY_AFTER_TEXT:
         return None
-    if _DELAY_SECONDS.fullmatch(value):
-        seconds = float(value)
+    delay = parse_digits(value, _MAX_RETRY_AFTER_TEXT)
+    if delay is not None:
+        seconds = float(delay)
     else:
         try:
             when = parsedate_to_datetime(value)
