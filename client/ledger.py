@@ -20,7 +20,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Iterable, Mapping
 
-from ldp_telemetry.shared.reports import EPSILON_TOLERANCE
+from ldp_telemetry.shared.checks import TOLERANCE
 from ldp_telemetry.shared.windows import day_of, overlapping
 
 TABLE = """
@@ -41,7 +41,7 @@ def refusal(day: Mapping[str, float], window: str, epsilon: float, per_day: floa
         if name in day:
             return f"already reported in window {window} (one report per schema per window; a day and its hours overlap)"
     total = sum(day.values()) if day else 0.0
-    if total + epsilon > per_day + EPSILON_TOLERANCE:
+    if total + epsilon > per_day + TOLERANCE:
         return (f"the daily cap: epsilon {total:g} already spent on {day_of(window)} (UTC) and this report "
                 f"would spend {epsilon:g} more, over max_epsilon_per_day {per_day:g}")
     return None

@@ -31,8 +31,6 @@ DEVICE_SECRET_BYTES = 32
 PERMANENT_TAG = "ldp-telemetry/permanent-response/v1"
 _REPORT_FIELD_SET = frozenset(REPORT_FIELDS)
 ID_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
-# The one tolerance (checks.TOLERANCE), under the name the client's ledger imports it by.
-EPSILON_TOLERANCE = TOLERANCE
 # Distinct windows one batch may name. A device sends one report per window, so its backlog is a
 # few windows (a month of day windows, a day and more of hour windows): a batch naming more is
 # refused, so one request cannot make the server re-estimate hundreds of windows.
