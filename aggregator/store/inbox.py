@@ -82,8 +82,10 @@ class _Segment:
 class Inbox:
     """Segments of acknowledged reports beside the database, and their folding.
 
-    ``store_rows(rows)`` stores and counts the new ones of ``rows`` in the database (exactly once,
-    however often it sees a row) and returns how many were already stored. ``durable``: sync each
+    ``store_rows(rows, validated)`` stores and counts the new ones of ``rows`` in the database
+    (exactly once, however often it sees a row) and returns how many were already stored;
+    ``validated`` says the rows are this process's own appends (checked at ingest), not lines read
+    back from a file. ``durable``: sync each
     append to the disk (``full``), not only to the operating system (``normal``: survives a
     killed process, not a power cut). ``after_folding()`` is called after folds that stored
     something (the SQLite store truncates its WAL there): by :meth:`settle` at once, by the
@@ -92,7 +94,7 @@ class Inbox:
     """
 
     folder: Path
-    store_rows: Callable[[list[ReportRow]], int]
+    store_rows: Callable[[list[ReportRow], bool], int]
     durable: bool
     on_duplicates: Callable[[int], None] = lambda n: None
     after_folding: Callable[[], bool] = lambda: True
@@ -278,12 +280,14 @@ class Inbox:
 
     def _fold_file(self, path: Path, fd: int, rows: list[ReportRow] | None = None) -> None:
         """Fold the whole segment at ``path`` (locked by us through ``fd``; its ``rows`` when we
-        wrote them, else read from the file), then delete it."""
+        wrote them, else read from the file), then delete it. Rows this process appended were
+        validated when they came in; rows read back from a file may be damaged."""
+        validated = rows is not None
         if rows is None:
             with open(path, "rb") as f:
                 rows = _parse(f.read(), path)
         if rows:
-            duplicates = self.store_rows(rows)
+            duplicates = self.store_rows(rows, validated)
             self._folded = True
             if duplicates:
                 self.on_duplicates(duplicates)

@@ -144,14 +144,16 @@ class SQLiteStore(Store):
         self._inbox.settle(SETTLE_SECONDS if wait else 0.0)
 
     @translated
-    def _fold(self, rows: list[ReportRow]) -> int:
+    def _fold(self, rows: list[ReportRow], validated: bool) -> int:
         """Fold inbox rows in: store the rows whose id is not stored and add what they count,
         :data:`FOLD_CHUNK` at a time in id order; how many were stored already. Under the write
         lock no other process can store an id between our check and our insert, so each is counted
-        once. A row that cannot be counted (a damaged line of a dead process's segment), or whose
-        window retention erased meanwhile, is left out."""
+        once. A row that cannot be counted (a damaged line of a dead process's segment: only rows
+        not ``validated`` by this process's ingest are checked), or whose window retention erased
+        meanwhile, is left out."""
         counts = self._counts()
-        countable = sorted(counts.countable(first_of_each_id(rows)))
+        unique = first_of_each_id(rows)
+        countable = sorted(unique if validated else counts.countable(unique))
         new_count = 0
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
