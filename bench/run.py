@@ -32,7 +32,7 @@ from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, encoders, hostile, ingest, send, servers
+from . import bulkload, encoders, hostile, ingest, olh_reference, send, servers
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -42,7 +42,8 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "send", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile")
+STEPS = ("record", "send", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile",
+         "olh-reference")
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
 # the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
@@ -355,6 +356,11 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         row("  randomize / pure-LDP", enc["randomize_ratio"], ".2f", "<= 3", enc["randomize_ratio"] <= 3)
         row("  our encoders alone / pure-LDP", enc["encoders_ratio"], ".2f", "-", None)
         row("  OUE d=16 encoder us: ours / pure-LDP", enc["ours_oue16"] / enc["pure_oue16"], ".2f", "-", None)
+    lhs = results.get("olh-reference")
+    if lhs:
+        worst = lhs["max_relative_difference"]
+        row(f"string estimates vs pure-LDP's LHServer (our hash), {lhs['reports']:,} reports x {lhs['candidates']} "
+            "candidates, largest relative difference", worst, ".1e", "<= 1e-9", worst <= 1e-9 and lhs["n_equal"])
     return rows
 
 
@@ -386,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
         "estimates-postgres": lambda: bench_estimates([int(s) for s in args.sizes.split(",")], postgres=True),
         "hostile": hostile.run,
+        "olh-reference": olh_reference.run,
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))
