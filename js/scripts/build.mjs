@@ -9,7 +9,7 @@ import { minify } from "terser";
 process.chdir(fileURLToPath(new URL("..", import.meta.url)));
 rmSync("dist", { recursive: true, force: true });
 const common = { bundle: true, target: "es2022", logLevel: "warning" };
-await build({ ...common, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
+await build({ ...common, define: { LDP_FULL: "true" }, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
 
 // The browser bundle has a budget of 10 KB gzipped (DESIGN.md), so it is built for size:
 // - no file system in a browser: the file store is swapped for a stub, so Node's code stays out;
@@ -31,7 +31,7 @@ const INTERNAL = ("acked again attempt batchLimit byName compose counted days de
   "fitting refusal previous bit make beforeTurn batch cap maxReport refill what " +
   "types memoise shown given expires made settled closed storing wakeAt check refresh delay send current state db").split(" ");
 const bundle = await build({ ...common, entryPoints: ["src/browser.ts"], format: "iife",
-  minify: true, write: false, platform: "browser", plugins: [browserStore], mangleProps: new RegExp(`^(${INTERNAL.join("|")})$`) });
+  minify: true, write: false, platform: "browser", plugins: [browserStore], define: { LDP_FULL: "false" }, mangleProps: new RegExp(`^(${INTERNAL.join("|")})$`) });
 // unsafe_* here only rewrite syntax (arrows, methods, String(x) as ""+x); no arithmetic is
 // reordered (no unsafe_math, no unsafe_comps: NaN checks written as !(x >= y) stay as they are).
 const small = await minify(bundle.outputFiles[0].text, { ecma: 2020, mangle: true,

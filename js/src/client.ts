@@ -52,10 +52,10 @@ function isNode(): boolean {
 async function openStore(s: Settings, schema: string): Promise<Store> {
   if (s.store) return s.store;
   if (hasIndexedDb()) return IndexedDbStore.open();
-  if (isNode()) return FileStore.open(s.dataDir, schema);
+  if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB or files here: the ledger is in memory only");
+    s.logger.warn("ldp-telemetry: no IndexedDB or files: the ledger is in memory only");
   }
   return new MemoryStore();
 }
@@ -107,7 +107,7 @@ export class TelemetryClient {
         return store;
       } catch (e) {
         // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
-        log.error((failure = `no usable storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`));
+        log.error((failure = `no storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`));
         return new MemoryStore();
       }
     };

@@ -117,7 +117,8 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       if (!permanent) throw new Error("no device secret");
       return wire(a, respond(a, permanentLayer(a, truth, permanent), memo.instantP, memo.instantQ, source));
     },
-    permanentResponse: (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)),
+    // Only the vectors read it: the <script> bundle leaves it out.
+    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)) : undefined!,
   };
 }
 
@@ -142,10 +143,9 @@ const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
 // the low bits of a double never leak the input (Mironov, CCS 2012).
 export const GRID = 2 ** -20;
 const ROUNDING_VARIANCE = (GRID * GRID) / 4;
-// hm uses pm above this ε (Wang et al. 2019, Eq. 6).
-export const EPSILON_STAR = Math.log(
-  (-5 + 2 * Math.pow(6353 - 405 * Math.sqrt(241), 1 / 3) + 2 * Math.pow(6353 + 405 * Math.sqrt(241), 1 / 3)) / 27,
-);
+// hm uses pm above this ε (Wang et al. 2019, Eq. 6): ln((-5 + 2∛(6353 - 405√241) + 2∛(6353 + 405√241)) / 27),
+// the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
+export const EPSILON_STAR = 0.6093524930273093;
 
 /** `x` clipped to the range and mapped to t in [-1, 1]. */
 export function unit(a: Encoded, x: number): number {

@@ -7,7 +7,7 @@
 import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, type DeviceSecret } from "./hmac.js";
 import { pyJson } from "./pyjson.js";
 import { randbelow, SYSTEM, type RandomSource } from "./random.js";
-import { attributeDict, bucket, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
+import { attributeDict, bucket, fieldError, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
 import { windowOf, windowStart } from "./windows.js";
@@ -22,14 +22,10 @@ export interface Report {
 }
 
 /** A record does not fit its schema. `field` names the attribute (the app's key), `record` when
- * the record is no object, `window` or `deviceSecret` for those arguments of randomize(). */
-export class RecordError extends Error {
-  constructor(readonly field: string, message: string) {
-    // The message names the field and what it must be, never the value (it may be a true answer).
-    super(`${field} ${message}`);
-    this.name = "RecordError";
-  }
-}
+ * the record is no object, `window` or `deviceSecret` for those arguments of randomize(). The
+ * message names the field and what it must be, never the value (it may be a true answer). */
+export const RecordError = fieldError("RecordError");
+export type RecordError = InstanceType<typeof RecordError>;
 
 // Domain separation of the permanent responses' HMAC messages: a new derivation is a new tag.
 export const PERMANENT_TAG = "ldp-telemetry/permanent-response/v1";

@@ -109,7 +109,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     clearTimeout(timer);
     timer = setTimeout(turn, self.stopped ? 0 : ms);
     // A Node process is not kept alive by retries alone: flush() and close() wait when asked.
-    (timer as { unref?: () => void }).unref?.();
+    if (LDP_FULL) (timer as { unref?: () => void }).unref?.();
   }
 
   async function turn(): Promise<void> {

@@ -35,6 +35,8 @@ export interface Store {
   readonly kind: "indexeddb" | "files" | "memory";
   /** The device's secret, made on first use (32 random bytes; a non-extractable key in a browser). */
   deviceSecret(): Promise<DeviceSecret>;
+  /** The schema last served: its JSON text (Node and the ES module: floats keep their spelling)
+   * or, in the <script> bundle, the object JSON.parse made of it. */
   cachedSchema(name: string): Promise<unknown>;
   cacheSchema(name: string, derived: unknown): Promise<void>;
   /** The ledger of `schema`: [window, ε] for every window spent. */

@@ -116,6 +116,13 @@ test("browser: a page on another origin records, is closed at once, and its repo
   }
 });
 
+// ONLY_NODE: a memoised histogram whose edges are written as floats (100.0). Node and the ES module
+// read served schemas with parseJson and write such an edge 100.0 in the HMAC message, as Python does
+// (a Node process shares the Python client's device secret: the two must derive the same permanent
+// responses). The <script> bundle reads JSON with JSON.parse, which writes it 100: its device secret
+// is a non-extractable key made in the browser, which no other client holds, and every schema it
+// meets is read the same way, so its messages agree with themselves, which is all memoisation needs.
+// Here the page gets the vectors through JSON.parse too, so that case is left to the Node tests.
 // The bundle is minified with internal member names shortened: a name that is also read as a
 // string (a JSON key, a table of fields) would break it there and nowhere else. So every report
 // case of the vectors (memoised ones included) and every invalid record runs in the page too.
@@ -137,6 +144,7 @@ test("browser: the <script> bundle passes every report vector in the page", { sk
       const secret = (c) => (c.device_secret === null ? undefined : hex(c.device_secret));
       const wrong = [];
       for (const c of v.reports) {
+        if (c.schema === "memoised-float-edges") continue; // see ONLY_NODE below
         const data = hex(c.random_bytes);
         let used = 0;
         const source = { take: (n) => { if (used + n > data.length) throw new Error("ran out"); return data.subarray(used, (used += n)); } };
