@@ -14,7 +14,7 @@ import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
-import type { Schema } from "./schema.js";
+import { isObject, type Schema } from "./schema.js";
 import { schemaSource } from "./schema-source.js";
 import { sender } from "./sender.js";
 import { MemoryStore, type Store } from "./storage.js";
@@ -169,7 +169,7 @@ export class TelemetryClient {
       if (closed || failure) return refused(failure ?? "the client is closed");
       if (usable()) return make(values, Date.now());
       if (source.refusal) return refused(source.refusal);
-      if (typeof values !== "object" || values === null || Array.isArray(values)) throw new RecordError("record", "must be an object");
+      if (!isObject(values)) throw new RecordError("record", "must be an object");
       if (source.current) source.fitting(values); // a schema given in code: the app hears now
       if (pending.length >= s.maxPending) return refused("maxPending records already pending");
       // A shallow copy, in memory only: the app may change its object afterwards.

@@ -4,10 +4,10 @@
  * then draw the id, the `sample` split and each attribute's coins in the vectors' order.
  */
 
-import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, type DeviceSecret } from "./hmac.js";
+import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, type DeviceSecret } from "./hmac.js";
 import { pyJson } from "./pyjson.js";
-import { randbelow, SYSTEM, type RandomSource } from "./random.js";
-import { attributeDict, bucket, fieldError, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
+import { FixedBytes, randbelow, SYSTEM, type RandomSource } from "./random.js";
+import { attributeDict, bucket, fieldError, isNumber, isObject, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
 import { windowOf, windowStart } from "./windows.js";
@@ -37,7 +37,7 @@ const MAX_RECORD_NUMBER = 1e300;
 export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
-  if (typeof record !== "object" || record === null || Array.isArray(record)) throw new RecordError("record", "must be an object");
+  if (!isObject(record)) throw new RecordError("record", "must be an object");
   const values = record as Record<string, unknown>;
   const unknown = Object.keys(values).filter((k) => !schema.byName.has(k)).sort();
   if (unknown.length) throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
@@ -101,7 +101,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
  * out has probability below 2^-64; it would be an error, never a wrap). */
 export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
   const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new StreamBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
+  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)), "the HMAC stream");
 }
 
 /** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */

@@ -12,7 +12,7 @@ import type { Logger } from "./options.js";
 import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
-import { NAME_RE, parseSchema, type Schema } from "./schema.js";
+import { isObject, NAME_RE, parseSchema, type Schema } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface SchemaSource {
@@ -98,7 +98,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         log.warn(`schema: HTTP ${status}`);
         return !(isRetryable(status) || status < 400);
       }
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      if (!isObject(body)) {
         log.warn("schema: no JSON object");
         return false;
       }
