@@ -126,11 +126,8 @@ function bad(field: string, what: string): never {
   throw new SchemaError(field, what);
 }
 
-/** A memoised attribute's two layers as served: [field, Memo member]. */
-const LAYERS: Record<string, [string, keyof Memo][]> = {
-  permanent: [["epsilon", "epsilonPermanent"], ["p", "permanentP"], ["q", "permanentQ"]],
-  instantaneous: [["p", "instantP"], ["q", "instantQ"]],
-};
+/** A memoised attribute's two layers, as served and as Memo holds them. */
+const LAYERS = ["permanent", "instantaneous"] as const;
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
@@ -146,7 +143,7 @@ export function attributeDict(a: Attribute, py = false): Json {
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
   for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
   const m = a.memo;
-  if (m) for (const key in LAYERS) out[key] = Object.fromEntries(LAYERS[key].map(([k, field]) => [k, f(m[field])]));
+  if (m) for (const key of LAYERS) out[key] = Object.fromEntries(Object.entries(m[key]).map(([k, v]) => [k, f(v)]));
   return out;
 }
 
@@ -351,14 +348,16 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
 /** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */
 function servedLayers(raw: Json, memo: Memo, where: string): Memo {
   const out: Json = { ...memo };
-  for (const key in LAYERS) {
+  for (const key of LAYERS) {
     const given = raw[key];
-    const fields = LAYERS[key];
-    if (has(raw, key) && !(isObject(given) && Object.keys(given).length === fields.length &&
-      fields.every(([k, m]) => has(given, k) && close(given[k], memo[m])))) {
-      bad(`${where}.${key}`, `must be ${JSON.stringify(Object.fromEntries(fields.map(([k, m]) => [k, memo[m]])))} (derived)`);
+    const ours: Record<string, number> = memo[key];
+    const fields = Object.keys(ours);
+    if (has(raw, key)) {
+      if (!(isObject(given) && Object.keys(given).length === fields.length && fields.every((k) => has(given, k) && close(given[k], ours[k])))) {
+        bad(`${where}.${key}`, `must be ${JSON.stringify(ours)} (derived)`);
+      }
+      out[key] = Object.fromEntries(fields.map((k) => [k, num(given[k])]));
     }
-    if (given) for (const [k, m] of fields) out[m] = num(given[k]);
   }
   return out as Memo;
 }
@@ -370,10 +369,10 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
   // Kept as given: a whole number written as a float stays a PyFloat (arithmetic reads its value).
   raw.forEach((given, i) => {
     const value = num(given);
-    if (!isNumber(value) || (LDP_FULL && !(Math.abs(value) <= MAX_MAGNITUDE))) bad(`${where}[${i}]`, "must be a number in [-1e15, 1e15]");
+    if (!isNumber(value) || (LDP_FULL && !(Math.abs(value) <= MAX_MAGNITUDE))) bad(`${where}[${i}]`, LDP_FULL ? "must be a number in [-1e15, 1e15]" : "must be a number");
     // (The <script> bundle only needs them increasing: the least step is the server's rule.)
     if (i && !(LDP_FULL ? value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])) : value > raw[i - 1])) {
-      bad(`${where}[${i}]`, "must exceed the one before by 1e-9 (relative)");
+      bad(`${where}[${i}]`, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
     }
   });
   return raw;
@@ -404,7 +403,7 @@ function checkCategories(raw: unknown, where: string): string[] {
   const seen = new Set<string>();
   raw.forEach((c, i) => {
     const field = `${where}[${i}]`;
-    if (typeof c !== "string" || (LDP_FULL && (!c || [...c].length > MAX_CATEGORY_LENGTH))) bad(field, "must be a string of 1 to 64 characters");
+    if (typeof c !== "string" || (LDP_FULL && (!c || [...c].length > MAX_CATEGORY_LENGTH))) bad(field, LDP_FULL ? "must be a string of 1 to 64 characters" : "must be a string");
     if (!LDP_FULL) return;
     requireText(c, field);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
