@@ -12,6 +12,9 @@ const common = { bundle: true, target: "es2022", logLevel: "warning" };
 await build({ ...common, define: { LDP_FULL: "true" }, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
 
 // The browser bundle has a budget of 10 KB gzipped (DESIGN.md), so it is built for size:
+// - LDP_FULL is false: code under `if (LDP_FULL)` is dead and dropped, namely what only Node, the
+//   tests or the server need (src/flags.d.ts): the server's schema-hygiene checks, redirects (a
+//   browser hides them), parseJson, argument checks of internal calls, vector-only helpers;
 // - no file system in a browser: the file store is swapped for a stub, so Node's code stays out;
 // - internal member names (never JSON keys, options, public API or what a custom `store` is
 //   handed: the Store methods, Limits and Row fields) are shortened;
