@@ -288,7 +288,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   for (const field in derived) {
     if (has(raw, field)) {
       // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(field === "g" ? raw.g === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
+      if (!(field === "g" ? num(raw.g) === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
       derived[field] = num(raw[field]);
     }
   }
