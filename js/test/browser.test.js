@@ -170,3 +170,41 @@ test("browser: the <script> bundle passes every report vector in the page", { sk
     await new Promise((r) => site.close(r));
   }
 });
+
+// The bundle leaves to the server the schema checks that keep its data clean (descriptions, names,
+// category text, unknown fields, candidates, alphabets, sizes: scripts/build.mjs, LDP_FULL); it
+// keeps every check that protects the device. So in the page: every valid schema parses, every
+// invalid one it refuses is refused for the vectors' reason, and every case about ε, its split, the
+// derived parameters and layers, the mechanism, the type or the window is refused.
+const DEVICE_FIELD = /(^|\.)(epsilon|epsilon_permanent|p|q|g|C|z|C_pm|alpha|permanent|instantaneous|mechanism|type|split|window|discover|levels)$/;
+
+test("browser: the <script> bundle's parseSchema keeps every check that protects the device", { skip: !existsSync(CHROMIUM) ? `${CHROMIUM} is absent` : !playwright && "no playwright-core (npm ci)" }, async () => {
+  const vectors = (name) => JSON.parse(readFileSync(new URL(`../../tests/vectors/${name}`, import.meta.url), "utf8"));
+  const valid = vectors("schemas.json");
+  const invalid = vectors("invalid_schemas.json");
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  try {
+    const tab = await browser.newPage();
+    await tab.addScriptTag({ content: readFileSync(BUNDLE, "utf8") });
+    const out = await tab.evaluate(([valid, invalid]) => {
+      const field = (schema) => {
+        try {
+          LdpTelemetry.parseSchema(schema);
+          return null;
+        } catch (e) {
+          return e instanceof LdpTelemetry.SchemaError ? e.field : String(e);
+        }
+      };
+      return { valid: valid.flatMap((c) => [field(c.schema), field(c.derived)]), invalid: invalid.map((c) => field(c.schema)) };
+    }, [valid, invalid]);
+    assert.deepEqual(out.valid.filter((f) => f !== null), []);
+    invalid.forEach((c, i) => {
+      const got = out.invalid[i];
+      if (got !== null) assert.equal(got, c.field, `${c.name}: refused for another reason`);
+      else assert.ok(!DEVICE_FIELD.test(c.field), `${c.name}: accepted by the bundle, but ${c.field} protects the device`);
+    });
+    assert.ok(out.invalid.filter((f) => f !== null).length >= 40);
+  } finally {
+    await browser.close();
+  }
+});
