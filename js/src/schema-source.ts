@@ -102,7 +102,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         log.warn("schema: no JSON object");
         return false;
       }
-      // Cached as served: it was just checked whole (unknown fields refused), and is checked again when read back.
+      // Cached as served: it was just checked, and is checked again when read back.
       if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
       return true;
     },
