@@ -65,13 +65,16 @@ export function emptyState(): State {
 
 export const UTF8 = new TextEncoder();
 
+/** The bytes of a report's JSON text (what the outbox and batch limits count). */
+export const jsonBytes = (report: Report) => UTF8.encode(JSON.stringify(report)).length;
+
 /** The ledger check-and-spend and the outbox append, on a state held by one owner at a time. */
 export function appendTo(state: State, reports: Report[], limits: Limits): Appended {
   const out: Appended = { refused: [], evicted: 0 };
   for (const report of reports) {
     const why = spend((state.ledger[report.schema] ??= {}), report.window, report.epsilon, limits.perDay);
     if (why) out.refused.push(why);
-    else state.outbox.push({ seq: state.next++, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+    else state.outbox.push({ seq: state.next++, report, bytes: jsonBytes(report) });
   }
   let bytes = state.outbox.reduce((a, r) => a + r.bytes, 0);
   while (state.outbox.length && (state.outbox.length > limits.maxReports || bytes > limits.maxBytes)) {
