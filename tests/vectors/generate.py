@@ -241,12 +241,12 @@ SCHEMAS: list[dict[str, Any]] = [
      "attributes": [{"name": "flag", "type": "boolean"},
                     {"name": "os", "type": "categorical", "categories": OS, "mechanism": "grr"},
                     {"name": "lang", "type": "categorical", "categories": LANGUAGES, "mechanism": "oue"}]},
-    # Edges as written: 100.0 is a float, so the HMAC message writes it 100.0 (the bucket names 100).
-    {"name": "memoised-float-edges", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
-     "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 100.0, 250.5, 1000.0], "mechanism": "grr"}]},
     {"name": "strings", "version": 1, "epsilon": 4.0,  # each attribute 2.0: g = 8
      "attributes": [{"name": "home", "type": "string", "max_length": 16, "candidates": HOMES},
                     {"name": "flag", "type": "boolean"}]},
+    # Edges as written: 100.0 is a float, so the HMAC message writes it 100.0 (the bucket names 100).
+    {"name": "memoised-float-edges", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
+     "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 100.0, 250.5, 1000.0], "mechanism": "grr"}]},
     {"name": "strings-wide", "version": 1, "epsilon": 12.0,  # g = 65536: randbelow(g - 1) reads 2 bytes
      "attributes": [{"name": "error", "type": "string", "candidates": ERRORS}]},
 ]
