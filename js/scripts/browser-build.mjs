@@ -26,7 +26,7 @@ const INTERNAL = ("acked again attempt batchLimit byName compose counted days de
   "learn release persist refreshSchema deliver drop post step wake waitSettled busy stopped sendNow loadCached offer " +
   "fitting refusal previous bit make beforeTurn batch cap maxReport refill what " +
   "types memoise shown given expires made settled closed storing wakeAt check refresh delay send current state db " +
-  "params memo strings used data outbox schemas epsilonPermanent spent timeoutMs contentType").split(" ");
+  "params memo strings used data outbox schemas epsilonPermanent spent timeoutMs contentType edgesGiven").split(" ");
 const mangleProps = new RegExp(`^(${INTERNAL.join("|")})$`);
 // unsafe_* here only rewrite syntax (arrows, methods, String(x) as ""+x); no arithmetic is
 // reordered (no unsafe_math, no unsafe_comps: NaN checks written as !(x >= y) stay as they are).

@@ -7,12 +7,9 @@
  */
 
 /** A number Python holds as a float (`epsilon`, `p`, `q`; a histogram edge given as `100.0`):
- * written as `repr(float)`. Arithmetic and comparisons see its value. */
+ * written as `repr(float)`. */
 export class PyFloat {
   constructor(readonly value: number) {}
-  valueOf(): number {
-    return this.value;
-  }
 }
 
 /** The number `v` holds: a {@link PyFloat}'s value, else `v` itself (the <script> bundle, which
@@ -53,7 +50,6 @@ export function floatRepr(x: number): string {
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */
 export function numberText(x: number): string {
-  x = num(x);
   return Number.isInteger(x) ? String(x === 0 ? 0 : x) : floatRepr(x);
 }
 

@@ -75,6 +75,9 @@ export interface Attribute extends Encoded {
   readonly memo?: Memo;
   readonly range?: readonly [number, number];
   readonly edges: readonly number[];
+  /** A histogram's edges as the schema wrote them (Node, the ES module: 100.0 as a PyFloat), for
+   * memoisation's HMAC message, which writes them as Python does. */
+  readonly edgesGiven: readonly unknown[];
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
   /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
@@ -134,10 +137,9 @@ const LAYERS = ["permanent", "instantaneous"] as const;
 export function attributeDict(a: Attribute, py = false): Json {
   const f = (x: number) => (py ? new PyFloat(x) : x);
   const out: Json = { name: a.name, type: a.type };
-  // Range ends and edges as given: in the HMAC message an edge given as 100.0 is written so (as Python does).
-  const given = (x: number) => (py ? x : num(x));
-  if (a.type === "numeric") out.range = a.range!.map(given);
-  if (a.type === "histogram") out.edges = a.edges.map(given);
+  if (a.type === "numeric") out.range = [...a.range!];
+  // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
+  if (a.type === "histogram") out.edges = [...(py ? a.edgesGiven : a.edges)];
   if (a.categories.length) out.categories = [...a.categories];
   Object.assign(out, a.strings);
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
@@ -296,7 +298,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   ({ p, q, ...derived } = derived);
   if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
   return {
-    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges,
+    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, edgesGiven: raw.edges,
     indexOf: new Map(categories.map((c, i) => [c, i])), params: derived, strings,
   };
 }
@@ -366,16 +368,16 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
   if (!Array.isArray(raw) || raw.length < least || raw.length > most) {
     bad(where, `must be a list of ${least === most ? least : `${least} to ${most}`} increasing numbers`);
   }
-  // Kept as given: a whole number written as a float stays a PyFloat (arithmetic reads its value).
-  raw.forEach((given, i) => {
-    const value = num(given);
+  const values: number[] = LDP_FULL ? raw.map(num) : raw; // PyFloats only come from parseJson
+  values.forEach((value, i) => {
     if (!isNumber(value) || (LDP_FULL && !(Math.abs(value) <= MAX_MAGNITUDE))) bad(`${where}[${i}]`, LDP_FULL ? "must be a number in [-1e15, 1e15]" : "must be a number");
     // (The <script> bundle only needs them increasing: the least step is the server's rule.)
-    if (i && !(LDP_FULL ? value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])) : value > raw[i - 1])) {
+    const previous = values[i - 1];
+    if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
       bad(`${where}[${i}]`, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
     }
   });
-  return raw;
+  return values;
 }
 
 /** The names of the buckets `edges` make: `[e0, e1)`, ..., `[e(k-1), ek]`. */
