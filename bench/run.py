@@ -42,12 +42,27 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "send", "encoders", "refresh", "ingest", "nodes", "estimates", "estimates-postgres", "hostile",
-         "olh-reference")
+STEPS = ("record", "send", "encoders", "js-bundle", "refresh", "ingest", "nodes", "estimates", "estimates-postgres",
+         "hostile", "olh-reference")
+JS = Path(__file__).resolve().parent.parent / "js"
+JS_BUNDLE_BUDGET = 10 * 1024  # DESIGN.md "JavaScript client": minified and gzipped
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
 # the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
 INGEST_RATIO_TARGETS = {1: 0.7, 100: 0.6}
+
+
+def bench_js_bundle() -> dict[str, Any]:
+    """The JavaScript client's <script> bundle, minified and gzipped (js/scripts/size.mjs), built
+    first with the locked dev tools when Node is there; else the reason it was skipped."""
+    try:
+        if not (JS / "node_modules").exists():
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, capture_output=True)
+        subprocess.run(["npm", "run", "build"], cwd=JS, check=True, capture_output=True)
+        done = subprocess.run(["node", "scripts/size.mjs", "--json"], cwd=JS, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return {"skipped": f"no Node or npm, or the build failed ({type(e).__name__})"}
+    return json.loads(done.stdout)
 
 
 def median_of(runs: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -349,6 +364,13 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         row("  p99 ms", snd["batch1"]["p99_ms"], ".3f", "-", None)
         row("  of 100 reports, median ms", snd["batch100"]["median_ms"], ".3f", "-", None)
         row("  p99 ms", snd["batch100"]["p99_ms"], ".3f", "-", None)
+    js = results.get("js-bundle")
+    if js and "skipped" in js:
+        rows.append(("js: browser bundle: skipped, " + js["skipped"], "-", "-", "-"))
+    elif js:
+        row("js: browser bundle (ldp-telemetry.min.js), minified + gzipped, bytes", js["gzipped"], ",d",
+            f"<= {JS_BUNDLE_BUDGET:,}", js["gzipped"] <= JS_BUNDLE_BUDGET)
+        row("  minified, bytes", js["minified"], ",d", "-", None)
     enc = results.get("encoders")
     if enc:
         row("randomize, one report (rr + grr), us", enc["ours_randomize_report"], ".2f", "-", None)
@@ -384,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}}
     steps: dict[str, Callable[[], Any]] = {
         "encoders": encoders.run,
+        "js-bundle": bench_js_bundle,
         "record": bench_record,
         "send": send.run,
         "refresh": lambda: bench_refresh(max(3, args.runs)),

@@ -4,37 +4,13 @@ import { build } from "esbuild";
 import { execFileSync } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { minify } from "terser";
+import { browserBundle } from "./browser-build.mjs";
 
 process.chdir(fileURLToPath(new URL("..", import.meta.url)));
 rmSync("dist", { recursive: true, force: true });
 const common = { bundle: true, target: "es2022", logLevel: "warning" };
-await build({ ...common, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
+await build({ ...common, define: { LDP_FULL: "true" }, entryPoints: ["src/index.ts"], format: "esm", outfile: "dist/index.js", platform: "neutral" });
 
-// The browser bundle has a budget of 10 KB gzipped (DESIGN.md), so it is built for size:
-// - no file system in a browser: the file store is swapped for a stub, so Node's code stays out;
-// - internal member names (never JSON keys, options, public API or what a custom `store` is
-//   handed: the Store methods, Limits and Row fields) are shortened;
-// - terser's compressor runs over esbuild's output (a few hundred bytes smaller);
-// - the global is assigned in src/browser.ts, not through esbuild's IIFE export helpers.
-const browserStore = {
-  name: "browser-store",
-  setup(b) {
-    b.onResolve({ filter: /\/store-files\.js$/ }, () => ({ path: fileURLToPath(new URL("../src/store-files.browser.ts", import.meta.url)) }));
-  },
-};
-const INTERNAL = ("acked again attempt batchLimit byName compose counted days deliverDue encodeLater epsilonOf failure " +
-  "fetched fresh hold inflight internal irr keepaliveBytes mech memoisable mirror nextDue notify onHide onVisibility pool " +
-  "randomise ready resolvePending respond running schemaAttempt schemaDue secret sender stored streams timer turn " +
-  "uninformativeKeep varianceAt waiters why wire wireBytes worstVariance parameters permanentResponse answered claim " +
-  "learn release persist refreshSchema deliver drop post step wake waitSettled busy stopped sendNow loadCached offer " +
-  "fitting refusal previous bit make beforeTurn batch cap maxReport refill what " +
-  "types memoise shown given expires made settled closed storing wakeAt check refresh delay send current state db").split(" ");
-const bundle = await build({ ...common, entryPoints: ["src/browser.ts"], format: "iife",
-  minify: true, write: false, platform: "browser", plugins: [browserStore], mangleProps: new RegExp(`^(${INTERNAL.join("|")})$`) });
-// unsafe_* here only rewrite syntax (arrows, methods, String(x) as ""+x); no arithmetic is
-// reordered (no unsafe_math, no unsafe_comps: NaN checks written as !(x >= y) stay as they are).
-const small = await minify(bundle.outputFiles[0].text, { ecma: 2020, mangle: true,
-  compress: { passes: 3, unsafe: true, unsafe_arrows: true, unsafe_methods: true, pure_getters: true } });
-writeFileSync("dist/ldp-telemetry.min.js", small.code);
+// The browser bundle: built for size (scripts/browser-build.mjs says how).
+writeFileSync("dist/ldp-telemetry.min.js", await browserBundle());
 execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"], { stdio: "inherit" });

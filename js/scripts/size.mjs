@@ -3,6 +3,9 @@ import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 
 export const BUDGET = 10 * 1024;
+// What the bundle may not grow past while it is over BUDGET (test/size.test.js): its size when
+// last cut, rounded up.
+export const CEILING = 11_800;
 export function bundleSize() {
   const code = readFileSync(new URL("../dist/ldp-telemetry.min.js", import.meta.url));
   return { minified: code.length, gzipped: gzipSync(code, { level: 9 }).length };
@@ -10,5 +13,6 @@ export function bundleSize() {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const { minified, gzipped } = bundleSize();
-  console.log(`dist/ldp-telemetry.min.js: ${minified} bytes minified, ${gzipped} bytes gzipped (budget ${BUDGET})`);
+  if (process.argv.includes("--json")) console.log(JSON.stringify({ minified, gzipped, budget: BUDGET }));
+  else console.log(`dist/ldp-telemetry.min.js: ${minified} bytes minified, ${gzipped} bytes gzipped (budget ${BUDGET})`);
 }

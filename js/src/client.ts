@@ -14,7 +14,7 @@ import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
-import type { Schema } from "./schema.js";
+import { isObject, type Schema } from "./schema.js";
 import { schemaSource } from "./schema-source.js";
 import { sender } from "./sender.js";
 import { MemoryStore, type Store } from "./storage.js";
@@ -52,10 +52,10 @@ function isNode(): boolean {
 async function openStore(s: Settings, schema: string): Promise<Store> {
   if (s.store) return s.store;
   if (hasIndexedDb()) return IndexedDbStore.open();
-  if (isNode()) return FileStore.open(s.dataDir, schema);
+  if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB or files here: the ledger is in memory only");
+    s.logger.warn("ldp-telemetry: no IndexedDB or files: the ledger is in memory only");
   }
   return new MemoryStore();
 }
@@ -107,7 +107,7 @@ export class TelemetryClient {
         return store;
       } catch (e) {
         // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
-        log.error((failure = `no usable storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`));
+        log.error((failure = `no storage for a ledger (${shown((e as Error)?.message ?? e, 200)}): nothing is recorded`));
         return new MemoryStore();
       }
     };
@@ -169,7 +169,7 @@ export class TelemetryClient {
       if (closed || failure) return refused(failure ?? "the client is closed");
       if (usable()) return make(values, Date.now());
       if (source.refusal) return refused(source.refusal);
-      if (typeof values !== "object" || values === null || Array.isArray(values)) throw new RecordError("record", "must be an object");
+      if (!isObject(values)) throw new RecordError("record", "must be an object");
       if (source.current) source.fitting(values); // a schema given in code: the app hears now
       if (pending.length >= s.maxPending) return refused("maxPending records already pending");
       // A shallow copy, in memory only: the app may change its object afterwards.

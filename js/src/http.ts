@@ -7,7 +7,7 @@
  * doing), and server text escaped before it reaches a log.
  */
 
-import { quote } from "./pyjson.js";
+import { parseJson, quote } from "./pyjson.js";
 
 export const MAX_RESPONSE_BYTES = 1 << 20;
 const MAX_REDIRECTS = 5;
@@ -18,6 +18,7 @@ export interface Answer {
   status: number;
   headers: Headers;
   body: unknown; // the parsed JSON, or undefined
+  text: string;
 }
 
 export type Fetch = typeof fetch;
@@ -77,9 +78,10 @@ export async function request(url: string, o: RequestOptions): Promise<Answer> {
         referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
         headers: o.contentType ? { "Content-Type": o.contentType } : {},
       });
+      // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
       const location = response.headers.get("location");
-      const redirected = response.status >= 300 && response.status < 400 && location !== null;
-      if (redirected && hop < MAX_REDIRECTS && (o.method === "GET" || KEEPS_THE_BODY.includes(response.status))) {
+      if (LDP_FULL && response.status >= 300 && response.status < 400 && location !== null && hop < MAX_REDIRECTS &&
+        (o.method === "GET" || KEEPS_THE_BODY.includes(response.status))) {
         const next = new URL(location, target).href;
         if (sameOrigin(next, url)) {
           await response.body?.cancel().catch(() => undefined);
@@ -90,11 +92,12 @@ export async function request(url: string, o: RequestOptions): Promise<Answer> {
       const text = await readBounded(response, controller.signal);
       let body: unknown;
       try {
-        body = text ? JSON.parse(text) : undefined;
+        // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
+        body = text ? (LDP_FULL ? parseJson(text) : JSON.parse(text)) : undefined;
       } catch {
         body = undefined;
       }
-      return { status: response.status, headers: response.headers, body };
+      return { status: response.status, headers: response.headers, body, text };
     }
   } finally {
     clearTimeout(timer);

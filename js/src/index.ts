@@ -2,13 +2,13 @@
 export { randomize, validateRecord, RecordError, permanentMessage, encodeReport, encodeWithPermanent, newReportId,
   maxReportBytes, PERMANENT_TAG, type Report, type RandomizeOptions, type Truth } from "./reports.js";
 export { parseSchema, schemaDict, attributeDict, bucketNames, SchemaError, type Schema, type Attribute, type StringFields } from "./schema.js";
-export { REGISTRY, resolve, olhBuckets, type Mechanism, type ShareMechanism } from "./mechanisms.js";
+export { REGISTRY, resolve, olhBuckets, EPSILON_STAR, type Mechanism, type ShareMechanism } from "./mechanisms.js";
 export { prepareText, fingerprint, olhHash, P } from "./strings.js";
 export { sha256 } from "./sha256.js";
 export { FixedBytes, SystemRandom, bernoulli, randbelow, uniform53, type RandomSource } from "./random.js";
 export { hmacKey, hmacStream, StreamBytes, type DeviceSecret } from "./hmac.js";
 export { windowOf, windowStart, windowEnd, overlapping, dayOf, ROLLUP, type WindowKind } from "./windows.js";
-export { floatRepr, pyJson } from "./pyjson.js";
+export { floatRepr, pyJson, parseJson, PyFloat } from "./pyjson.js";
 export { validateReport, ReportError, type SchemaLookup } from "./validate.js";
 export { TelemetryClient, type RecordResult } from "./client.js";
 export type { ClientOptions, Logger } from "./options.js";

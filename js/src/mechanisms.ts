@@ -24,13 +24,11 @@ export interface Encoded {
   readonly params: Readonly<Record<string, number>>;
 }
 
-/** The permanent and instantaneous layers of a memoised attribute; p, q are the two composed. */
+/** The permanent and instantaneous layers of a memoised attribute, as the derived schema shows
+ * them; p, q are the two composed. */
 export interface Memo {
-  epsilonPermanent: number;
-  permanentP: number;
-  permanentQ: number;
-  instantP: number;
-  instantQ: number;
+  permanent: { epsilon: number; p: number; q: number };
+  instantaneous: { p: number; q: number };
   p: number;
   q: number;
 }
@@ -86,7 +84,7 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     return [p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2];
   };
   const permanentLayer = (a: Encoded, truth: unknown, permanent: RandomSource) =>
-    respond(a, internal(a, truth), a.memo!.permanentP, a.memo!.permanentQ, permanent);
+    respond(a, internal(a, truth), a.memo!.permanent.p, a.memo!.permanent.q, permanent);
   return {
     name, types, memoisable: true, parameters, wireBytes,
     shown: () => ({}),
@@ -109,15 +107,16 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       // The lower end is kept: the report's ε never exceeds `epsilon`.
       const [p, q] = compose(p1, q1, low, d);
       const [p2, q2] = irr(low, d);
-      return { epsilonPermanent, permanentP: p1, permanentQ: q1, instantP: p2, instantQ: q2, p, q };
+      return { permanent: { epsilon: epsilonPermanent, p: p1, q: q1 }, instantaneous: { p: p2, q: q2 }, p, q };
     },
     encode(a, truth, source, permanent) {
       const memo = a.memo;
       if (!memo) return wire(a, respond(a, internal(a, truth), a.p, a.q, source));
       if (!permanent) throw new Error("no device secret");
-      return wire(a, respond(a, permanentLayer(a, truth, permanent), memo.instantP, memo.instantQ, source));
+      return wire(a, respond(a, permanentLayer(a, truth, permanent), memo.instantaneous.p, memo.instantaneous.q, source));
     },
-    permanentResponse: (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)),
+    // Only the vectors read it: the <script> bundle leaves it out.
+    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)) : undefined!,
   };
 }
 
@@ -142,10 +141,9 @@ const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
 // the low bits of a double never leak the input (Mironov, CCS 2012).
 export const GRID = 2 ** -20;
 const ROUNDING_VARIANCE = (GRID * GRID) / 4;
-// hm uses pm above this ε (Wang et al. 2019, Eq. 6).
-export const EPSILON_STAR = Math.log(
-  (-5 + 2 * Math.pow(6353 - 405 * Math.sqrt(241), 1 / 3) + 2 * Math.pow(6353 + 405 * Math.sqrt(241), 1 / 3)) / 27,
-);
+// hm uses pm above this ε (Wang et al. 2019, Eq. 6): ln((-5 + 2∛(6353 - 405√241) + 2∛(6353 + 405√241)) / 27),
+// the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
+export const EPSILON_STAR = 0.6093524930273093;
 
 /** `x` clipped to the range and mapped to t in [-1, 1]. */
 export function unit(a: Encoded, x: number): number {

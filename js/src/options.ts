@@ -75,7 +75,7 @@ export function settings(o: ClientOptions): Settings {
   if ((out.maxReportBytes as number) > (out.maxBatchBytes as number)) bad("maxReportBytes (over maxBatchBytes)");
   const f = o.fetch ?? globalThis.fetch?.bind(globalThis);
   if (typeof f !== "function") bad("fetch");
-  if (o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
+  if (LDP_FULL && o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
   return { ...(out as typeof DEFAULTS & { maxEpsilonPerDay: number }), endpoint: o.endpoint.replace(/\/+$/, ""), schema: o.schema,
     maxEpsilon: o.maxEpsilon, dataDir: o.dataDir, store: o.store, fetch: f!, logger: o.logger ?? console };
 }

@@ -6,16 +6,39 @@
  * round-trip digits are the same in both.
  */
 
-/** A number Python holds as a float (`epsilon`, `p`, `q`): written as `repr(float)`. */
+/** A number Python holds as a float (`epsilon`, `p`, `q`; a histogram edge given as `100.0`):
+ * written as `repr(float)`. */
 export class PyFloat {
   constructor(readonly value: number) {}
+}
+
+/** The number `v` holds: a {@link PyFloat}'s value, else `v` itself (the <script> bundle, which
+ * never meets a PyFloat from JSON, reads `v`). */
+export function num<T>(v: T): T | number {
+  return LDP_FULL && v instanceof PyFloat ? v.value : v;
+}
+
+// A JSON string token, or a number token (outside strings, as strings are matched first).
+const TOKENS = /"(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?/g;
+const MARK = "\u0000float";
+
+/** JSON.parse, except that a number written as a float whose value is whole (`1.0`, `1e3`) is a
+ * {@link PyFloat}: Python reads it as a float, and where the wire format wants an integer (an OUE
+ * bit, a string report's `a`, `max_length`) Python refuses it, while JSON.parse would make it an
+ * integer; and a histogram edge written `100.0` is written so again in memoisation's HMAC message,
+ * as Python writes it. Other numbers are plain numbers. Node and the ES module only: the client
+ * reads served schemas with it; the <script> bundle uses JSON.parse (see README, "What is stored"). */
+export function parseJson(text: string): unknown {
+  const marked = text.replace(TOKENS, (t) => (t[0] !== '"' && /[.eE]/.test(t) && Number.isInteger(+t) ? `{${JSON.stringify(MARK)}:${t}}` : t));
+  return JSON.parse(marked, (_key, value) => (value !== null && typeof value === "object" && Object.keys(value).length === 1 &&
+    MARK in value ? new PyFloat(value[MARK]) : value));
 }
 
 /** Python's `repr(x)` of the float `x`: the same shortest round-trip digits as JavaScript's,
  * fixed notation (with ".0" when whole) for exponents -4 to 15, else scientific with a signed
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
-  if (!Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
+  if (LDP_FULL && !Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
   if (x === 0) return 1 / x < 0 ? "-0.0" : "0.0";
   const [mantissa, exponent] = x.toExponential().split("e");
   const e = +exponent;
@@ -48,6 +71,6 @@ export function pyJson(value: unknown): string {
     // Python sorts keys by code point; our keys are ASCII field names, where that is UTF-16 order too.
     return `{${Object.keys(value).sort().map((k) => `${quote(k)}:${pyJson((value as Record<string, unknown>)[k])}`)}}`;
   }
-  if (value === null || typeof value === "boolean" || typeof value === "number") return String(value);
+  if (!LDP_FULL || value === null || typeof value === "boolean" || typeof value === "number") return String(value);
   throw new TypeError(`no JSON for a ${typeof value}`);
 }

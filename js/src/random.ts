@@ -32,7 +32,7 @@ export class FixedBytes implements RandomSource {
   }
 
   protected refill(n: number): void {
-    throw new Error(`${this.what} ran out: ${n} more wanted after ${this.used} of ${this.data.length}`);
+    throw new Error(LDP_FULL ? `${this.what} ran out: ${n} more wanted after ${this.used} of ${this.data.length}` : `${this.what} ran out`);
   }
 }
 
@@ -75,7 +75,7 @@ export function bernoulli(probability: number, source: RandomSource): boolean {
 
 /** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
 export function randbelow(n: number, source: RandomSource): number {
-  if (!(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
+  if (LDP_FULL && !(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
   let bits = 0;
   for (let m = n - 1; m > 0; m = Math.floor(m / 2)) bits++;
   if (bits === 0) return 0;

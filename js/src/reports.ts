@@ -4,10 +4,10 @@
  * then draw the id, the `sample` split and each attribute's coins in the vectors' order.
  */
 
-import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, StreamBytes, type DeviceSecret } from "./hmac.js";
+import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, type DeviceSecret } from "./hmac.js";
 import { pyJson } from "./pyjson.js";
-import { randbelow, SYSTEM, type RandomSource } from "./random.js";
-import { attributeDict, bucket, isNumber, parseSchema, type Attribute, type Schema } from "./schema.js";
+import { FixedBytes, randbelow, SYSTEM, type RandomSource } from "./random.js";
+import { attributeDict, bucket, fieldError, isNumber, isObject, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
 import { windowOf, windowStart } from "./windows.js";
@@ -22,14 +22,10 @@ export interface Report {
 }
 
 /** A record does not fit its schema. `field` names the attribute (the app's key), `record` when
- * the record is no object, `window` or `deviceSecret` for those arguments of randomize(). */
-export class RecordError extends Error {
-  constructor(readonly field: string, message: string) {
-    // The message names the field and what it must be, never the value (it may be a true answer).
-    super(`${field} ${message}`);
-    this.name = "RecordError";
-  }
-}
+ * the record is no object, `window` or `deviceSecret` for those arguments of randomize(). The
+ * message names the field and what it must be, never the value (it may be a true answer). */
+export const RecordError = fieldError("RecordError");
+export type RecordError = InstanceType<typeof RecordError>;
 
 // Domain separation of the permanent responses' HMAC messages: a new derivation is a new tag.
 export const PERMANENT_TAG = "ldp-telemetry/permanent-response/v1";
@@ -41,7 +37,7 @@ const MAX_RECORD_NUMBER = 1e300;
 export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
-  if (typeof record !== "object" || record === null || Array.isArray(record)) throw new RecordError("record", "must be an object");
+  if (!isObject(record)) throw new RecordError("record", "must be an object");
   const values = record as Record<string, unknown>;
   const unknown = Object.keys(values).filter((k) => !schema.byName.has(k)).sort();
   if (unknown.length) throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
@@ -105,7 +101,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
  * out has probability below 2^-64; it would be an error, never a wrap). */
 export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
   const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new StreamBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
+  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)), "the HMAC stream");
 }
 
 /** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */

@@ -9,9 +9,10 @@
 import { subtle } from "./hmac.js";
 import { request, shown, type Fetch } from "./http.js";
 import type { Logger } from "./options.js";
+import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
-import { NAME_RE, parseSchema, type Schema } from "./schema.js";
+import { isObject, NAME_RE, parseSchema, type Schema } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface SchemaSource {
@@ -81,7 +82,8 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     },
     async loadCached(store) {
       const cached = fetched && !self.current && (await store.cachedSchema(self.name));
-      if (cached) self.offer(cached);
+      // Node and the ES module cache the served text, so that its floats keep their spelling.
+      if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
     },
     async refresh(endpoint, fetch, timeoutMs, store) {
       let answer;
@@ -96,12 +98,12 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         log.warn(`schema: HTTP ${status}`);
         return !(isRetryable(status) || status < 400);
       }
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      if (!isObject(body)) {
         log.warn("schema: no JSON object");
         return false;
       }
-      // Cached as served: it was just checked whole (unknown fields refused), and is checked again when read back.
-      if (self.offer(body) && store) await store.cacheSchema(self.name, body);
+      // Cached as served: it was just checked, and is checked again when read back.
+      if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
       return true;
     },
   };

@@ -6,7 +6,7 @@
  */
 
 import { AUTO, REGISTRY, resolve, type Encoded, type Mechanism, type Memo, type ShareMechanism } from "./mechanisms.js";
-import { numberText, PyFloat } from "./pyjson.js";
+import { num, numberText, PyFloat } from "./pyjson.js";
 import { prepareText } from "./strings.js";
 import type { WindowKind } from "./windows.js";
 
@@ -39,23 +39,29 @@ const OWN: Record<string, string[]> = {
   boolean: [], categorical: ["categories"], numeric: ["range"], histogram: ["edges", "categories"],
   string: ["max_length", "candidates", "discover", "alphabet", "levels"],
 };
-const TYPES = Object.keys(OWN);
+const TYPES = ["boolean", "categorical", "numeric", "histogram", "string"]; // OWN's keys
 const OWN_FIELDS = ["categories", "range", "edges", ...OWN.string];
-const SCHEMA_FIELDS = new Set(["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"]);
-const ATTRIBUTE_FIELDS = new Set(["name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous",
-  ...OWN_FIELDS, ...SHOWN]);
+const SCHEMA_FIELDS = ["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"];
+const ATTRIBUTE_FIELDS = ["name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous", ...OWN_FIELDS, ...SHOWN];
 // A string attribute (DESIGN.md "Strings"): the code points of a value kept, and its candidates.
 const DEFAULT_STRING_LENGTH = 64;
 const MAX_STRING_LENGTH = 256;
 const MAX_CANDIDATES = 10_000;
 const MAX_ALPHABET = 128;
 
-export class SchemaError extends Error {
-  constructor(readonly field: string, message: string) {
-    super(message);
-    this.name = "SchemaError";
-  }
+/** An Error class called `name` whose instances name a `field`; the message is "<field> <what>". */
+export function fieldError(name: string) {
+  return class extends Error {
+    constructor(readonly field: string, what: string) {
+      super(`${field} ${what}`);
+      this.name = name;
+    }
+  };
 }
+
+/** An invalid schema: `field` is the path the server's error would name. */
+export const SchemaError = fieldError("SchemaError");
+export type SchemaError = InstanceType<typeof SchemaError>;
 
 export interface Attribute extends Encoded {
   readonly name: string;
@@ -69,6 +75,9 @@ export interface Attribute extends Encoded {
   readonly memo?: Memo;
   readonly range?: readonly [number, number];
   readonly edges: readonly number[];
+  /** A histogram's edges as the schema wrote them (Node, the ES module: 100.0 as a PyFloat), for
+   * memoisation's HMAC message, which writes them as Python does. */
+  readonly edgesGiven: readonly unknown[];
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
   /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
@@ -97,7 +106,7 @@ export interface Schema {
 
 type Json = Record<string, any>;
 
-function isObject(v: unknown): v is Json {
+export function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
@@ -117,14 +126,11 @@ function get(obj: Json, key: string, fallback: unknown): unknown {
 /** Throws a SchemaError for `field`: "<field> <what>". Messages are short (they cost bytes in
  * every page that embeds the client), say what the field must be, and never quote the bad value. */
 function bad(field: string, what: string): never {
-  throw new SchemaError(field, `${field} ${what}`);
+  throw new SchemaError(field, what);
 }
 
-/** A memoised attribute's two layers as served: [field, Memo member]. */
-const LAYERS: Record<string, [string, keyof Memo][]> = {
-  permanent: [["epsilon", "epsilonPermanent"], ["p", "permanentP"], ["q", "permanentQ"]],
-  instantaneous: [["p", "instantP"], ["q", "instantQ"]],
-};
+/** A memoised attribute's two layers, as served and as Memo holds them. */
+const LAYERS = ["permanent", "instantaneous"] as const;
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
@@ -132,13 +138,14 @@ export function attributeDict(a: Attribute, py = false): Json {
   const f = (x: number) => (py ? new PyFloat(x) : x);
   const out: Json = { name: a.name, type: a.type };
   if (a.type === "numeric") out.range = [...a.range!];
-  if (a.type === "histogram") out.edges = [...a.edges];
+  // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
+  if (a.type === "histogram") out.edges = [...(py ? a.edgesGiven : a.edges)];
   if (a.categories.length) out.categories = [...a.categories];
   Object.assign(out, a.strings);
   Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
   for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
   const m = a.memo;
-  if (m) for (const key in LAYERS) out[key] = Object.fromEntries(LAYERS[key].map(([k, field]) => [k, f(m[field])]));
+  if (m) for (const key of LAYERS) out[key] = Object.fromEntries(Object.entries(m[key]).map(([k, v]) => [k, f(v)]));
   return out;
 }
 
@@ -160,15 +167,15 @@ export function parseSchema(obj: unknown): Schema {
   object(obj, "schema", SCHEMA_FIELDS);
   const name = checkName(obj.name, "name");
   const version = obj.version;
-  if (!(Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) bad("version", "must be an integer in [1, 2^31-1]");
+  if (!(Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) bad("version", "must be an integer from 1 to 2^31-1");
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
-  const description = get(obj, "description", "");
-  if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
+  const description = get(obj, "description", "") as string;
+  if (LDP_FULL && (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH)) {
     bad("description", "must be text of at most 10000 characters");
   }
-  requireText(description, "description");
+  if (LDP_FULL) requireText(description, "description");
   const raw = obj.attributes;
   if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_ATTRIBUTES) bad("attributes", "must be a list of 1 to 64 attributes");
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
@@ -182,7 +189,7 @@ export function parseSchema(obj: unknown): Schema {
   });
   const schema: Schema = {
     name, version, epsilon, window, split, description,
-    ...(permanents[0] === undefined ? {} : { epsilonPermanent: obj.epsilon_permanent }),
+    ...(permanents[0] === undefined ? {} : { epsilonPermanent: num(obj.epsilon_permanent) }),
     attributes, byName,
   };
   PARSED.add(schema);
@@ -198,7 +205,7 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
 
 function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
   if (!has(obj, "epsilon_permanent")) return epsilons.map(() => undefined);
-  const total = obj.epsilon_permanent;
+  const total = num(obj.epsilon_permanent);
   const k = epsilons.length;
   if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
     bad("epsilon_permanent", "must be a number in (epsilon, 50]");
@@ -235,7 +242,8 @@ function splitBudget(raw: Json[], total: number, split: string): number[] {
 
 /** A derived number given back agrees with ours: within 1e-9, relative to it when it exceeds 1
  * (C is about 2/ε); a number far from it is refused before any subtraction could overflow. */
-function close(given: unknown, derived: number): given is number {
+function close(served: unknown, derived: number): boolean {
+  const given = num(served);
   return isNumber(given) && Math.abs(given) <= 2 * Math.abs(derived) + 1 &&
     Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
@@ -246,7 +254,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   object(raw, where, ATTRIBUTE_FIELDS);
   const name = checkName(raw.name, `${where}.name`);
   if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
-  for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
+  if (LDP_FULL) for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
@@ -257,7 +265,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
-    if (has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
+    if (LDP_FULL && has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
       at("categories", "must be the bucket names of edges");
     }
   }
@@ -272,7 +280,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   let [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
-    if (!mech.memoisable) at("type", "cannot be memoised (a numeric mean or a string)");
+    if (!mech.memoisable) at("type", "cannot be memoised");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
     ({ p, q } = memo);
   }
@@ -282,15 +290,15 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   for (const field in derived) {
     if (has(raw, field)) {
       // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(field === "g" ? raw.g === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
-      derived[field] = raw[field];
+      if (!(field === "g" ? num(raw.g) === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
+      derived[field] = num(raw[field]);
     }
   }
-  for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
+  if (LDP_FULL) for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
   ({ p, q, ...derived } = derived);
   if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
   return {
-    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges,
+    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, edgesGiven: raw.edges,
     indexOf: new Map(categories.map((c, i) => [c, i])), params: derived, strings,
   };
 }
@@ -307,7 +315,7 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   if (discover) at("discover", "is not supported yet");
   if (has(raw, "levels")) at("levels", "is not supported yet");
   const alphabet = raw.alphabet;
-  if (has(raw, "alphabet")) {
+  if (LDP_FULL && has(raw, "alphabet")) {
     const points = [...(typeof alphabet === "string" ? alphabet : "")];
     // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
     // format character: exactly the text that preparation leaves as it is, without U+FFFD.
@@ -317,7 +325,8 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
     }
   }
   return {
-    max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
+    // The browser's encoder never reads the candidates (the server estimates them).
+    max_length, candidates: LDP_FULL ? checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`) : [], discover,
     ...(has(raw, "alphabet") && { alphabet }),
   };
 }
@@ -341,14 +350,16 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
 /** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */
 function servedLayers(raw: Json, memo: Memo, where: string): Memo {
   const out: Json = { ...memo };
-  for (const key in LAYERS) {
+  for (const key of LAYERS) {
     const given = raw[key];
-    const fields = LAYERS[key];
-    if (has(raw, key) && !(isObject(given) && Object.keys(given).length === fields.length &&
-      fields.every(([k, m]) => has(given, k) && close(given[k], memo[m])))) {
-      bad(`${where}.${key}`, `must be ${JSON.stringify(Object.fromEntries(fields.map(([k, m]) => [k, memo[m]])))} (derived)`);
+    const ours: Record<string, number> = memo[key];
+    const fields = Object.keys(ours);
+    if (has(raw, key)) {
+      if (!(isObject(given) && Object.keys(given).length === fields.length && fields.every((k) => has(given, k) && close(given[k], ours[k])))) {
+        bad(`${where}.${key}`, `must be ${JSON.stringify(ours)} (derived)`);
+      }
+      out[key] = Object.fromEntries(fields.map((k) => [k, num(given[k])]));
     }
-    if (given) for (const [k, m] of fields) out[m] = given[k];
   }
   return out as Memo;
 }
@@ -357,13 +368,16 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
   if (!Array.isArray(raw) || raw.length < least || raw.length > most) {
     bad(where, `must be a list of ${least === most ? least : `${least} to ${most}`} increasing numbers`);
   }
-  raw.forEach((value, i) => {
-    if (!isNumber(value) || !(Math.abs(value) <= MAX_MAGNITUDE)) bad(`${where}[${i}]`, "must be a number in [-1e15, 1e15]");
-    if (i && !(value - raw[i - 1] >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(raw[i - 1])))) {
-      bad(`${where}[${i}]`, "must exceed the one before by 1e-9 (relative)");
+  const values: number[] = LDP_FULL ? raw.map(num) : raw; // PyFloats only come from parseJson
+  values.forEach((value, i) => {
+    if (!isNumber(value) || (LDP_FULL && !(Math.abs(value) <= MAX_MAGNITUDE))) bad(`${where}[${i}]`, LDP_FULL ? "must be a number in [-1e15, 1e15]" : "must be a number");
+    // (The <script> bundle only needs them increasing: the least step is the server's rule.)
+    const previous = values[i - 1];
+    if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
+      bad(`${where}[${i}]`, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
     }
   });
-  return raw;
+  return values;
 }
 
 /** The names of the buckets `edges` make: `[e0, e1)`, ..., `[e(k-1), ek]`. */
@@ -391,7 +405,8 @@ function checkCategories(raw: unknown, where: string): string[] {
   const seen = new Set<string>();
   raw.forEach((c, i) => {
     const field = `${where}[${i}]`;
-    if (typeof c !== "string" || !c || [...c].length > MAX_CATEGORY_LENGTH) bad(field, "must be a string of 1 to 64 characters");
+    if (typeof c !== "string" || (LDP_FULL && (!c || [...c].length > MAX_CATEGORY_LENGTH))) bad(field, LDP_FULL ? "must be a string of 1 to 64 characters" : "must be a string");
+    if (!LDP_FULL) return;
     requireText(c, field);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
     const normal = c.normalize("NFC");
@@ -407,20 +422,23 @@ function requireText(text: string, field: string): void {
 }
 
 function checkName(value: unknown, field: string): string {
-  if (typeof value !== "string" || !NAME_RE.test(value)) bad(field, `must match ${NAME_RE.source.slice(1, -1)}`);
+  if (typeof value !== "string" || (LDP_FULL && !NAME_RE.test(value))) bad(field, `must match ${NAME_RE.source.slice(1, -1)}`);
   return value;
 }
 
-function checkEpsilon(value: unknown, field: string): number {
+function checkEpsilon(given: unknown, field: string): number {
+  const value = num(given);
   if (!isNumber(value) || !(value >= MIN_EPSILON && value <= MAX_EPSILON)) bad(field, "must be a number in [1e-4, 20]");
   return value;
 }
 
 /** `obj` is a JSON object, with no field outside `allowed` (when given). */
-function object(obj: unknown, where: string, allowed?: Set<string>): asserts obj is Json {
+function object(obj: unknown, where: string, allowed?: string[]): asserts obj is Json {
   if (!isObject(obj)) bad(where, "must be an object");
-  const unknown = Object.keys(obj).filter((k) => allowed && !allowed.has(k)).sort();
-  if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
+  if (LDP_FULL && allowed) {
+    const unknown = Object.keys(obj).filter((k) => !allowed.includes(k)).sort();
+    if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
+  }
 }
 
 export function mechanismOf(name: string): Mechanism | undefined {

@@ -20,7 +20,7 @@ import type { Report } from "./reports.js";
 import { backoffDelay, isRetryable, retryAfter } from "./retry.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Settings } from "./options.js";
-import { UTF8, type Row, type Store } from "./storage.js";
+import { jsonBytes, type Row, type Store } from "./storage.js";
 
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
 export const KEEPALIVE_BUDGET = 60 * 1024;
@@ -86,7 +86,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       const rows = unacked(mirror);
       const known = new Set(rows.map((r) => r.report.id));
       for (const report of [...storing, ...fresh]) {
-        if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+        if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: jsonBytes(report) });
       }
       if (fresh.length) wake();
       for (let at = 0; ;) {
@@ -109,7 +109,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     clearTimeout(timer);
     timer = setTimeout(turn, self.stopped ? 0 : ms);
     // A Node process is not kept alive by retries alone: flush() and close() wait when asked.
-    (timer as { unref?: () => void }).unref?.();
+    if (LDP_FULL) (timer as { unref?: () => void }).unref?.();
   }
 
   async function turn(): Promise<void> {

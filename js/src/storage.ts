@@ -35,6 +35,8 @@ export interface Store {
   readonly kind: "indexeddb" | "files" | "memory";
   /** The device's secret, made on first use (32 random bytes; a non-extractable key in a browser). */
   deviceSecret(): Promise<DeviceSecret>;
+  /** The schema last served: its JSON text (Node and the ES module: floats keep their spelling)
+   * or, in the <script> bundle, the object JSON.parse made of it. */
   cachedSchema(name: string): Promise<unknown>;
   cacheSchema(name: string, derived: unknown): Promise<void>;
   /** The ledger of `schema`: [window, ε] for every window spent. */
@@ -63,13 +65,16 @@ export function emptyState(): State {
 
 export const UTF8 = new TextEncoder();
 
+/** The bytes of a report's JSON text (what the outbox and batch limits count). */
+export const jsonBytes = (report: Report) => UTF8.encode(JSON.stringify(report)).length;
+
 /** The ledger check-and-spend and the outbox append, on a state held by one owner at a time. */
 export function appendTo(state: State, reports: Report[], limits: Limits): Appended {
   const out: Appended = { refused: [], evicted: 0 };
   for (const report of reports) {
     const why = spend((state.ledger[report.schema] ??= {}), report.window, report.epsilon, limits.perDay);
     if (why) out.refused.push(why);
-    else state.outbox.push({ seq: state.next++, report, bytes: UTF8.encode(JSON.stringify(report)).length });
+    else state.outbox.push({ seq: state.next++, report, bytes: jsonBytes(report) });
   }
   let bytes = state.outbox.reduce((a, r) => a + r.bytes, 0);
   while (state.outbox.length && (state.outbox.length > limits.maxReports || bytes > limits.maxBytes)) {
@@ -79,37 +84,30 @@ export function appendTo(state: State, reports: Report[], limits: Limits): Appen
   return out;
 }
 
-/** The store of last resort: nothing outlives the page or process. */
-export class MemoryStore implements Store {
-  readonly kind = "memory";
-  private state = emptyState();
-  private secret?: Uint8Array;
-
-  async deviceSecret(): Promise<DeviceSecret> {
-    if (!this.secret) globalThis.crypto.getRandomValues((this.secret = new Uint8Array(32)));
-    return this.secret;
-  }
-  async cachedSchema(name: string): Promise<unknown> {
-    return this.state.schemas[name];
-  }
-  async cacheSchema(name: string, derived: unknown): Promise<void> {
-    this.state.schemas[name] = derived;
-  }
-  async ledger(schema: string): Promise<[string, number][]> {
-    return Object.entries(this.state.ledger[schema] ?? {});
-  }
-  async append(reports: Report[], limits: Limits): Promise<Appended> {
-    return appendTo(this.state, reports, limits);
-  }
-  async peek(limit: number): Promise<Row[]> {
-    return this.state.outbox.slice(0, limit);
-  }
-  async remove(seqs: number[]): Promise<void> {
-    const gone = new Set(seqs);
-    this.state.outbox = this.state.outbox.filter((r) => !gone.has(r.seq));
-  }
-  async count(): Promise<number> {
-    return this.state.outbox.length;
-  }
-  async close(): Promise<void> {}
-}
+/** The store of last resort: nothing outlives the page or process. `new MemoryStore()` (a closure:
+ * shorter in the browser bundle than a class's members). */
+export const MemoryStore = function (): Store {
+  const state = emptyState();
+  const secret = new Uint8Array(32);
+  let made = false;
+  return {
+    kind: "memory",
+    async deviceSecret() {
+      if (!made) globalThis.crypto.getRandomValues(secret), (made = true);
+      return secret;
+    },
+    cachedSchema: async (name) => state.schemas[name],
+    async cacheSchema(name, derived) {
+      state.schemas[name] = derived;
+    },
+    ledger: async (schema) => Object.entries(state.ledger[schema] ?? {}),
+    append: async (reports, limits) => appendTo(state, reports, limits),
+    peek: async (limit) => state.outbox.slice(0, limit),
+    async remove(seqs) {
+      const gone = new Set(seqs);
+      state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
+    },
+    count: async () => state.outbox.length,
+    async close() {},
+  };
+} as unknown as new () => Store;

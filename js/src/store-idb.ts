@@ -10,7 +10,7 @@
 import type { DeviceSecret } from "./hmac.js";
 import { spend } from "./ledger.js";
 import type { Report } from "./reports.js";
-import { UTF8, type Appended, type Limits, type Row, type Store } from "./storage.js";
+import { jsonBytes, type Appended, type Limits, type Row, type Store } from "./storage.js";
 import { dayOf } from "./windows.js";
 
 const DB = "ldp-telemetry";
@@ -107,7 +107,7 @@ export const IndexedDbStore = {
             if (why) out.refused.push(why);
             else {
               ledger.put(report.epsilon, [report.schema, report.window]);
-              outbox.add({ report, bytes: UTF8.encode(JSON.stringify(report)).length });
+              outbox.add({ report, bytes: jsonBytes(report) });
             }
             next();
           };

@@ -6,6 +6,7 @@
 
 import { duchiC, GRID, pmConstants, type Encoded } from "./mechanisms.js";
 import { isNumber, MAX_EPSILON, MAX_VERSION, type Schema } from "./schema.js";
+import { num } from "./pyjson.js";
 import { P } from "./strings.js";
 import { windowStart } from "./windows.js";
 
@@ -15,7 +16,7 @@ const EPSILON_TOLERANCE = 1e-9;
 
 /** A number wire value within `limit` (another client's rounding may exceed it by a relative 1e-9). */
 function number(limit: number) {
-  return (_a: Encoded, v: unknown) => (typeof v === "number" && Math.abs(v) <= limit * (1 + 1e-9) ? undefined : `must be a number from ${-limit} to ${limit}`);
+  return (_a: Encoded, given: unknown, v = num(given)) => (typeof v === "number" && Math.abs(v) <= limit * (1 + 1e-9) ? undefined : `must be a number from ${-limit} to ${limit}`);
 }
 
 /** Why a wire value is invalid, per mechanism (kept out of the mechanisms themselves, so that the
@@ -72,7 +73,7 @@ export function validateReport(obj: unknown, schemas: Schema | SchemaLookup): vo
   } catch (e) {
     throw new ReportError("window", (e as Error).message);
   }
-  const epsilon = r.epsilon;
+  const epsilon = num(r.epsilon); // a float field: 1.0 is as good as 1
   if (!isNumber(epsilon) || !(epsilon > 0 && epsilon <= MAX_EPSILON) || Math.abs(epsilon - schema.epsilon) > EPSILON_TOLERANCE) {
     throw new ReportError("epsilon", `must equal the schema's total epsilon ${schema.epsilon}`);
   }

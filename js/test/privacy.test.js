@@ -13,7 +13,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseSchema } from "../dist/index.js";
-import { SystemRandom } from "../dist/index.js";
+import { EPSILON_STAR, SystemRandom } from "../dist/index.js";
 
 const N = 60_000;
 const EPSILON = 1;
@@ -47,6 +47,11 @@ function check(name, a, x, y, events, tellingIndex) {
     }
   });
 }
+
+test("privacy: hm's switch point EPSILON_STAR is the closed form of Wang et al. 2019, Eq. 6", () => {
+  const cube = (x) => Math.pow(x, 1 / 3); // as Python's x ** (1 / 3)
+  assert.equal(EPSILON_STAR, Math.log((-5 + 2 * cube(6353 - 405 * Math.sqrt(241)) + 2 * cube(6353 + 405 * Math.sqrt(241))) / 27));
+});
 
 test("privacy: rr at epsilon 1", () => {
   const a = attribute({ type: "boolean" });

@@ -244,6 +244,9 @@ SCHEMAS: list[dict[str, Any]] = [
     {"name": "strings", "version": 1, "epsilon": 4.0,  # each attribute 2.0: g = 8
      "attributes": [{"name": "home", "type": "string", "max_length": 16, "candidates": HOMES},
                     {"name": "flag", "type": "boolean"}]},
+    # Edges as written: 100.0 is a float, so the HMAC message writes it 100.0 (the bucket names 100).
+    {"name": "memoised-float-edges", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
+     "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 100.0, 250.5, 1000.0], "mechanism": "grr"}]},
     {"name": "strings-wide", "version": 1, "epsilon": 12.0,  # g = 65536: randbelow(g - 1) reads 2 bytes
      "attributes": [{"name": "error", "type": "string", "candidates": ERRORS}]},
 ]
@@ -285,6 +288,8 @@ REPORTS: list[tuple[str, str, dict[str, Any], str, bytes | None, bytes]] = [
      SECRET, stream("memoised-other-values", 256)),
     ("memoised-another-device", "memoised", {"flag": True, "os": "windows", "lang": "de", "load_ms": 250}, "2026-11-21",
      stream("another device secret", 32), stream("memoised-another-device", 256)),
+    ("memoised-float-edges", "memoised-float-edges", {"load_ms": 120}, "2026-11-21", SECRET,
+     stream("memoised-float-edges", 256)),
     *((f"memoised-sample-{i}", "memoised-sample", {"flag": True, "os": "macos", "lang": "it"}, "2026-11-21T00",
        SECRET, stream(f"memoised-sample-{i}", 256)) for i in range(3)),
     # Strings. Crafted: a = 1 + 4660, b = 22136, then the coin keeps h (0) or fails (TOP) and j
