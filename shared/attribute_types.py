@@ -174,9 +174,10 @@ class AttributeType(ABC):
         (``listed`` in the schema, ``added`` later, ``discovered``); None for the others."""
         return None
 
-    def candidate_rows(self, attribute: Typed) -> list[dict[str, Any]]:
+    def candidate_rows(self, attribute: Typed, more: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
         """Its candidates as ``GET .../candidates`` lists them (``value``, ``source``,
-        ``fingerprint``, ``collides_with``); none for a type whose values are not candidates."""
+        ``fingerprint``, ``collides_with``), the listed ones and then ``more`` (``(value, source)``
+        pairs, added later); none for a type whose values are not candidates."""
         return []
 
     @abstractmethod
@@ -415,8 +416,8 @@ class String(_Shares):
         if "levels" in raw:
             raise SchemaError(f"{where}.levels", f"{where}.levels belong to discovery, which is not supported yet")
         alphabet = _alphabet(raw["alphabet"], f"{where}.alphabet") if "alphabet" in raw else ""
-        return Fields(max_length=max_length, candidates=_candidates(raw.get("candidates", []), max_length,
-                                                                    f"{where}.candidates"),
+        return Fields(max_length=max_length, candidates=parse_candidates(raw.get("candidates", []), max_length,
+                                                                         f"{where}.candidates"),
                       discover=discover, alphabet=alphabet)
 
     def to_dict(self, attribute: Typed) -> dict[str, Any]:
@@ -437,16 +438,17 @@ class String(_Shares):
     def source(self, attribute: Typed, key: str) -> str | None:
         return "listed"  # adding and discovering candidates are to come
 
-    def candidate_rows(self, attribute: Typed) -> list[dict[str, Any]]:
-        """Each candidate with its fingerprint x and the other candidates that share it: no report
-        can tell those apart, so their estimates are of the strings' combined share."""
-        fingerprints = [int(x) for x in mechanisms.olh.fingerprints(attribute.candidates)]
+    def candidate_rows(self, attribute: Typed, more: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+        """Each candidate (listed, then ``more``) with its fingerprint x and the other candidates
+        that share it: no report can tell those apart, so their estimates are of the strings'
+        combined share."""
+        pairs = [(c, self.source(attribute, c)) for c in attribute.candidates] + list(more)
+        fingerprints = [mechanisms.olh.fingerprint(c) for c, _ in pairs]
         sharing: dict[int, list[str]] = {}
-        for candidate, x in zip(attribute.candidates, fingerprints):
+        for (candidate, _), x in zip(pairs, fingerprints):
             sharing.setdefault(x, []).append(candidate)
-        return [{"value": c, "source": self.source(attribute, c), "fingerprint": x,
-                 "collides_with": [o for o in sharing[x] if o != c]}
-                for c, x in zip(attribute.candidates, fingerprints)]
+        return [{"value": c, "source": source, "fingerprint": x, "collides_with": [o for o in sharing[x] if o != c]}
+                for (c, source), x in zip(pairs, fingerprints)]
 
     def example(self, attribute: Typed) -> str:
         return attribute.candidates[0] if attribute.candidates else "example"
@@ -550,7 +552,7 @@ def _categories(raw: Any, where: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _candidates(raw: Any, max_length: int, where: str) -> tuple[str, ...]:
+def parse_candidates(raw: Any, max_length: int, where: str) -> tuple[str, ...]:
     """A string attribute's candidates: at most :data:`MAX_CANDIDATES` strings, each prepared as a
     value is (:func:`prepare_text`), at most ``max_length`` code points before the cut, and
     distinct after preparation."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -114,6 +114,11 @@ class Attribute:
         object.__setattr__(self, "index_of", {c: i for i, c in enumerate(self.categories)})
         object.__setattr__(self, "kind", attribute_types.REGISTRY[self.type])
         object.__setattr__(self, "keys", self.kind.keys(self))
+
+    def with_candidates(self, candidates: tuple[str, ...]) -> Attribute:
+        """This string attribute estimating ``candidates`` (prepared, distinct) instead of its listed
+        ones: candidates added after publishing are counted and estimated through it."""
+        return replace(self, candidates=candidates)
 
     @property
     def mech(self) -> mechanisms.Mechanism:

@@ -221,7 +221,7 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
     return postgres_state(location) if location.startswith("postgresql://") else file_state(location)
 
 
-STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
+STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
 
 
 def settle(location: str) -> None:

@@ -1,4 +1,5 @@
-"""Background jobs: the estimate refresh every ``LDP_ESTIMATE_INTERVAL`` s, and retention hourly.
+"""Background jobs: the estimate refresh every ``LDP_ESTIMATE_INTERVAL`` s, retention hourly, and
+the back-fill of added candidates every few seconds (and at once after an add, :func:`soon`).
 
 APScheduler 3 runs them in a thread of each worker process, started only when
 ``LDP_SCHEDULER`` is on (tests build the app without threads and call the job functions).
@@ -18,7 +19,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from .. import context
+from .. import candidates, context
 from .. import retention
 from . import refresh
 
@@ -44,9 +45,19 @@ def init_app(app: Flask) -> None:
                       args=(app, refresh.refresh), id="refresh", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, retention.expire),
                       id="retention", next_run_time=context.system_clock(), **common)
+    scheduler.add_job(run_if_leader, "interval", seconds=candidates.BACKFILL_INTERVAL, args=(app, candidates.backfill),
+                      id="backfill", next_run_time=context.system_clock(), **common)
     scheduler.start()
     app.extensions["ldp"]["scheduler"] = scheduler
     atexit.register(stop, app)
+
+
+def soon(app: Flask, job: str) -> None:
+    """Run the scheduled job ``job`` now rather than at its next time (if this process schedules
+    jobs; the leader among the processes runs it)."""
+    scheduler = app.extensions["ldp"].get("scheduler")
+    if scheduler is not None and scheduler.running:
+        scheduler.modify_job(job, next_run_time=context.system_clock())
 
 
 def stop(app: Flask) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Sequence
 
 from flask import Flask
 
@@ -19,12 +20,15 @@ from ...shared.estimators import no_narrower_than_a_window
 from ...shared.schema import Schema
 from ...shared.windows import ROLLUP
 from .. import context
-from ..store import EstimateRow, Stale, WindowCounters
+from ..store import CandidateRow, EstimateRow, Stale, WindowCounters
 
 # Windows whose counters are read from one snapshot; estimate rows written per transaction (a
 # window's rows always go together): ingest waits at most one such write.
 WINDOWS_PER_READ = 32
 ROWS_PER_WRITE = 2_000
+# The rank of a stored candidate's estimates (its own rank added): after every value a schema lists
+# (at most 64 attributes of 10,000), so the estimates of one window list the added ones last.
+ADDED_RANK = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -46,13 +50,14 @@ def refresh(app: Flask) -> RefreshResult:
             if schema is None:  # counters exist only for published schemas, which are never deleted
                 raise RuntimeError(f"counters of {name!r} version {version}, which is not published")
             keys = list(group)
+            added = [c for c in store.candidates(name, version) if c.complete and c.estimated]
             for start in range(0, len(keys), WINDOWS_PER_READ):
                 chunk = keys[start:start + WINDOWS_PER_READ]
                 counters = store.window_counters(name, version, [s.window for s in chunk])
                 rows: list[EstimateRow] = []
                 done: list[Stale] = []
                 for s in chunk:
-                    rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at)
+                    rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, added)
                     done.append(s)
                     if len(rows) >= ROWS_PER_WRITE or s is chunk[-1]:
                         store.save_estimates(rows, done)
@@ -63,19 +68,34 @@ def refresh(app: Flask) -> RefreshResult:
 
 
 def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confidence: float,
-                  computed_at: str) -> list[EstimateRow]:
+                  computed_at: str, added: Sequence[CandidateRow] = ()) -> list[EstimateRow]:
     """One estimate row per value of each attribute that has reports in ``counters``, from the
     attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too. The
     rollup of a memoised attribute gets an interval no narrower than a single window's
-    (:func:`.no_narrower_than_a_window`: its reports across windows are correlated)."""
+    (:func:`.no_narrower_than_a_window`: its reports across windows are correlated).
+
+    ``added``: stored candidates whose back-fill is complete. In a window, such a candidate was
+    counted over all its reports (``n``); in the rollup over all but its batch's ``deficit`` (the
+    reports of windows erased before it reached them), so its ``n`` is the attribute's less that,
+    and it has no row where that leaves none."""
     ranks = schema.value_ranks
     rows = []
     for name, n in counters.totals.items():
         attribute = schema.attribute(name)
-        for key, e in attribute.mech.estimates(attribute, n, counters.amounts.get(name, {}), confidence):
-            if window == ROLLUP and attribute.memo is not None:
-                e = no_narrower_than_a_window(e, attribute.p, attribute.q, counters.smallest.get(name), confidence)
-            rows.append(EstimateRow(schema.name, schema.version, window, name, key, ranks[(name, key)], e.estimate,
-                                    e.estimate_clipped, e.ci_low, e.ci_high, n, attribute.epsilon, confidence,
-                                    computed_at))
+        batches: dict[int, list[CandidateRow]] = {}
+        for c in added:
+            if c.attribute == name and c.batch is not None:
+                batches.setdefault(c.batch, []).append(c)
+        groups = [(attribute, n, ranks)] + [
+            (attribute.with_candidates(tuple(c.value for c in group)), n - (group[0].deficit or 0) if window == ROLLUP
+             else n, {(name, c.value): ADDED_RANK + c.rank for c in group}) for group in batches.values()]
+        for target, count, rank_of in groups:
+            if count <= 0:
+                continue
+            for key, e in target.mech.estimates(target, count, counters.amounts.get(name, {}), confidence):
+                if window == ROLLUP and target.memo is not None:
+                    e = no_narrower_than_a_window(e, target.p, target.q, counters.smallest.get(name), confidence)
+                rows.append(EstimateRow(schema.name, schema.version, window, name, key, rank_of[(name, key)],
+                                        e.estimate, e.estimate_clipped, e.ci_low, e.ci_high, count, target.epsilon,
+                                        confidence, computed_at))
     return rows

@@ -10,8 +10,8 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
-from .. import context
-from ..estimation import refresh, readout
+from .. import candidates, context
+from ..estimation import jobs, refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import version_number
 from .body import json_object
@@ -88,10 +88,35 @@ def get_candidates(name: str, version: str) -> Response:
     if attribute is not None and attribute not in schema.attribute_names:
         raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
                        [detail("attribute", "not found")])
-    added = context.store().published_at(schema.name, schema.version)
-    rows = [{"attribute": a.name, **row, "added_at": added} for a in schema.attributes if attribute in (None, a.name)
-            for row in a.kind.candidate_rows(a)]
+    store = context.store()
+    rows = candidates.listing(schema, store.candidates(schema.name, schema.version),
+                              store.published_at(schema.name, schema.version), attribute)
     return jsonify({"schema": schema.name, "version": schema.version, "candidates": rows})
+
+
+@bp.post("/schemas/<name>/<version>/candidates")
+def add_candidates(name: str, version: str) -> tuple[Response, int]:
+    """Add strings to estimate (DESIGN.md, "Candidates"): their counters are back-filled from the
+    retained reports by a job, which is asked to run at once. 202 with how many were new."""
+    require_admin()
+    schema = _published(name, version)
+    body = json_object()
+    unknown = sorted(k for k in body if k not in ("attribute", "candidates"))
+    if unknown:
+        raise ApiError(400, f"unknown field {str(unknown[0])[:40]!r}; known: attribute, candidates",
+                       [detail(str(unknown[0])[:40], "unknown field")])
+    for field, kind in (("attribute", str), ("candidates", list)):
+        if not isinstance(body.get(field), kind):
+            what = "a string" if kind is str else "a list of strings"
+            raise ApiError(400, f"{field} must be {what}", [detail(field, f"must be {what}")])
+    try:
+        new = candidates.add_candidates(context.catalog(), schema.name, schema.version, body["attribute"],
+                                        body["candidates"], source="added", added_at=context.iso(context.now()))
+    except candidates.CandidateError as exc:
+        raise ApiError(exc.status, str(exc), [detail(exc.field, str(exc))]) from None
+    if new:
+        jobs.soon(current_app, "backfill")
+    return jsonify({"added": new}), 202
 
 
 # -- reports -----------------------------------------------------------------------------------

@@ -17,10 +17,10 @@ import json
 import logging
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from ...shared.schema import Schema
-from ..store import AmountRow, Increments, ReportRow, TotalRow
+from ...shared.schema import Attribute, Schema
+from ..store import BATCH_N_PREFIX, AmountRow, CandidateBatch, Increments, Known, ReportRow, TotalRow
 
 log = logging.getLogger(__name__)
 
@@ -78,31 +78,79 @@ class Counting:
                 return False
         return True
 
-    def __call__(self, rows: Sequence[ReportRow]) -> Increments:
+    def __call__(self, rows: Sequence[ReportRow], known: Mapping[tuple[str, int], Known] | None = None
+                 ) -> Increments:
         """What ``rows`` (countable ones) add to the counters, summed per counter. Rows alike (same
         window and wire values, which is most of them) are decoded once; each attribute's wire
         values of a window go to its mechanism together (:meth:`Mechanism.tally`), with the count
         of reports that sent each, so that equal values are counted once and a string attribute's
-        supports are computed in bulk (numpy over every candidate)."""
-        alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
-        wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
-        ends: dict[tuple[str, int, str], int] = {}
-        for (schema, version, window, end, values), count in alike.items():
-            ends[(schema, version, window)] = end
-            for name, reported in (_decode(values) or {}).items():
-                wire.setdefault((schema, version, window, name), []).append((reported, count))
+        supports are computed in bulk (numpy over every candidate).
+
+        ``known``: per schema version, its candidates beyond the listed ones (:class:`Known`). A
+        back-filled batch counts with the listed candidates, over every report; a batch being
+        back-filled counts only the reports whose id is at most its watermark (the others are the
+        back-fill's to count, :meth:`backfill`), and how many those are."""
+        complete: dict[tuple[str, int, str], tuple[str, ...]] = {}
+        filling: list[tuple[str, int, CandidateBatch]] = []
+        for (schema, version), k in (known or {}).items():
+            for batch in k.batches:
+                if batch.watermark is None:
+                    complete[(schema, version, batch.attribute)] = batch.candidates
+                else:
+                    filling.append((schema, version, batch))
+        wire, ends = _wire(rows)
         totals: list[TotalRow] = []
         amounts: list[AmountRow] = []
         for (schema, version, window, name), reported in wire.items():
             attribute = self._schema(schema, version).by_name[name]
+            added = complete.get((schema, version, name))
+            if added:
+                attribute = attribute.with_candidates(attribute.candidates + added)
             totals.append(TotalRow(schema, version, window, name, sum(c for _, c in reported),
                                    ends[(schema, version, window)]))
-            amounts += [AmountRow(schema, version, window, name, key, amount)
-                        for key, amount in attribute.mech.tally(attribute, reported).items() if amount]
+            amounts += _amounts(attribute, (schema, version, window, name), reported)
+        for schema, version, batch in filling:
+            amounts += self.backfill([r for r in rows if r.schema == schema and r.version == version
+                                      and r.id <= batch.watermark], batch).amounts
         return Increments(totals, amounts)
+
+    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
+        """What ``rows`` add to the supports of ``batch``'s candidates alone, and to the number of
+        reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its number: a batch's
+        rollup ``n`` is the attribute's less the reports it missed, known when it is complete)."""
+        wire, _ = _wire(rows)
+        amounts: list[AmountRow] = []
+        for (schema, version, window, name), reported in wire.items():
+            if name != batch.attribute:
+                continue
+            attribute = self._schema(schema, version).by_name[name].with_candidates(batch.candidates)
+            amounts += _amounts(attribute, (schema, version, window, name), reported)
+            amounts.append(AmountRow(schema, version, window, name, f"{BATCH_N_PREFIX}{batch.batch}",
+                                     sum(c for _, c in reported)))
+        return Increments([], amounts)
 
     def _schema(self, name: str, version: int) -> Schema:
         schema = self._schemas(name, version)
         if schema is None:  # countable() said it was published, and a published schema stays
             raise LookupError(f"schema {name!r} version {version} is not published")
         return schema
+
+
+def _wire(rows: Sequence[ReportRow]) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]],
+                                             dict[tuple[str, int, str], int]]:
+    """Per (schema, version, window, attribute) the wire values of ``rows`` with how many reports
+    sent each (rows alike decoded once), and each window's end."""
+    alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
+    wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
+    ends: dict[tuple[str, int, str], int] = {}
+    for (schema, version, window, end, values), count in alike.items():
+        ends[(schema, version, window)] = end
+        for name, reported in (_decode(values) or {}).items():
+            wire.setdefault((schema, version, window, name), []).append((reported, count))
+    return wire, ends
+
+
+def _amounts(attribute: Attribute, key: tuple[str, int, str, str], reported: list[tuple[Any, int]]) -> list[AmountRow]:
+    """The amounts the wire values ``reported`` (with their counts) add to ``attribute``'s value keys."""
+    return [AmountRow(*key, value, amount) for value, amount in attribute.mech.tally(attribute, reported).items()
+            if amount]

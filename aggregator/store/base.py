@@ -11,7 +11,10 @@ Rows cross the boundary as plain tuples and dataclasses; the store's own errors
   adds (:mod:`..ingest.counting`: hits for shares; Σ and Σ² for numeric means), only where it is not zero;
 - dirty: the windows whose counters changed since their estimates were computed, each with a mark
   that changes at every change, so a refresh computed from a snapshot can tell it is still current;
-- estimates: the latest estimate per (schema, version, window, attribute, value).
+- estimates: the latest estimate per (schema, version, window, attribute, value);
+- candidates: a string attribute's candidates beyond those the schema lists (added through the
+  API, or discovered), each in a *batch* (``backfills``: the candidates added together, and how far
+  their counters are back-filled over the stored reports' ids).
 
 Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
 when they are stored (:mod:`.rollup`). What a report adds to the counters is not the store's to
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from ...shared.schema import NAME_RE, is_version
 from .errors import StoreUnavailable
@@ -79,14 +82,63 @@ class Increments:
     amounts: list[AmountRow] = field(default_factory=list)
 
 
+class CandidateBatch(NamedTuple):
+    """Candidates added together (one add), as counting sees them. Their counters hold the supports
+    of the stored reports with id up to ``watermark`` (ids compared as text); the back-fill moves
+    it forward over the stored reports, and ingest counts a report for them iff its id is at most
+    the watermark. ``watermark`` None: back-filled over every retained report, so every report
+    counts."""
+
+    batch: int
+    attribute: str
+    candidates: tuple[str, ...]
+    watermark: str | None
+
+
+@dataclass(frozen=True)
+class Known:
+    """The counted candidates of one schema version beyond those its schema lists, as of ``mark``
+    (a number that changes whenever they or a watermark change)."""
+
+    mark: int
+    batches: tuple[CandidateBatch, ...] = ()
+
+
+NOTHING_KNOWN = Known(0)
+# The counter key of how many reports a batch being back-filled has counted (per window): a control
+# character first, which no prepared candidate holds (they become U+FFFD), so it names no value.
+BATCH_N_PREFIX = "\x01n:"
+
+
+class CandidateRow(NamedTuple):
+    """A stored candidate. ``estimated`` False: never counted nor estimated (a discovered string
+    still holding U+FFFD). ``complete``: its batch is back-filled; ``deficit``: then, how many of
+    the attribute's reports in the rollup it was never counted over (their windows were erased
+    before it was added or back-filled): its rollup ``n`` is the attribute's less this."""
+
+    attribute: str
+    value: str
+    source: str
+    added_at: str
+    estimated: bool
+    rank: int
+    batch: int | None
+    complete: bool
+    deficit: int | None
+
+
 class Counts(Protocol):
     """What stored reports add to the counters (:class:`..ingest.counting.Counting`)."""
 
     def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
         """``rows`` less those that cannot be counted (damaged), which are then not stored either."""
 
-    def __call__(self, rows: Sequence[ReportRow]) -> Increments:
-        """The increments of ``rows``, summed per counter."""
+    def __call__(self, rows: Sequence[ReportRow], known: Mapping[tuple[str, int], Known] | None = None) -> Increments:
+        """The increments of ``rows``, summed per counter, the candidates ``known`` per schema
+        version included (each batch over the rows it counts)."""
+
+    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
+        """What ``rows`` add to the counters of ``batch``'s candidates alone (the back-fill)."""
 
 
 class Stale(NamedTuple):
@@ -311,6 +363,32 @@ class Store(ABC):
     @abstractmethod
     def activity(self, schema: str, version: int) -> Activity:
         """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
+
+    # -- candidates --------------------------------------------------------------------------
+
+    @abstractmethod
+    def candidates(self, schema: str, version: int) -> list[CandidateRow]:
+        """The stored candidates of a schema version, by attribute and rank."""
+
+    @abstractmethod
+    def add_candidates(self, schema: str, version: int, attribute: str, values: Sequence[str], *, source: str,
+                       estimated: bool, added_at: str, most: int) -> int | None:
+        """Store those of ``values`` (prepared, distinct) not stored for the attribute yet, as one
+        batch to back-fill (``estimated``) or never counted; how many were new. None, and nothing
+        stored, if the attribute would then have more than ``most`` stored candidates. Atomic
+        against ingest: a report is counted for them by ingest or by the back-fill, never both."""
+
+    @abstractmethod
+    def filling(self) -> list[tuple[str, int, int, int]]:
+        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)``."""
+
+    @abstractmethod
+    def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
+        """Count for ``batch``'s candidates the next (at most ``reports``) stored reports of the
+        schema version after its watermark, in id order, and move the watermark past them, in
+        one transaction that no counting of that schema version runs beside (so each report is
+        counted for them once, here or at ingest). Whether the batch is now complete (then its
+        deficit is kept and its windows marked dirty, to be estimated)."""
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

@@ -14,12 +14,14 @@ read a window can tell, when it saves, whether the window changed meanwhile.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from ...shared.windows import ROLLUP
-from .base import Activity, EstimateRow, EstimatesQuery, Expired, ReportRow, Retention, Stale, WindowCounters
+from .base import (BATCH_N_PREFIX, Activity, CandidateBatch, CandidateRow, Counts, EstimateRow, EstimatesQuery,
+                   Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters)
+from .rollup import with_rollup
 
-TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates")
+TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
 # Rows deleted per retention transaction: no lock is held long.
 DELETE_CHUNK = 5_000
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
@@ -33,6 +35,8 @@ class Dialect:
 
     param: str
     share_lock: str = ""  # what holds a row read until commit (SQLite's write lock already does)
+    update_lock: str = ""  # what holds a row read until commit against share_lock readers too
+    new_mark: str = "random()"  # a dirty mark never used before
 
     def stale_windows(self, conn: Any, confidence: float) -> list[Stale]:
         """:meth:`Store.stale_windows` read on ``conn``: dirty windows with their marks, and windows
@@ -172,5 +176,149 @@ class Dialect:
         return list(rows) if row is None else [r for r in rows if r.window_end > row[0]]
 
 
+    # -- candidates (beyond the schema's own) ----------------------------------------------------
+    #
+    # Exactly once: a batch's counters hold the supports of the stored reports with id up to its
+    # watermark. Counting a report for it (ingest: iff its id is at most the watermark, or the batch
+    # is complete) and moving the watermark (the back-fill: count the stored reports up to the new
+    # one) both run while the schema version's row is locked: shared by ingest (``share_lock``; under
+    # SQLite's write lock anyway), exclusive by the back-fill and by adding (``update_lock``). So no
+    # report is stored between a back-fill's read and its new watermark without ingest seeing it.
+
+    def known(self, conn: Any, pairs: Iterable[tuple[str, int]], cache: dict[tuple[str, int], Known]
+              ) -> dict[tuple[str, int], Known]:
+        """The counted candidates of each schema version in ``pairs``, read in the counting
+        transaction with the schema's row locked (``share_lock``) until it commits; ``cache`` keeps
+        what was read, reloaded when a schema version's mark moved."""
+        p = self.param
+        out = {}
+        for schema, version in sorted(set(pairs)):
+            row = conn.execute(f"SELECT candidates_mark FROM schemas WHERE name = {p} AND version = {p}"
+                               + self.share_lock, (schema, version)).fetchone()
+            if row is None:
+                continue
+            known = cache.get((schema, version))
+            if known is None or known.mark != row[0]:
+                known = cache[(schema, version)] = self._read_known(conn, schema, version, row[0])
+            out[(schema, version)] = known
+        return out
+
+    def _read_known(self, conn: Any, schema: str, version: int, mark: int) -> Known:
+        """The batches of estimated candidates of a schema version: each one being back-filled on
+        its own, the complete ones of an attribute together (they count every report)."""
+        p = self.param
+        rows = conn.execute(
+            "SELECT b.batch, b.attribute, b.watermark, c.value FROM backfills b JOIN candidates c "
+            "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
+            f"WHERE b.schema = {p} AND b.version = {p} ORDER BY b.attribute, c.rank", (schema, version)).fetchall()
+        filling: dict[int, tuple[str, str, list[str]]] = {}
+        complete: dict[str, list[str]] = {}
+        for batch, attribute, watermark, value in rows:
+            if watermark is None:
+                complete.setdefault(attribute, []).append(value)
+            else:
+                filling.setdefault(batch, (attribute, watermark, []))[2].append(value)
+        batches = [CandidateBatch(-1, a, tuple(values), None) for a, values in complete.items()]
+        batches += [CandidateBatch(b, a, tuple(values), w) for b, (a, w, values) in sorted(filling.items())]
+        return Known(mark, tuple(batches))
+
+    def candidates(self, conn: Any, schema: str, version: int) -> list[CandidateRow]:
+        """:meth:`Store.candidates` read on ``conn``."""
+        p = self.param
+        rows = conn.execute(
+            "SELECT c.attribute, c.value, c.source, c.added_at, c.estimated, c.rank, c.batch, b.watermark, b.deficit "
+            "FROM candidates c LEFT JOIN backfills b ON b.batch = c.batch "
+            f"WHERE c.schema = {p} AND c.version = {p} ORDER BY c.attribute, c.rank", (schema, version))
+        return [CandidateRow(a, v, s, at, bool(e), r, b, b is not None and w is None, d)
+                for a, v, s, at, e, r, b, w, d in rows]
+
+    def add_candidates(self, conn: Any, schema: str, version: int, attribute: str, values: Sequence[str],
+                       source: str, estimated: bool, added_at: str, most: int) -> int | None:
+        """:meth:`Store.add_candidates` in the caller's write transaction."""
+        p = self.param
+        key = (schema, version, attribute)
+        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, key[:2])
+        where = f"schema = {p} AND version = {p} AND attribute = {p}"
+        stored = {v for (v,) in conn.execute(f"SELECT value FROM candidates WHERE {where}", key)}
+        new = [v for v in dict.fromkeys(values) if v not in stored]
+        if len(stored) + len(new) > most:
+            return None
+        if not new:
+            return 0
+        batch = None
+        if estimated:  # watermark '': no report counted yet (every id is longer)
+            batch = conn.execute(f"INSERT INTO backfills (schema, version, attribute, watermark) "
+                                 f"VALUES ({p}, {p}, {p}, '') RETURNING batch", key).fetchone()[0]
+        first = conn.execute(f"SELECT coalesce(max(rank), -1) + 1 FROM candidates WHERE schema = {p} AND version = {p}",
+                             key[:2]).fetchone()[0]
+        conn.cursor().executemany(
+            "INSERT INTO candidates (schema, version, attribute, value, source, added_at, estimated, rank, batch) "
+            f"VALUES ({', '.join([p] * 9)})",
+            [(*key, value, source, added_at, estimated, first + i, batch) for i, value in enumerate(new)])
+        self._moved(conn, schema, version)
+        return len(new)
+
+    def _moved(self, conn: Any, schema: str, version: int) -> None:
+        """A new mark for the schema version's candidates: counting reloads them."""
+        p = self.param
+        conn.execute(f"UPDATE schemas SET candidates_mark = candidates_mark + 1 WHERE name = {p} AND version = {p}",
+                     (schema, version))
+
+    def filling(self, conn: Any) -> list[tuple[str, int, int, int]]:
+        """:meth:`Store.filling` read on ``conn``."""
+        return [tuple(r) for r in conn.execute(
+            "SELECT b.schema, b.version, b.batch, count(*) FROM backfills b JOIN candidates c "
+            "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
+            "WHERE b.watermark IS NOT NULL GROUP BY b.schema, b.version, b.batch ORDER BY b.batch")]
+
+    def backfill(self, conn: Any, schema: str, version: int, batch: int, reports: int, counts: Counts,
+                 add: Callable[[Any, Increments], None]) -> bool:
+        """One chunk of :meth:`Store.backfill` in the caller's write transaction; ``add(conn,
+        increments)`` is the store's own adding to the counters."""
+        p = self.param
+        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, (schema, version))
+        row = conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
+        if row is None or row[1] is None:
+            return True
+        attribute, watermark = row
+        values = tuple(v for (v,) in conn.execute(
+            f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
+            "ORDER BY rank", (schema, version, attribute, batch)))
+        rows = [ReportRow(*r) for r in conn.execute(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
+            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (watermark, schema, version, reports))]
+        # Reports of windows retention erased meanwhile are left out: their counters are gone.
+        counted = counts.backfill(self.within_retention(conn, rows), CandidateBatch(batch, attribute, values, watermark))
+        add(conn, with_rollup(counted))
+        done = len(rows) < reports
+        if done:
+            self._complete(conn, schema, version, attribute, batch)
+        else:
+            conn.execute(f"UPDATE backfills SET watermark = {p} WHERE batch = {p}", (rows[-1].id, batch))
+        self._moved(conn, schema, version)
+        return done
+
+    def _complete(self, conn: Any, schema: str, version: int, attribute: str, batch: int) -> None:
+        """A batch back-filled over every stored report: keep its deficit (the attribute's reports in
+        the rollup it was not counted over), drop its count of reports, and mark the schema
+        version's windows dirty so its candidates are estimated at the next refresh."""
+        p = self.param
+        key = (schema, version, ROLLUP, attribute)
+        n = conn.execute(f'SELECT n FROM totals WHERE schema = {p} AND version = {p} AND "window" = {p} '
+                         f"AND attribute = {p}", key).fetchone()
+        counted = conn.execute(f'SELECT amount FROM counters WHERE schema = {p} AND version = {p} AND "window" = {p} '
+                               f"AND attribute = {p} AND value = {p}", (*key, f"{BATCH_N_PREFIX}{batch}")).fetchone()
+        deficit = (n[0] if n else 0) - int(counted[0] if counted else 0)
+        conn.execute(f"UPDATE backfills SET watermark = NULL, deficit = {p} WHERE batch = {p}", (deficit, batch))
+        conn.execute(f"DELETE FROM counters WHERE schema = {p} AND version = {p} AND attribute = {p} AND value = {p}",
+                     (schema, version, attribute, f"{BATCH_N_PREFIX}{batch}"))
+        # (WHERE true: SQLite would read ON CONFLICT as a join's ON otherwise.)
+        conn.execute(f'INSERT INTO dirty (schema, version, "window", mark) SELECT schema, version, "window", '
+                     f'{self.new_mark} FROM (SELECT DISTINCT schema, version, "window" FROM totals '
+                     f'WHERE schema = {p} AND version = {p}) AS t WHERE true '
+                     'ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark',
+                     (schema, version))
+
+
 SQLITE = Dialect("?")
-POSTGRES = Dialect("%s", share_lock=" FOR SHARE")
+POSTGRES = Dialect("%s", share_lock=" FOR SHARE", update_lock=" FOR UPDATE", new_mark="nextval('dirty_marks')")

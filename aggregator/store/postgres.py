@@ -61,9 +61,8 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .base import (Activity, Counts, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Retention, Stale,
-                   Store,
-                   WindowCounters, estimates_by_window, schema_key_ok)
+from .base import (Activity, CandidateRow, Counts, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
+                   Retention, Stale, Store, WindowCounters, estimates_by_window, schema_key_ok)
 from .dialect import NEXT_GENERATION, POSTGRES, TABLES
 from .errors import StoreBusy, StoreError, StoreUnavailable, translating
 from .groupcommit import GroupCommit
@@ -128,13 +127,20 @@ _SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' f
                   'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
                   + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
 
+# What a schema version's candidates count as before they were read: a mark no version has, so the
+# transaction reads them (and counts again).
+_UNREAD = Known(-1)
+
+
 class Batch(NamedTuple):
     """One ingest call's reports, handed to a group commit, with what they count if all are new:
     counted before any lock is taken, since most batches hold no id already stored (the rare one
-    that does is counted again, for its new reports, inside the transaction)."""
+    that does is counted again, for its new reports, inside the transaction), with the candidates'
+    marks they were counted at (counted again if the transaction reads others)."""
 
     rows: Sequence[ReportRow]
     counted: Increments
+    marks: dict[tuple[str, int], int]
 
 
 def insert_batches(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]],
@@ -188,6 +194,7 @@ class PostgresStore(Store):
         self._leader: psycopg.Connection | None = None
         self._leader_pid = 0
         self._held = False
+        self._known: dict[tuple[str, int], Known] = {}  # counted candidates per schema version, by mark
 
     # -- connections and transactions -------------------------------------------------------
 
@@ -313,15 +320,22 @@ class PostgresStore(Store):
 
     @_translated
     def ingest(self, rows: Sequence[ReportRow]) -> int:
-        return self._group.run(Batch(rows, self._counts()(rows)))
+        known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
+        return self._group.run(Batch(rows, self._counts()(rows, known), {k: v.mark for k, v in known.items()}))
 
     def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
         """Store a group of batches in one transaction: how many reports of each were new. A
-        deadlock or serialization failure rolls it back whole; it is tried again a few times."""
+        deadlock or serialization failure rolls it back whole; it is tried again a few times. The
+        schema versions' rows are locked (shared) first and their candidates read: a batch counted
+        at other marks is counted again, so no back-fill moves a watermark under it."""
         for attempt in range(_TRIES):
             try:
                 with self._transaction() as conn:
-                    news, increments = insert_batches(batches, functools.partial(_insert_kept, conn), self._counts())
+                    known = POSTGRES.known(conn, {(r.schema, r.version) for b in batches for r in b.rows}, self._known)
+                    counts = functools.partial(self._counts(), known=known)
+                    batches = [b if b.marks == {k: known[k].mark for k in b.marks if k in known} else
+                               Batch(b.rows, counts(b.rows), b.marks) for b in batches]
+                    news, increments = insert_batches(batches, functools.partial(_insert_kept, conn), counts)
                     _add(conn, increments)
                 return news
             except _RETRY:
@@ -428,6 +442,29 @@ class PostgresStore(Store):
     def activity(self, schema: str, version: int) -> Activity:
         with self._transaction(snapshot=True) as conn:
             return POSTGRES.activity(conn, schema, version)
+
+    # -- candidates --------------------------------------------------------------------------
+
+    @_translated
+    def candidates(self, schema: str, version: int) -> list[CandidateRow]:
+        with self._transaction() as conn:
+            return POSTGRES.candidates(conn, schema, version)
+
+    @_translated
+    def add_candidates(self, schema: str, version: int, attribute: str, values: Sequence[str], *, source: str,
+                       estimated: bool, added_at: str, most: int) -> int | None:
+        with self._transaction() as conn:
+            return POSTGRES.add_candidates(conn, schema, version, attribute, values, source, estimated, added_at, most)
+
+    @_translated
+    def filling(self) -> list[tuple[str, int, int, int]]:
+        with self._transaction() as conn:
+            return POSTGRES.filling(conn)
+
+    @_translated
+    def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
+        with self._transaction() as conn:
+            return POSTGRES.backfill(conn, schema, version, batch, reports, self._counts(), _add)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

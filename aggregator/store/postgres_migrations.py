@@ -51,4 +51,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE TABLE unsettled (id text COLLATE "C" NOT NULL PRIMARY KEY);
         INSERT INTO unsettled SELECT id FROM reports;
     """),
+    # Candidates added after publishing (or discovered), each in a batch back-filled over the stored
+    # reports' ids up to its watermark (NULL: done); a mark per schema version that changes with them.
+    ("m005_candidates", """
+        CREATE TABLE backfills (batch bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            schema text COLLATE "C" NOT NULL, version integer NOT NULL, attribute text COLLATE "C" NOT NULL,
+            watermark text COLLATE "C", deficit bigint);
+        CREATE TABLE candidates (schema text COLLATE "C" NOT NULL, version integer NOT NULL,
+            attribute text COLLATE "C" NOT NULL, value text COLLATE "C" NOT NULL,
+            source text NOT NULL CHECK (source IN ('added', 'discovered')), added_at text NOT NULL,
+            estimated boolean NOT NULL, rank integer NOT NULL, batch bigint,
+            PRIMARY KEY (schema, version, attribute, value));
+        ALTER TABLE schemas ADD COLUMN candidates_mark bigint NOT NULL DEFAULT 0;
+    """),
 )

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 from sqlite_utils import Database
 
-from .base import (Activity, EstimateRow, EstimatesQuery, Expired, Increments, ReportRow, Retention, Stale, Store,
-                   WindowCounters, estimates_by_window, first_of_each_id, schema_key_ok)
+from .base import (Activity, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention,
+                   Stale, Store, WindowCounters, estimates_by_window, first_of_each_id, schema_key_ok)
 from .dialect import NEXT_GENERATION, SQLITE, TABLES
 from .errors import StoreUnavailable
 from .inbox import SETTLE_SECONDS, Inbox
@@ -52,6 +52,7 @@ class SQLiteStore(Store):
         self._db = Connections(self.path, synchronous, busy_timeout)
         self._lock_fd: int | None = None
         self._lock_mutex = threading.Lock()
+        self._known: dict[tuple[str, int], Known] = {}  # counted candidates per schema version, by mark
         self._inbox = Inbox(Path(self.path + "-inbox"), self._fold, durable=self._db.synchronous == "FULL",
                             on_duplicates=lambda n: self.on_late_duplicates(n), after_folding=self._truncate_wal)
 
@@ -148,7 +149,7 @@ class SQLiteStore(Store):
         """Fold inbox rows in: store the rows whose id is not stored and add what they count,
         :data:`FOLD_CHUNK` at a time in id order; how many were stored already. Under the write
         lock no other process can store an id between our check and our insert, so each is counted
-        once. A row that cannot be counted (a damaged line of a dead process's segment: only rows
+        once, and no back-fill moves a watermark between our reading it and our counting. A row that cannot be counted (a damaged line of a dead process's segment: only rows
         not ``validated`` by this process's ingest are checked), or whose window retention erased
         meanwhile, is left out."""
         counts = self._counts()
@@ -160,7 +161,8 @@ class SQLiteStore(Store):
             with self._db.write() as conn:
                 inserted = _insert_new(conn, SQLITE.within_retention(conn, chunk))
                 new = [r for r in chunk if r.id in inserted]
-                _add(conn, with_rollup(counts(new)))
+                known = SQLITE.known(conn, {(r.schema, r.version) for r in new}, self._known)
+                _add(conn, with_rollup(counts(new, known)))
             new_count += len(new)
         return len(countable) - new_count
 
@@ -242,6 +244,29 @@ class SQLiteStore(Store):
     @translated
     def activity(self, schema: str, version: int) -> Activity:
         return SQLITE.activity(self._db.conn, schema, version)
+
+    # -- candidates --------------------------------------------------------------------------
+
+    @translated
+    def candidates(self, schema: str, version: int) -> list[CandidateRow]:
+        return SQLITE.candidates(self._db.conn, schema, version)
+
+    @translated
+    def add_candidates(self, schema: str, version: int, attribute: str, values: Sequence[str], *, source: str,
+                       estimated: bool, added_at: str, most: int) -> int | None:
+        with self._db.write() as conn:
+            return SQLITE.add_candidates(conn, schema, version, attribute, values, source, estimated, added_at, most)
+
+    @translated
+    def filling(self) -> list[tuple[str, int, int, int]]:
+        return SQLITE.filling(self._db.conn)
+
+    @translated
+    def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
+        # Under the write lock, as a fold's chunk: reports still in an inbox are counted when folded,
+        # by the watermark then.
+        with self._db.write() as conn:
+            return SQLITE.backfill(conn, schema, version, batch, reports, self._counts(), _add)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

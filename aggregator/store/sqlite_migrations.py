@@ -118,3 +118,18 @@ def m005_retention_cutoff(db: Database) -> None:
     """The retention cutoff, kept: windows that ended at or before it are erased and refused, even
     after the clock moves back (:meth:`.dialect.Dialect.expire`)."""
     db.conn.execute("CREATE TABLE retention (id INTEGER PRIMARY KEY CHECK (id = 1), cutoff INTEGER NOT NULL)")
+
+
+@MIGRATIONS()
+def m006_candidates(db: Database) -> None:
+    """Candidates added after publishing (or discovered), each in a batch back-filled over the stored
+    reports' ids up to its watermark (NULL: done); a mark per schema version that changes with them."""
+    _run(db.conn, """
+        CREATE TABLE backfills (batch INTEGER PRIMARY KEY AUTOINCREMENT, schema TEXT NOT NULL,
+            version INTEGER NOT NULL, attribute TEXT NOT NULL, watermark TEXT, deficit INTEGER);
+        CREATE TABLE candidates (schema TEXT NOT NULL, version INTEGER NOT NULL, attribute TEXT NOT NULL,
+            value TEXT NOT NULL, source TEXT NOT NULL CHECK (source IN ('added', 'discovered')),
+            added_at TEXT NOT NULL, estimated INTEGER NOT NULL, rank INTEGER NOT NULL, batch INTEGER,
+            PRIMARY KEY (schema, version, attribute, value)) WITHOUT ROWID;
+        ALTER TABLE schemas ADD COLUMN candidates_mark INTEGER NOT NULL DEFAULT 0
+    """)

@@ -1,0 +1,244 @@
+"""Candidates added after publishing (POST .../candidates) and the back-fill of their counters from
+the retained reports: validation, exactly once beside concurrent ingest and across nodes, and
+retention erasing a window before the back-fill reached it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from conftest import ADMIN, db_state, publish, sql, store_of
+
+from ldp_telemetry.aggregator import candidates, retention
+from ldp_telemetry.aggregator.estimation import refresh
+from ldp_telemetry.shared.windows import ROLLUP
+
+pytestmark = pytest.mark.backends
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+LISTED = ["example.org", "caf\u00e9.fr"]
+SCHEMA = {"name": "homes", "version": 1, "epsilon": 3.0, "window": "hour", "attributes": [
+    {"name": "home", "type": "string", "max_length": 16, "candidates": LISTED, "epsilon": 2.0},
+    {"name": "dark_mode", "type": "boolean", "epsilon": 1.0}]}
+G = 8  # floor(e^2 + 1/2) + 1
+P = 2**31 - 1
+ADDED = [f"site-{i}.example" for i in range(23)]
+URL = "/api/v1/schemas/homes/1/candidates"
+
+
+def x(s: str) -> int:
+    return int.from_bytes(hashlib.sha256(b"ldp-telemetry/string/v1\x00" + s.encode()).digest()[:8], "big") % P
+
+
+def reports(rng: random.Random, count: int, window: str) -> list[dict]:
+    """Valid reports with arbitrary (a, b, y): supports are a function of them alone."""
+    return [{"id": "%032x" % rng.getrandbits(128), "schema": "homes", "version": 1, "window": window, "epsilon": 3.0,
+             "values": {"home": {"a": rng.randrange(1, P), "b": rng.randrange(P), "y": rng.randrange(G)},
+                        "dark_mode": rng.random() < 0.5}} for _ in range(count)]
+
+
+def post(client, batch: list[dict]) -> None:
+    answer = client.post("/api/v1/reports", json={"reports": batch})
+    assert answer.status_code == 202, answer.get_json()
+
+
+def reference(location: str, strings: list[str]) -> dict[tuple[str, str], int]:
+    """(window or "all", string) -> supports among the stored reports, decoded here in Python
+    integers from their (a, b, y); ("window", "\\n") -> the reports of the window."""
+    out: dict[tuple[str, str], int] = {}
+    for window, values in sql(location, 'SELECT "window", "values" FROM reports'):
+        r = json.loads(values)["home"]
+        for w in (window, ROLLUP):
+            out[(w, "\n")] = out.get((w, "\n"), 0) + 1
+            for s in strings:
+                out[(w, s)] = out.get((w, s), 0) + (((r["a"] * x(s) + r["b"]) % P) % G == r["y"])
+    return out
+
+
+def supports(app, strings: list[str]) -> dict[tuple[str, str], int]:
+    """The same, as the store's counters hold them."""
+    store = store_of(app)
+    store.settle()
+    windows = sorted({w for (w,) in sql(app.config["LDP_DB"], 'SELECT DISTINCT "window" FROM totals')})
+    out = {}
+    for window, counters in store.window_counters("homes", 1, windows).items():
+        out[(window, "\n")] = counters.totals.get("home", 0)
+        for s in strings:
+            out[(window, s)] = int(counters.amounts.get("home", {}).get(s, 0))
+    return out
+
+
+def backfill_in_chunks(app, client, rng: random.Random, chunk: int, window: str) -> int:
+    """Back-fill every batch ``chunk`` reports at a time, posting reports between chunks (ids
+    random, so some fall below the watermark and some above); how many chunks it took."""
+    store, chunks = store_of(app), 0
+    for schema, version, batch, _ in store.filling():
+        while not store.backfill(schema, version, batch, chunk):
+            chunks += 1
+            post(client, reports(rng, 9, window))
+            store.settle()  # stored now (SQLite: folded from the inbox), beside the watermark
+    return chunks
+
+
+@pytest.fixture
+def clocked(make_app):
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    client = app.test_client()
+    publish(client, SCHEMA)
+    return clock, app, client
+
+
+TOO_MANY = [f"s{i}" for i in range(10_000 - len(LISTED) + 1)]
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ({"candidates": ["a"]}, 400, "attribute"),
+    ({"attribute": 5, "candidates": ["a"]}, 400, "attribute"),
+    ({"attribute": "nope", "candidates": ["a"]}, 400, "attribute"),
+    ({"attribute": "dark_mode", "candidates": ["a"]}, 400, "attribute"),
+    ({"attribute": "home"}, 400, "candidates"),
+    ({"attribute": "home", "candidates": "a"}, 400, "candidates"),
+    ({"attribute": "home", "candidates": ["ok", 5]}, 400, "candidates[1]"),
+    ({"attribute": "home", "candidates": ["ok", "x" * 17]}, 400, "candidates[1]"),
+    ({"attribute": "home", "candidates": ["caf\u00e9", "cafe\u0301"]}, 400, "candidates[1]"),
+    ({"attribute": "home", "candidates": TOO_MANY}, 400, "candidates"),
+    ({"attribute": "home", "candidates": ["a"], "source": "listed"}, 400, "source"),
+])
+def test_a_bad_candidates_request_names_the_field_and_changes_nothing(make_app, body, status, field):
+    app = make_app()
+    client = app.test_client()
+    publish(client, SCHEMA)
+    before = db_state(app)
+    answer = client.post(URL, json=body, headers=ADMIN)
+    assert answer.status_code == status
+    assert answer.get_json()["details"][0]["field"] == field
+    assert db_state(app) == before
+
+
+def test_adding_needs_the_admin_token_and_counts_only_new_candidates(make_app):
+    app = make_app()
+    client = app.test_client()
+    publish(client, SCHEMA)
+    before = db_state(app)
+    assert client.post(URL, json={"attribute": "home", "candidates": ["a"]}).status_code == 401
+    assert client.post(URL, json={"attribute": "home", "candidates": ["a"]},
+                       headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert client.post("/api/v1/schemas/homes/2/candidates", json={"attribute": "home", "candidates": ["a"]},
+                       headers=ADMIN).status_code == 404
+    assert db_state(app) == before
+    # The total limit counts what is stored: one more than the limit allows, across two adds.
+    first = client.post(URL, json={"attribute": "home", "candidates": TOO_MANY[:-2]}, headers=ADMIN)
+    assert first.status_code == 202 and first.get_json() == {"added": len(TOO_MANY) - 2}
+    middle = db_state(app)
+    assert client.post(URL, json={"attribute": "home", "candidates": TOO_MANY[-2:]}, headers=ADMIN).status_code == 400
+    assert db_state(app) == middle
+    # A listed or already added one (after preparation) is simply not new.
+    again = client.post(URL, json={"attribute": "home", "candidates": ["cafe\u0301.fr", TOO_MANY[0], TOO_MANY[-2]]},
+                        headers=ADMIN)
+    assert again.status_code == 202 and again.get_json() == {"added": 1}
+
+
+def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimated(clocked):
+    clock, app, client = clocked
+    rng = random.Random(7)
+    windows = ["2026-11-21T10", "2026-11-21T11"]
+    for window in windows:
+        post(client, reports(rng, 150, window))
+    answer = client.post(URL, json={"attribute": "home", "candidates": ADDED[:15]}, headers=ADMIN)
+    assert answer.status_code == 202 and answer.get_json() == {"added": 15}
+    post(client, reports(rng, 40, windows[1]))  # before any chunk: all above the watermark ''
+    # A second batch, added while the first is half done; and one never estimated.
+    store = store_of(app)
+    store.settle()
+    (schema, version, first, size), = store.filling()
+    assert size == 15 and not store.backfill(schema, version, first, 60)
+    assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ADDED[15:],
+                                     source="discovered") == len(ADDED) - 15
+    assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ["ab\ufffd"],
+                                     source="discovered", estimated=False) == 1
+    assert backfill_in_chunks(app, client, rng, 37, windows[1]) >= 8
+    assert store.filling() == []
+    post(client, reports(rng, 30, windows[0]))  # after: counted by ingest alone
+    expected = reference(app.config["LDP_DB"], LISTED + ADDED + ["ab\ufffd"])
+    assert supports(app, LISTED + ADDED + ["ab\ufffd"]) == {k: v for k, v in expected.items() if k[1] != "ab\ufffd"} | {
+        (w, "ab\ufffd"): 0 for w in [*windows, ROLLUP]}
+    # Estimated from those counters, over every report (none was erased), with their source.
+    refresh.refresh(app)
+    rows = client.get("/api/v1/estimates?schema=homes&attribute=home").get_json()["estimates"]
+    by_key = {(r["window"], r["value"]): r for r in rows}
+    e = math.exp(2.0)
+    p, q = e / (e + G - 1), 1 / G
+    for window in [*windows, ROLLUP]:
+        n = expected[(window, "\n")]
+        for s in LISTED + ADDED:
+            row = by_key[(window, s)]
+            assert row["n"] == n
+            assert row["estimate"] == pytest.approx((expected[(window, s)] / n - q) / (p - q), abs=1e-9)
+    assert not any(r["value"] == "ab\ufffd" for r in rows)
+    listed = client.get(URL).get_json()["candidates"]
+    assert [(r["value"], r["source"], r["estimated"]) for r in listed] == (
+        [(s, "listed", True) for s in LISTED] + [(s, "added", True) for s in ADDED[:15]]
+        + [(s, "discovered", True) for s in ADDED[15:]] + [("ab\ufffd", "discovered", False)])
+    assert all(r["fingerprint"] == x(r["value"]) for r in listed)
+
+
+def test_a_window_erased_before_the_back_fill_has_no_estimate_and_leaves_the_rollup(clocked):
+    clock, app, client = clocked
+    rng = random.Random(11)
+    post(client, reports(rng, 60, "2026-11-21T09"))
+    clock[0] = NOW + timedelta(days=3, hours=1)
+    post(client, reports(rng, 80, "2026-11-24T12"))
+    expected_old = reference(app.config["LDP_DB"], ADDED[:5])
+    # Retention erases the first window; then candidates are added and back-filled.
+    while retention.expire(app).windows == 0:
+        pass
+    assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
+    candidates.backfill(app)
+    refresh.refresh(app)
+    expected = reference(app.config["LDP_DB"], ADDED[:5])
+    assert expected[(ROLLUP, "\n")] == 80 and expected_old[(ROLLUP, "\n")] == 140
+    rows = client.get("/api/v1/estimates?schema=homes&attribute=home").get_json()["estimates"]
+    by_key = {(r["window"], r["value"]): r for r in rows}
+    assert {w for w, _ in by_key} == {"2026-11-24T12", ROLLUP}
+    for s in ADDED[:5]:
+        assert by_key[(ROLLUP, s)]["n"] == 80 and by_key[("2026-11-24T12", s)]["n"] == 80
+    assert by_key[(ROLLUP, LISTED[0])]["n"] == 140
+    held = supports(app, ADDED[:5])
+    assert {k: v for k, v in held.items() if k[0] != ROLLUP} == {k: v for k, v in expected.items() if k[0] != ROLLUP}
+
+
+def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(make_app, new_db, monkeypatch):
+    location = new_db()
+    nodes = [make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW) for _ in range(2)]
+    clients = [node.test_client() for node in nodes]
+    publish(clients[0], SCHEMA)
+    rng = random.Random(3)
+    post(clients[0], reports(rng, 400, "2026-11-21T11"))
+    assert clients[1].post(URL, json={"attribute": "home", "candidates": ADDED}, headers=ADMIN).status_code == 202
+    monkeypatch.setattr(candidates, "BACKFILL_CELLS", 30 * len(ADDED))
+    monkeypatch.setattr(candidates, "MIN_BACKFILL_REPORTS", 1)
+    batches = [reports(rng, 10, "2026-11-21T11") for _ in range(12)]
+    errors = []
+
+    def run(job):
+        try:
+            job()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(lambda node=node: candidates.backfill(node, seconds=60),))
+               for node in nodes]
+    threads.append(threading.Thread(target=run, args=(lambda: [post(clients[i % 2], b) for i, b in enumerate(batches)],)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store_of(nodes[0]).filling() == []
+    assert supports(nodes[1], ADDED) == reference(location, ADDED)
