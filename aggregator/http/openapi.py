@@ -136,7 +136,18 @@ COMPONENTS: dict[str, Any] = {
                 "fingerprint": {"type": "integer", "minimum": 0, "description": "x(s), as DESIGN.md defines it"},
                 "collides_with": {"type": "array", "items": {"type": "string"},
                                   "description": "the attribute's other candidates with the same fingerprint"},
-                "added_at": {"type": "string", "format": "date-time"}}}}}},
+                "added_at": {"type": "string", "format": "date-time"},
+                "estimated": {"type": "boolean", "description": "false for a discovered string still holding U+FFFD "
+                                                                "(characters outside the discovery alphabet): never "
+                                                                "counted nor estimated"}}}}}},
+        "CandidatesInput": {"type": "object", "additionalProperties": False, "required": ["attribute", "candidates"],
+                            "properties": {
+            "attribute": {"type": "string", "description": "a string attribute of the schema"},
+            "candidates": {"type": "array", "maxItems": MAX_CANDIDATES, "items": {"type": "string"},
+                           "description": "strings to estimate, each prepared as a value is (U+FFFD for control, "
+                                          "format and surrogate characters, then NFC), at most max_length code "
+                                          "points and distinct after that; one already a candidate is not new. At "
+                                          f"most {MAX_CANDIDATES} candidates an attribute in all"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
             "estimates": {"type": "array", "items": _ref("Estimate")},
@@ -178,10 +189,19 @@ def _paths() -> dict[str, Any]:
         "/api/v1/schemas/{name}/{version}": {"get": {
             "summary": "One version of a schema", "parameters": [name_param, version_param],
             "responses": {"200": _json(_ref("Schema"), "the schema"), **_errors(404)}}},
-        "/api/v1/schemas/{name}/{version}/candidates": {"get": {
-            "summary": "The candidate strings of a schema's string attributes",
-            "parameters": [name_param, version_param, {"name": "attribute", "in": "query", "schema": {"type": "string"}}],
-            "responses": {"200": _json(_ref("Candidates"), "the candidates"), **_errors(400, 401, 403, 404)}}},
+        "/api/v1/schemas/{name}/{version}/candidates": {
+            "get": {"summary": "The candidate strings of a schema's string attributes",
+                    "parameters": [name_param, version_param,
+                                   {"name": "attribute", "in": "query", "schema": {"type": "string"}}],
+                    "responses": {"200": _json(_ref("Candidates"), "the candidates"), **_errors(400, 401, 403, 404)}},
+            "post": {"summary": "Add strings to estimate (admin); their counters are back-filled from the retained "
+                                "reports by a job, and they are estimated once it is done",
+                     "security": ADMIN, "parameters": [name_param, version_param],
+                     "requestBody": {"required": True,
+                                     "content": {"application/json": {"schema": _ref("CandidatesInput")}}},
+                     "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
+                         "added": {"type": "integer", "description": "how many were new"}}}, "stored"),
+                         **_errors(400, 401, 403, 404, 413, 415)}}},
         "/api/v1/reports": {"post": {
             "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",
             # text/plain (UTF-8) holds the same JSON: a web page posts it without a CORS preflight.
