@@ -26,9 +26,10 @@ from .catalog import Catalog
 from .store import CandidateRow
 
 SOURCES = ("added", "discovered")
-# (report, candidate) pairs one back-fill transaction counts: about a tenth of a second of the
-# supports kernel, so ingest and refresh wait at most that long for it.
-BACKFILL_CELLS = 20_000_000
+# (report, candidate) pairs one back-fill transaction counts (with 1,000 candidates, 50,000 reports:
+# about half a second under the lock, which ingest of that schema version waits for at most). Each
+# transaction also writes a counter per (window, candidate), so fewer, larger ones cost less in all.
+BACKFILL_CELLS = 50_000_000
 MIN_BACKFILL_REPORTS = 100
 BACKFILL_SECONDS = 2.0  # one run of the job goes on for about this long; the next run goes on
 BACKFILL_INTERVAL = 5.0  # seconds between runs of the job (it also runs right after an add)
@@ -93,6 +94,12 @@ def listing(schema: Schema, stored: Sequence[CandidateRow], published_at: str | 
         rows = a.kind.candidate_rows(a, [(c.value, c.source) for c in mine])
         out += [{"attribute": a.name, **row, "added_at": at, "estimated": e} for row, at, e in zip(rows, added, estimated)]
     return out
+
+
+def sources(stored: Sequence[CandidateRow]) -> dict[tuple[str, str], str]:
+    """``(attribute, value) -> source`` of stored candidates, in the order they were added (the
+    schema's own candidates are ``listed``: their attribute's type says so)."""
+    return {(c.attribute, c.value): c.source for c in stored}
 
 
 def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:

@@ -32,7 +32,7 @@ from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, encoders, hostile, ingest, olh_reference, send, servers
+from . import bulkload, encoders, hostile, ingest, olh_reference, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -43,7 +43,7 @@ REFRESH_SCHEMA = parse_schema({
 
 
 STEPS = ("record", "send", "encoders", "js-bundle", "refresh", "ingest", "nodes", "estimates", "estimates-postgres",
-         "hostile", "olh-reference")
+         "hostile", "olh-reference", "backfill", "ingest-strings")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_BUNDLE_BUDGET = 10 * 1024  # DESIGN.md "JavaScript client": minified and gzipped
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
@@ -383,6 +383,18 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         worst = lhs["max_relative_difference"]
         row(f"string estimates vs pure-LDP's LHServer (our hash), {lhs['reports']:,} reports x {lhs['candidates']} "
             "candidates, largest relative difference", worst, ".1e", "<= 1e-9", worst <= 1e-9 and lhs["n_equal"])
+    bf = results.get("backfill")
+    if bf:
+        row(f"back-fill of {bf['candidates']:,} new candidates over {bf['reports']:,} stored reports (SQLite), s",
+            bf["seconds"], ".2f", f"<= {bf['target_seconds']:g}", bf["seconds"] <= bf["target_seconds"])
+        row("  (report, candidate) pairs per second", bf["cells_per_second"], ",.0f", "-", None)
+    ist = results.get("ingest-strings")
+    if ist:
+        for name in ("plain", "strings"):
+            row(f"ingest over HTTP, 100-report batches, {'with' if name == 'strings' else 'without'} a string "
+                f"attribute of {ist['candidates']:,} candidates, reports/s",
+                statistics.median(r["reports_per_second"] for r in ist[name]), ",.0f", "-", None)
+        row("  with / without", ist["ratio"], ".2f", f">= {ist['target_ratio']}", ist["ratio"] >= ist["target_ratio"])
     return rows
 
 
@@ -416,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         "estimates-postgres": lambda: bench_estimates([int(s) for s in args.sizes.split(",")], postgres=True),
         "hostile": hostile.run,
         "olh-reference": olh_reference.run,
+        "backfill": lambda: strings.backfill(100_000 if args.quick else 1_000_000),
+        "ingest-strings": lambda: strings.ingest(args.seconds, args.runs),
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))

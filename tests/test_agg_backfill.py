@@ -4,7 +4,9 @@ retention erasing a window before the back-fill reached it."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import math
 import random
@@ -181,6 +183,13 @@ def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimat
             assert row["n"] == n
             assert row["estimate"] == pytest.approx((expected[(window, s)] / n - q) / (p - q), abs=1e-9)
     assert not any(r["value"] == "ab\ufffd" for r in rows)
+    assert [by_key[(ROLLUP, s)]["source"] for s in LISTED + ADDED] == (
+        ["listed"] * len(LISTED) + ["added"] * 15 + ["discovered"] * (len(ADDED) - 15))
+    text = client.get("/api/v1/estimates?schema=homes&attribute=home&format=csv").get_data(as_text=True)
+    shown = {(r["window"], r["value"]): (r["source"], int(r["n"])) for r in csv.DictReader(io.StringIO(text))}
+    assert shown == {k: (r["source"], r["n"]) for k, r in by_key.items()}
+    page = client.get("/schemas/homes").get_data(as_text=True)
+    assert '<td class="hide-narrow source">discovered</td>' in page and ADDED[20] in page
     listed = client.get(URL).get_json()["candidates"]
     assert [(r["value"], r["source"], r["estimated"]) for r in listed] == (
         [(s, "listed", True) for s in LISTED] + [(s, "added", True) for s in ADDED[:15]]

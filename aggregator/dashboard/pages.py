@@ -9,7 +9,7 @@ numbers on a page can be tested without a server. Estimate rows have the store's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ...shared import privacy
 from ...shared.planner import Plan, plan
@@ -159,27 +159,32 @@ def cell(row: EstimateRow) -> Cell:
     return Cell(row.estimate, row.estimate_clipped, row.ci_low, row.ci_high, row.n)
 
 
-def schema_page(schema: Schema, rows: Sequence[EstimateRow], confidence: float) -> SchemaPage:
-    """Everything the schema page shows, from the estimate rows of one schema version."""
+def schema_page(schema: Schema, rows: Sequence[EstimateRow], confidence: float,
+                added: Mapping[tuple[str, str], str] | None = None) -> SchemaPage:
+    """Everything the schema page shows, from the estimate rows of one schema version; ``added``:
+    the sources of candidates stored beyond the listed ones (``(attribute, value) -> source``)."""
     by_attribute: dict[str, dict[str, dict[str, Cell]]] = {a.name: {} for a in schema.attributes}
     for row in rows:
         if row.attribute in by_attribute:
             by_attribute[row.attribute].setdefault(row.window, {})[row.value] = cell(row)
     windows = sorted({r.window for r in rows if r.window != ROLLUP})
     computed = max((r.computed_at for r in rows), default=None)
-    views = [attribute_view(a, by_attribute[a.name], confidence) for a in schema.attributes]
+    views = [attribute_view(a, by_attribute[a.name], confidence, added or {}) for a in schema.attributes]
     return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views))
 
 
-def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], confidence: float) -> AttributeView:
-    """One attribute's table, chart and privacy from its cells by window and value."""
-    keys = list(attribute.keys)
+def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], confidence: float,
+                   added: Mapping[tuple[str, str], str] | None = None) -> AttributeView:
+    """One attribute's table, chart and privacy from its cells by window and value (a string
+    attribute's stored candidates, ``added``, after its listed ones)."""
+    sources = {v: source for (a, v), source in (added or {}).items() if a == attribute.name}
+    keys = list(attribute.keys) + list(sources)
     windows = sorted(w for w in cells if w != ROLLUP)
     latest = windows[-1] if windows else None
     rollup = cells.get(ROLLUP, {})
     kind = attribute.kind
-    rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k), kind.source(attribute, k))
-            for k in keys]
+    rows = [ValueRow(k, cells[latest].get(k) if latest else None, rollup.get(k),
+                     sources.get(k) or kind.source(attribute, k)) for k in keys]
     n = max((c.n for c in rollup.values()), default=0)
     # In the schema's order, as the API, the CSV and the CLI list them. Where there are too many to
     # show, a ranked kind (categories) keeps its largest, still in that order; a histogram keeps its

@@ -22,7 +22,7 @@ from flask import Blueprint, Response, current_app, render_template, request, ur
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
 from ...shared.windows import LENGTH, window_of
-from .. import auth
+from .. import auth, candidates
 from . import charts, pages
 from .. import context
 from ..catalog import version_number
@@ -223,7 +223,8 @@ class View:
 
 def _view(schema: Schema, since: str, until: str | None) -> View:
     readout = read(current_app, schema, since=since, until=until)
-    return View(pages.schema_page(schema, readout.rows, readout.confidence), readout.next is not None,
+    added = candidates.sources(context.store().candidates(schema.name, schema.version))
+    return View(pages.schema_page(schema, readout.rows, readout.confidence, added), readout.next is not None,
                 readout.confidence)
 
 

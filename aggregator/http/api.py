@@ -165,12 +165,13 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
                             after=readout.cursor_of(schema, query.get("next")))
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
-    estimates = [_estimate(schema, row) for row in page.rows]
+    added = candidates.sources(context.store().candidates(schema.name, schema.version))
+    estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:
         headers["Link"] = f'<{url_for("api.get_estimates", **{**query, "next": page.next})}>; rel="next"'
     if query.get("format", "json") == "csv":
-        return _csv(estimates, headers)
+        return _csv(estimates, headers, any(a.kind.candidates_apart for a in schema.attributes))
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
                     "estimates": estimates, "next": page.next}), 200, headers
 
@@ -197,17 +198,26 @@ def _estimates_query() -> dict[str, str]:
     return query
 
 
-def _estimate(schema: Schema, row: EstimateRow) -> dict[str, Any]:
-    value = schema.attribute(row.attribute).value_of(row.value)
-    return {column: value if column == "value" else getattr(row, column) for column in ESTIMATE_COLUMNS}
+def _estimate(schema: Schema, row: EstimateRow, added: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """A row as the API shows it; a string attribute's candidate with its ``source`` (``added``:
+    the stored candidates' sources)."""
+    attribute = schema.attribute(row.attribute)
+    value = attribute.value_of(row.value)
+    out = {column: value if column == "value" else getattr(row, column) for column in ESTIMATE_COLUMNS}
+    source = added.get((row.attribute, row.value)) or attribute.kind.source(attribute, row.value)
+    if source is not None:
+        out["source"] = source
+    return out
 
 
-def _csv(estimates: list[dict[str, Any]], headers: dict[str, str]) -> Response:
+def _csv(estimates: list[dict[str, Any]], headers: dict[str, str], sourced: bool) -> Response:
+    """The rows as CSV; with a last column ``source`` for a schema with a string attribute."""
+    columns = ESTIMATE_COLUMNS + ("source",) * sourced
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(ESTIMATE_COLUMNS)
+    writer.writerow(columns)
     for e in estimates:
-        writer.writerow([_cell(e[c]) for c in ESTIMATE_COLUMNS])
+        writer.writerow([_cell(e.get(c, "")) for c in columns])
     return Response(out.getvalue(), mimetype="text/csv", headers=headers)
 
 

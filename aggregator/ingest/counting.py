@@ -17,6 +17,7 @@ import json
 import logging
 from collections import Counter
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Callable, Mapping, Sequence
 
 from ...shared.schema import Attribute, Schema
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 # Distinct wire values kept decoded: most reports of a schema share a few.
 DECODED_CACHE = 4096
+_ALL_BUT_ID = itemgetter(1, 2, 3, 4, 5)  # (schema, version, window, window_end, values) of a ReportRow
+# Distinct wire values in one call from which they are parsed together rather than through the cache.
+BULK_DECODE = 256
 
 
 @lru_cache(maxsize=DECODED_CACHE)
@@ -140,14 +144,28 @@ def _wire(rows: Sequence[ReportRow]) -> tuple[dict[tuple[str, int, str, str], li
                                              dict[tuple[str, int, str], int]]:
     """Per (schema, version, window, attribute) the wire values of ``rows`` with how many reports
     sent each (rows alike decoded once), and each window's end."""
-    alike = Counter((r.schema, r.version, r.window, r.window_end, r.values) for r in rows)
+    alike = Counter(map(_ALL_BUT_ID, rows))
     wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
     ends: dict[tuple[str, int, str], int] = {}
-    for (schema, version, window, end, values), count in alike.items():
+    for ((schema, version, window, end, _), count), decoded in zip(alike.items(), _decode_all([k[4] for k in alike])):
         ends[(schema, version, window)] = end
-        for name, reported in (_decode(values) or {}).items():
+        for name, reported in (decoded or {}).items():
             wire.setdefault((schema, version, window, name), []).append((reported, count))
     return wire, ends
+
+
+def _decode_all(texts: list[str]) -> list[dict[str, Any] | None]:
+    """:func:`_decode` of each of ``texts``: a few through its cache (most reports of a schema share
+    a few values), many distinct ones (a string attribute's) as one JSON array, which parses in
+    half the time; one at a time if that fails (a damaged one among them)."""
+    if len(texts) < BULK_DECODE:
+        return [_decode(t) for t in texts]
+    try:
+        decoded = json.loads("[" + ",".join(texts) + "]")
+    except ValueError:
+        return [_decode(t) for t in texts]
+    return [d if type(d) is dict else None for d in decoded] if len(decoded) == len(texts) else [
+        _decode(t) for t in texts]
 
 
 def _amounts(attribute: Attribute, key: tuple[str, int, str, str], reported: list[tuple[Any, int]]) -> list[AmountRow]:

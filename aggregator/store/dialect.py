@@ -284,9 +284,9 @@ class Dialect:
         values = tuple(v for (v,) in conn.execute(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
-        rows = [ReportRow(*r) for r in conn.execute(
+        rows = list(map(ReportRow._make, conn.execute(
             f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
-            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (watermark, schema, version, reports))]
+            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (watermark, schema, version, reports))))
         # Reports of windows retention erased meanwhile are left out: their counters are gone.
         counted = counts.backfill(self.within_retention(conn, rows), CandidateBatch(batch, attribute, values, watermark))
         add(conn, with_rollup(counted))

@@ -31,6 +31,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,9 @@ WIRE_KEYS = frozenset(("a", "b", "y"))
 # Supports are computed over at most this many (report, candidate) pairs at a time: two int64
 # buffers of 1 MiB, which stay in a core's cache between the passes (bigger ones ran slower).
 _CELLS = 1 << 17
+# Pairs from which the supports are computed in several threads, and at most how many threads.
+_THREAD_CELLS = 1 << 24
+_THREADS = min(4, os.cpu_count() or 1)
 
 
 def fingerprint(text: str) -> int:
@@ -103,9 +108,25 @@ def supports(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int,
     w = None if weights is None else np.asarray(weights, dtype=np.int64)
     if w is not None and bool((w == 1).all()):
         w = None
-    out = np.zeros(x.shape[0], dtype=np.int64)
     if x.shape[0] == 0 or a.shape[0] == 0:
-        return out
+        return np.zeros(x.shape[0], dtype=np.int64)
+    # numpy lets go of the GIL inside each pass: a share of the reports per core, summed.
+    parts = min(_THREADS, max(1, a.shape[0] * x.shape[0] // _THREAD_CELLS))
+    if parts == 1:
+        return _supports_part(a, b, y, x, g, w)
+    bounds = np.linspace(0, a.shape[0], parts + 1).astype(int)
+    with ThreadPoolExecutor(parts) as pool:
+        counted = pool.map(lambda i: _supports_part(*(v[bounds[i]:bounds[i + 1]] for v in (a, b, y)), x, g,
+                                                    None if w is None else w[bounds[i]:bounds[i + 1]]), range(parts))
+        return sum(counted)
+
+
+def _supports_part(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int, w: np.ndarray | None
+                   ) -> np.ndarray:
+    """:func:`supports` of some reports, in one thread, with buffers of its own."""
+    import numpy as np
+
+    out = np.zeros(x.shape[0], dtype=np.int64)
     shift = 31 + (g - 1).bit_length()
     multiplier = (1 << shift) // g + 1
     step = max(1, _CELLS // x.shape[0])

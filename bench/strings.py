@@ -1,0 +1,143 @@
+"""String attributes' costs (issue 19): back-filling new candidates over the retained reports,
+and ingest of reports whose string attribute has 1,000 candidates beside the same schema without it.
+
+Both loads use reports with distinct ``(a, b, y)`` (as devices send them), never one repeated
+template: counting decodes alike reports once, which would hide the supports' cost.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import requests
+
+from ldp_telemetry.aggregator import candidates, create_app
+from ldp_telemetry.aggregator.store import ReportRow
+from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
+from ldp_telemetry.shared import parse_schema
+from ldp_telemetry.shared.mechanisms.olh import P, buckets
+
+from . import bulkload, servers
+
+CANDIDATES = [f"site-{i}.example" for i in range(1000)]
+EPSILON = 4.0  # the string attribute's: g = 56
+BACKFILL_TARGET_SECONDS = 10.0
+INGEST_RATIO_TARGET = 0.5
+BATCH = 100
+CONNECTIONS = 4
+
+
+def _schema(name: str, strings: bool, listed: list[str]) -> dict[str, Any]:
+    attributes: list[dict[str, Any]] = [{"name": "dark_mode", "type": "boolean", "epsilon": 1.0},
+                                        {"name": "os", "type": "categorical", "epsilon": 1.0,
+                                         "categories": ["linux", "macos", "windows", "other"]}]
+    if strings:
+        attributes.append({"name": "home", "type": "string", "epsilon": EPSILON, "candidates": listed})
+    return {"name": name, "version": 1, "epsilon": 2.0 + (EPSILON if strings else 0.0), "attributes": attributes}
+
+
+def _values(rng: np.random.Generator, count: int, strings: bool) -> list[str]:
+    """``count`` distinct wire values (JSON) of :func:`_schema`'s attributes."""
+    a, b = rng.integers(1, P, count), rng.integers(0, P, count)
+    y, flags, os = rng.integers(0, buckets(EPSILON), count), rng.random(count) < 0.5, rng.integers(0, 4, count)
+    names = ["linux", "macos", "windows", "other"]
+    home = ',"home":{"a":%d,"b":%d,"y":%d}'
+    return ['{"dark_mode":%s,"os":"%s"%s}' % ("true" if flags[i] else "false", names[os[i]],
+                                              home % (a[i], b[i], y[i]) if strings else "") for i in range(count)]
+
+
+def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str, Any]:
+    """Seconds to back-fill ``count`` new candidates over ``reports`` stored reports (SQLite; the
+    reports loaded through the store as :mod:`.bulkload` does, with distinct values)."""
+    rng = np.random.default_rng(19)
+    schema = parse_schema(_schema("backfill-bench", True, []))
+    with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
+        app = create_app({"LDP_DB": f"{folder}/backfill.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
+                          "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
+        store, catalog = app.extensions["ldp"]["store"], app.extensions["ldp"]["catalog"]
+        store.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z")
+        days = bulkload.window_days(30)
+        started = time.perf_counter()
+        for start in range(0, reports, MAX_UNFOLDED):
+            size = min(MAX_UNFOLDED, reports - start)
+            values = _values(rng, size, True)
+            store.ingest([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
+                          zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values)])
+            store.settle()
+        loaded = time.perf_counter() - started
+        started = time.perf_counter()
+        added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added")
+        runs = 0
+        while store.filling():
+            candidates.backfill(app, seconds=math.inf)
+            runs += 1
+        seconds = time.perf_counter() - started
+        store.close()
+    return {"reports": reports, "candidates": added, "seconds": round(seconds, 2), "load_seconds": round(loaded, 1),
+            "cells_per_second": round(reports * added / seconds), "target_seconds": BACKFILL_TARGET_SECONDS}
+
+
+def _post_for(url: str, bodies: list[bytes], seconds: float) -> tuple[int, int]:
+    """Post ``bodies`` in turn on one keep-alive connection for ``seconds``: (accepted reports, failures)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    accepted = failed = 0
+    deadline = time.perf_counter() + seconds
+    for body in bodies:
+        if time.perf_counter() >= deadline:
+            break
+        conn.request("POST", "/api/v1/reports", body, {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status == 202:
+            accepted += BATCH
+        else:
+            failed += 1
+    conn.close()
+    return accepted, failed
+
+
+def _ingest_rate(strings: bool, seconds: float, folder: Path) -> dict[str, Any]:
+    """Reports per second over HTTP (``ldp-telemetry serve`` on SQLite) of :func:`_schema`."""
+    rng = np.random.default_rng(7 if strings else 8)
+    schema = _schema("ingest-strings" if strings else "ingest-plain", strings, CANDIDATES)
+    window = bulkload.window_days(1)[0][0]
+    per_connection = int(seconds * 200) + 10  # more batches than a connection sends in ``seconds``
+    bodies = [[json.dumps({"reports": [
+        {"id": "%032x" % int(i), "schema": schema["name"], "version": 1, "window": window,
+         "epsilon": schema["epsilon"], "values": json.loads(v)}
+        for i, v in zip(rng.integers(0, 2**63, BATCH), _values(rng, BATCH, strings))]}).encode()
+        for _ in range(per_connection)] for _ in range(CONNECTIONS)]
+    with servers.aggregator(folder / f"ingest-{strings}-{time.monotonic_ns()}.db") as url:
+        requests.post(url + "/api/v1/schemas", json=schema, timeout=30,
+                      headers={"Authorization": f"Bearer {servers.ADMIN_TOKEN}"}).raise_for_status()
+        results: list[tuple[int, int]] = []
+        threads = [threading.Thread(target=lambda b=b: results.append(_post_for(url, b, seconds))) for b in bodies]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+    return {"reports_per_second": round(sum(r[0] for r in results) / elapsed, 1),
+            "failed": sum(r[1] for r in results)}
+
+
+def ingest(seconds: float = 5.0, runs: int = 1) -> dict[str, Any]:
+    """Ingest of the schema with a string attribute of 1,000 candidates against the same schema
+    without it, alternately ``runs`` times; the median ratio."""
+    with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
+        pairs = [(_ingest_rate(False, seconds, Path(folder)), _ingest_rate(True, seconds, Path(folder)))
+                 for i in range(runs)]
+    ratios = sorted(s["reports_per_second"] / p["reports_per_second"] for p, s in pairs)
+    return {"plain": [p for p, _ in pairs], "strings": [s for _, s in pairs], "ratio": ratios[len(ratios) // 2],
+            "candidates": len(CANDIDATES), "target_ratio": INGEST_RATIO_TARGET}
