@@ -66,7 +66,8 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
         raise CandidateError("attribute", f"attribute {attribute.name} is not a string attribute: only strings "
                                           "have candidates")
     try:
-        prepared = parse_candidates(values, attribute.max_length, "candidates")
+        given = list(values) if isinstance(values, Sequence) and not isinstance(values, str) else values
+        prepared = parse_candidates(given, attribute.max_length, "candidates")
     except SchemaError as exc:
         raise CandidateError(exc.field, str(exc)) from None
     new = [v for v in prepared if v not in attribute.candidates]

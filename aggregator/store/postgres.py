@@ -61,7 +61,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .base import (Activity, CandidateRow, Counts, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
+from .base import (Activity, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
                    Retention, Stale, Store, WindowCounters, estimates_by_window, schema_key_ok)
 from .dialect import NEXT_GENERATION, POSTGRES, TABLES
 from .errors import StoreBusy, StoreError, StoreUnavailable, translating
@@ -144,7 +144,7 @@ class Batch(NamedTuple):
 
 
 def insert_batches(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]],
-                   counts: Counts) -> tuple[list[int], Increments]:
+                   counts: Callable[[Sequence[ReportRow]], Increments]) -> tuple[list[int], Increments]:
     """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
     returns their ids), batch after batch so an id in two batches is new in the first only; how
     many of each batch were new, and the increments of the new ones, rollup included."""
