@@ -26,10 +26,10 @@ from .catalog import Catalog
 from .store import CandidateRow
 
 SOURCES = ("added", "discovered")
-# (report, candidate) pairs one back-fill transaction counts (with 1,000 candidates, 50,000 reports:
-# about half a second under the lock, which ingest of that schema version waits for at most). Each
-# transaction also writes a counter per (window, candidate), so fewer, larger ones cost less in all.
-BACKFILL_CELLS = 50_000_000
+# (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock (with 1,000
+# candidates, 100,000 reports: some 25 MB); then a short transaction adds a counter per (window,
+# candidate) and moves the watermark, so fewer, larger chunks cost less in all.
+BACKFILL_CELLS = 100_000_000
 MIN_BACKFILL_REPORTS = 100
 BACKFILL_SECONDS = 2.0  # one run of the job goes on for about this long; the next run goes on
 BACKFILL_INTERVAL = 5.0  # seconds between runs of the job (it also runs right after an add)

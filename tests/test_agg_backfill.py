@@ -76,14 +76,20 @@ def supports(app, strings: list[str]) -> dict[tuple[str, str], int]:
 
 
 def backfill_in_chunks(app, client, rng: random.Random, chunk: int, window: str) -> int:
-    """Back-fill every batch ``chunk`` reports at a time, posting reports between chunks (ids
-    random, so some fall below the watermark and some above); how many chunks it took."""
+    """Back-fill every batch ``chunk`` reports at a time, posting reports between a chunk's read
+    and its apply and between chunks (ids random, so some fall below the watermark, some in the
+    chunk's range, some above); how many chunks it took."""
     store, chunks = store_of(app), 0
     for schema, version, batch, _ in store.filling():
-        while not store.backfill(schema, version, batch, chunk):
+        while (read := store.backfill_read(schema, version, batch, chunk)) is not None:
             chunks += 1
             post(client, reports(rng, 9, window))
             store.settle()  # stored now (SQLite: folded from the inbox), beside the watermark
+            done = store.backfill_apply(read)
+            post(client, reports(rng, 9, window))
+            store.settle()
+            if done:
+                break
     return chunks
 
 

@@ -14,7 +14,7 @@ and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
 
 from __future__ import annotations
 
-from .base import (BATCH_N_PREFIX, Activity, AmountRow, CandidateBatch, CandidateRow, Counts, EstimateRow,
+from .base import (BATCH_N_PREFIX, Activity, AmountRow, BackfillChunk, CandidateBatch, CandidateRow, Counts, EstimateRow,
                    EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, Store, TotalRow,
                    WindowCounters, first_of_each_id)
 from .errors import StoreBusy, StoreError, StoreUnavailable
@@ -42,6 +42,6 @@ def open_store(location: str, synchronous: str = "full") -> Store:
     return SQLiteStore(location, synchronous)
 
 
-__all__ = ["BATCH_N_PREFIX", "Activity", "AmountRow", "CandidateBatch", "CandidateRow", "Counts", "Known", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
+__all__ = ["BATCH_N_PREFIX", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow", "Counts", "Known", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
            "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters",
            "first_of_each_id", "is_postgres", "open_store"]

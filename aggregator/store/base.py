@@ -110,6 +110,19 @@ NOTHING_KNOWN = Known(0)
 BATCH_N_PREFIX = "\x01n:"
 
 
+class BackfillChunk(NamedTuple):
+    """Stored reports of a batch's back-fill read after its ``watermark`` (in ``batch``), up to
+    ``through`` (None: every one after it), and what they count for it, per window."""
+
+    schema: str
+    version: int
+    batch: CandidateBatch
+    through: str | None
+    ids: frozenset[str]
+    counted: Increments
+    ends: dict[str, int]  # window -> its end (Unix seconds)
+
+
 class CandidateRow(NamedTuple):
     """A stored candidate. ``estimated`` False: never counted nor estimated (a discovered string
     still holding U+FFFD). ``complete``: its batch is back-filled; ``deficit``: then, how many of
@@ -382,13 +395,28 @@ class Store(ABC):
     def filling(self) -> list[tuple[str, int, int, int]]:
         """The batches not yet back-filled: ``(schema, version, batch, how many candidates)``."""
 
-    @abstractmethod
     def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
         """Count for ``batch``'s candidates the next (at most ``reports``) stored reports of the
-        schema version after its watermark, in id order, and move the watermark past them, in
-        one transaction that no counting of that schema version runs beside (so each report is
-        counted for them once, here or at ingest). Whether the batch is now complete (then its
-        deficit is kept and its windows marked dirty, to be estimated)."""
+        schema version after its watermark, in id order, and move the watermark past them: whether
+        the batch is now complete (then its deficit is kept and its windows marked dirty, to be
+        estimated). The reports are read and counted first without a lock
+        (:meth:`backfill_read`); then one short transaction, which no counting of that schema
+        version runs beside, adds what they count and what the reports stored in the range since
+        count, and moves the watermark (:meth:`backfill_apply`): each report is counted for them
+        once, here or at ingest."""
+        chunk = self.backfill_read(schema, version, batch, reports)
+        return True if chunk is None else self.backfill_apply(chunk)
+
+    @abstractmethod
+    def backfill_read(self, schema: str, version: int, batch: int, reports: int) -> BackfillChunk | None:
+        """The next chunk of ``batch``'s back-fill, read and counted without a lock; None if the
+        batch is complete (or gone)."""
+
+    @abstractmethod
+    def backfill_apply(self, chunk: BackfillChunk) -> bool:
+        """Add what ``chunk`` counts (and the reports stored in its range since it was read; less
+        those of windows retention erased since) and move the batch's watermark past it, unless
+        another back-fill moved it first; whether the batch is complete."""
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

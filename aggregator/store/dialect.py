@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from ...shared.windows import ROLLUP
-from .base import (BATCH_N_PREFIX, Activity, CandidateBatch, CandidateRow, Counts, EstimateRow, EstimatesQuery,
-                   Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters)
+from .base import (BATCH_N_PREFIX, Activity, BackfillChunk, CandidateBatch, CandidateRow, Counts, EstimateRow,
+                   EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters)
 from .rollup import with_rollup
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
 # Rows deleted per retention transaction: no lock is held long.
 DELETE_CHUNK = 5_000
+# Ids per "IN (...)" list (SQLite binds at most 32,766 parameters).
+_IN_CHUNK = 500
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
 WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
 NEXT_GENERATION = "UPDATE generation SET n = n + 1"
@@ -271,15 +273,13 @@ class Dialect:
             "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
             "WHERE b.watermark IS NOT NULL GROUP BY b.schema, b.version, b.batch ORDER BY b.batch")]
 
-    def backfill(self, conn: Any, schema: str, version: int, batch: int, reports: int, counts: Counts,
-                 add: Callable[[Any, Increments], None]) -> bool:
-        """One chunk of :meth:`Store.backfill` in the caller's write transaction; ``add(conn,
-        increments)`` is the store's own adding to the counters."""
+    def backfill_read(self, conn: Any, schema: str, version: int, batch: int, reports: int,
+                      counts: Counts) -> BackfillChunk | None:
+        """:meth:`Store.backfill_read` on ``conn`` (a read: no lock is taken)."""
         p = self.param
-        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, (schema, version))
         row = conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
         if row is None or row[1] is None:
-            return True
+            return None
         attribute, watermark = row
         values = tuple(v for (v,) in conn.execute(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
@@ -287,16 +287,47 @@ class Dialect:
         rows = list(map(ReportRow._make, conn.execute(
             f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
             f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (watermark, schema, version, reports))))
-        # Reports of windows retention erased meanwhile are left out: their counters are gone.
-        counted = counts.backfill(self.within_retention(conn, rows), CandidateBatch(batch, attribute, values, watermark))
-        add(conn, with_rollup(counted))
-        done = len(rows) < reports
-        if done:
-            self._complete(conn, schema, version, attribute, batch)
+        target = CandidateBatch(batch, attribute, values, watermark)
+        return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
+                             frozenset(r.id for r in rows), counts.backfill(rows, target),
+                             {r.window: r.window_end for r in rows})
+
+    def backfill_apply(self, conn: Any, chunk: BackfillChunk, counts: Counts,
+                       add: Callable[[Any, Increments], None]) -> bool:
+        """:meth:`Store.backfill_apply` in the caller's write transaction; ``add(conn, increments)``
+        is the store's own adding to the counters."""
+        p = self.param
+        schema, version, batch = chunk.schema, chunk.version, chunk.batch
+        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, (schema, version))
+        row = conn.execute(f"SELECT watermark FROM backfills WHERE batch = {p}", (batch.batch,)).fetchone()
+        if row is None or row[0] != batch.watermark:  # moved by another back-fill meanwhile
+            return row is None or row[0] is None
+        # The reports of the range now: those stored since the read are counted here, those whose
+        # window retention erased since are left out with their window.
+        bound, params = "", [schema, version, batch.watermark]
+        if chunk.through is not None:
+            bound, params = f" AND id <= {p}", [*params, chunk.through]
+        late = [i for (i,) in conn.execute(f"SELECT id FROM reports WHERE schema = {p} AND version = {p} "
+                                           f"AND id > {p}{bound}", params) if i not in chunk.ids]
+        rows = [ReportRow._make(r) for start in range(0, len(late), _IN_CHUNK) for r in conn.execute(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
+            f"({', '.join([p] * len(late[start:start + _IN_CHUNK]))})", late[start:start + _IN_CHUNK])]
+        counted = counts.backfill(rows, batch)
+        ends = {**chunk.ends, **{r.window: r.window_end for r in rows}}
+        cutoff = self._cutoff(conn)
+        kept = {w for w, end in ends.items() if end > cutoff}
+        add(conn, with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in kept])))
+        if chunk.through is None:
+            self._complete(conn, schema, version, batch.attribute, batch.batch)
         else:
-            conn.execute(f"UPDATE backfills SET watermark = {p} WHERE batch = {p}", (rows[-1].id, batch))
+            conn.execute(f"UPDATE backfills SET watermark = {p} WHERE batch = {p}", (chunk.through, batch.batch))
         self._moved(conn, schema, version)
-        return done
+        return chunk.through is None
+
+    def _cutoff(self, conn: Any) -> float:
+        """The kept retention cutoff, held (``share_lock``) until the transaction ends; -inf if none."""
+        row = conn.execute("SELECT cutoff FROM retention" + self.share_lock).fetchone()
+        return float("-inf") if row is None else row[0]
 
     def _complete(self, conn: Any, schema: str, version: int, attribute: str, batch: int) -> None:
         """A batch back-filled over every stored report: keep its deficit (the attribute's reports in

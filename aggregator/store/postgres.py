@@ -61,7 +61,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .base import (Activity, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
+from .base import (Activity, BackfillChunk, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
                    Retention, Stale, Store, WindowCounters, estimates_by_window, schema_key_ok)
 from .dialect import NEXT_GENERATION, POSTGRES, TABLES
 from .errors import StoreBusy, StoreError, StoreUnavailable, translating
@@ -462,9 +462,14 @@ class PostgresStore(Store):
             return POSTGRES.filling(conn)
 
     @_translated
-    def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
+    def backfill_read(self, schema: str, version: int, batch: int, reports: int) -> BackfillChunk | None:
+        with self._transaction(snapshot=True) as conn:
+            return POSTGRES.backfill_read(conn, schema, version, batch, reports, self._counts())
+
+    @_translated
+    def backfill_apply(self, chunk: BackfillChunk) -> bool:
         with self._transaction() as conn:
-            return POSTGRES.backfill(conn, schema, version, batch, reports, self._counts(), _add)
+            return POSTGRES.backfill_apply(conn, chunk, self._counts(), _add)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from sqlite_utils import Database
 
-from .base import (Activity, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention,
+from .base import (Activity, BackfillChunk, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention,
                    Stale, Store, WindowCounters, estimates_by_window, first_of_each_id, schema_key_ok)
 from .dialect import NEXT_GENERATION, SQLITE, TABLES
 from .errors import StoreUnavailable
@@ -262,11 +262,16 @@ class SQLiteStore(Store):
         return SQLITE.filling(self._db.conn)
 
     @translated
-    def backfill(self, schema: str, version: int, batch: int, reports: int) -> bool:
+    def backfill_read(self, schema: str, version: int, batch: int, reports: int) -> BackfillChunk | None:
+        with self._db.snapshot() as conn:
+            return SQLITE.backfill_read(conn, schema, version, batch, reports, self._counts())
+
+    @translated
+    def backfill_apply(self, chunk: BackfillChunk) -> bool:
         # Under the write lock, as a fold's chunk: reports still in an inbox are counted when folded,
         # by the watermark then.
         with self._db.write() as conn:
-            return SQLITE.backfill(conn, schema, version, batch, reports, self._counts(), _add)
+            return SQLITE.backfill_apply(conn, chunk, self._counts(), _add)
 
     # -- scheduled jobs ----------------------------------------------------------------------
 
