@@ -11,6 +11,7 @@ import json
 import math
 import random
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -259,3 +260,23 @@ def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(ma
     assert errors == []
     assert store_of(nodes[0]).filling() == []
     assert supports(nodes[1], ADDED) == reference(location, ADDED)
+
+
+def test_the_scheduler_back_fills_right_after_an_add(make_app):
+    from ldp_telemetry.aggregator.estimation import jobs
+
+    # The back-fill's interval is seconds; the add asks for a run at once.
+    app = make_app(LDP_SCHEDULER=True, LDP_ESTIMATE_INTERVAL=3600, LDP_CLOCK=lambda: NOW)
+    try:
+        client = app.test_client()
+        publish(client, SCHEMA)
+        post(client, reports(random.Random(5), 50, "2026-11-21T11"))
+        store_of(app).settle()
+        assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:3]}, headers=ADMIN).status_code == 202
+        deadline = time.monotonic() + 30
+        while store_of(app).filling():
+            assert time.monotonic() < deadline, "no back-fill within 30 s"
+            time.sleep(0.05)
+    finally:
+        jobs.stop(app)
+    assert supports(app, ADDED[:3]) == reference(app.config["LDP_DB"], ADDED[:3])

@@ -122,11 +122,9 @@ class Counting:
         """What ``rows`` add to the supports of ``batch``'s candidates alone, and to the number of
         reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its number: a batch's
         rollup ``n`` is the attribute's less the reports it missed, known when it is complete)."""
-        wire, _ = _wire(rows)
+        wire, _ = _wire(rows, batch.attribute)
         amounts: list[AmountRow] = []
         for (schema, version, window, name), reported in wire.items():
-            if name != batch.attribute:
-                continue
             attribute = self._schema(schema, version).by_name[name].with_candidates(batch.candidates)
             amounts += _amounts(attribute, (schema, version, window, name), reported)
             amounts.append(AmountRow(schema, version, window, name, f"{BATCH_N_PREFIX}{batch.batch}",
@@ -140,17 +138,21 @@ class Counting:
         return schema
 
 
-def _wire(rows: Sequence[ReportRow]) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]],
-                                             dict[tuple[str, int, str], int]]:
+def _wire(rows: Sequence[ReportRow], only: str | None = None
+          ) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]], dict[tuple[str, int, str], int]]:
     """Per (schema, version, window, attribute) the wire values of ``rows`` with how many reports
-    sent each (rows alike decoded once), and each window's end."""
+    sent each (rows alike decoded once), and each window's end; of the attribute ``only`` alone
+    if given."""
     alike = Counter(map(_ALL_BUT_ID, rows))
     wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
     ends: dict[tuple[str, int, str], int] = {}
     for ((schema, version, window, end, _), count), decoded in zip(alike.items(), _decode_all([k[4] for k in alike])):
         ends[(schema, version, window)] = end
-        for name, reported in (decoded or {}).items():
-            wire.setdefault((schema, version, window, name), []).append((reported, count))
+        if only is None:
+            for name, reported in (decoded or {}).items():
+                wire.setdefault((schema, version, window, name), []).append((reported, count))
+        elif decoded and only in decoded:
+            wire.setdefault((schema, version, window, only), []).append((decoded[only], count))
     return wire, ends
 
 
