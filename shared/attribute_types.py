@@ -436,14 +436,14 @@ class String(_Shares):
         return attribute.candidates
 
     def source(self, attribute: Typed, key: str) -> str | None:
-        return "listed"  # adding and discovering candidates are to come
+        return "listed"  # a key of the attribute is a listed candidate; stored ones carry their own source
 
     def candidate_rows(self, attribute: Typed, more: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
         """Each candidate (listed, then ``more``) with its fingerprint x and the other candidates
         that share it: no report can tell those apart, so their estimates are of the strings'
         combined share."""
         pairs = [(c, self.source(attribute, c)) for c in attribute.candidates] + list(more)
-        fingerprints = [mechanisms.olh.fingerprint(c) for c, _ in pairs]
+        fingerprints = [int(x) for x in mechanisms.olh.fingerprints(tuple(c for c, _ in pairs))]
         sharing: dict[int, list[str]] = {}
         for (candidate, _), x in zip(pairs, fingerprints):
             sharing.setdefault(x, []).append(candidate)
