@@ -2,10 +2,12 @@
 API) or discovered (the discovery job), and the back-fill of their counters (DESIGN.md, "Strings").
 
 A new candidate's supports among the reports already stored are counted by the back-fill job, a
-bounded chunk of reports per transaction, over the stored reports' ids in order: each batch of
-candidates added together has a watermark, the back-fill counts the stored reports up to the next
-one and moves it, and ingest counts a report for them iff its id is at most the watermark (so every
-retained report is counted for them once, by one or the other; :mod:`.store.dialect`, "candidates").
+bounded chunk of reports at a time, over the stored reports' ids in order: each batch of candidates
+added together has a watermark; the back-fill reads and counts the stored reports after it without
+a lock, then in one short transaction adds them (and those stored in that range since) and moves
+the watermark past them; ingest counts a report for them iff its id is at most the watermark. So
+every retained report is counted for them once, by one or the other (:mod:`.store.dialect`,
+"candidates"; :meth:`.store.Store.backfill`).
 A batch is estimated once complete: in each retained window over all its reports, and in the ``all``
 rollup over the reports of the windows still retained when it was added or reached (its ``n`` says
 how many).
@@ -31,7 +33,7 @@ SOURCES = ("added", "discovered")
 # candidate) and moves the watermark, so fewer, larger chunks cost less in all.
 BACKFILL_CELLS = 100_000_000
 MIN_BACKFILL_REPORTS = 100
-BACKFILL_SECONDS = 2.0  # one run of the job goes on for about this long; the next run goes on
+BACKFILL_SECONDS = 30.0  # one run of the job goes on for about this long; the next run goes on
 BACKFILL_INTERVAL = 5.0  # seconds between runs of the job (it also runs right after an add)
 
 
@@ -105,7 +107,7 @@ def sources(stored: Sequence[CandidateRow]) -> dict[tuple[str, str], str]:
 
 def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:
     """The back-fill job: count the stored reports for the candidates added since, a chunk of
-    :data:`BACKFILL_CELLS` (report, candidate) pairs per transaction, for about ``seconds``
+    :data:`BACKFILL_CELLS` (report, candidate) pairs at a time, for about ``seconds``
     (what is left waits for the next run); how many batches it completed. Several processes or
     nodes may run it at once: each chunk reads and moves its batch's watermark under a lock."""
     store = context.store(app)
