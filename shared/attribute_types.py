@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import mechanisms
 from .checks import TOLERANCE, SchemaError, is_int, is_number, require_text, show, type_name
+from . import discovery
+from .discovery import MAX_ALPHABET
 from .mechanisms import AUTO, Mechanism
+from .mechanisms.olh import REPLACEMENT
 
 if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
     import numpy as np
@@ -55,8 +58,6 @@ MEAN_KEY = "mean"
 DEFAULT_STRING_LENGTH = 64
 MAX_STRING_LENGTH = 256
 MAX_CANDIDATES = 10_000
-MAX_ALPHABET = 128
-REPLACEMENT = "\ufffd"
 # A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
 # its range, m the mean's position in it and c this concentration (a spread-out population).
 CONCENTRATION = 4.0
@@ -73,6 +74,7 @@ class Fields:
     candidates: tuple[str, ...] = ()  # a string attribute's: the strings estimated, prepared
     discover: bool = False  # a string attribute's: whether the server discovers strings (PEM)
     alphabet: str = ""  # a string attribute's discovery alphabet
+    levels: tuple[int, ...] = ()  # a discovering string attribute's prefix lengths (code points)
 
 
 class Typed(mechanisms.Target, Protocol):
@@ -93,6 +95,9 @@ class Typed(mechanisms.Target, Protocol):
 
     @property
     def alphabet(self) -> str: ...
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...
 
 
 class AttributeType(ABC):
@@ -410,21 +415,29 @@ class String(_Shares):
         discover = raw.get("discover", False)
         if not isinstance(discover, bool):
             raise SchemaError(f"{where}.discover", f"{where}.discover must be true or false, got {show(discover)}")
-        if discover:
-            raise SchemaError(f"{where}.discover", f"{where}.discover: discovering strings is not supported yet; "
-                                                   f"list the strings to estimate in candidates")
-        if "levels" in raw:
-            raise SchemaError(f"{where}.levels", f"{where}.levels belong to discovery, which is not supported yet")
         alphabet = _alphabet(raw["alphabet"], f"{where}.alphabet") if "alphabet" in raw else ""
+        levels: tuple[int, ...] = ()
+        if discover:
+            if not alphabet:
+                raise SchemaError(f"{where}.alphabet", f"{where}.alphabet is required to discover strings: the code "
+                                                       f"points a discovered string may hold (others are found as "
+                                                       f"U+FFFD), e.g. \"abcdefghijklmnopqrstuvwxyz0123456789.-\"")
+            levels = (_levels(raw["levels"], max_length, alphabet, f"{where}.levels") if "levels" in raw
+                      else discovery.derived_levels(max_length, alphabet))
+        elif "levels" in raw:
+            raise SchemaError(f"{where}.levels", f"{where}.levels belong to discovery: give them with "
+                                                 f"\"discover\": true")
         return Fields(max_length=max_length, candidates=parse_candidates(raw.get("candidates", []), max_length,
                                                                          f"{where}.candidates"),
-                      discover=discover, alphabet=alphabet)
+                      discover=discover, alphabet=alphabet, levels=levels)
 
     def to_dict(self, attribute: Typed) -> dict[str, Any]:
         out: dict[str, Any] = {"max_length": attribute.max_length, "candidates": list(attribute.candidates),
                                "discover": attribute.discover}
         if attribute.alphabet:
             out["alphabet"] = attribute.alphabet
+        if attribute.discover:
+            out["levels"] = list(attribute.levels)
         return out
 
     def prepare(self, attribute: Typed, value: Any) -> str:
@@ -572,6 +585,34 @@ def parse_candidates(raw: Any, max_length: int, where: str) -> tuple[str, ...]:
                                                f"same as {where}[{seen[prepared]}]")
         seen[prepared] = i
     return tuple(seen)
+
+
+def _levels(raw: Any, max_length: int, alphabet: str, where: str) -> tuple[int, ...]:
+    """Given discovery levels: increasing prefix lengths from 1, the last ``max_length``, each
+    level's candidate set within :data:`.discovery.MAX_LEVEL_CANDIDATES` (its first level
+    enumerates every prefix, a later one extends K prefixes by its step)."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= max_length:
+        raise SchemaError(where, f"{where} must be a list of 1 to max_length ({max_length}) increasing prefix "
+                                 f"lengths ending at max_length, got {show(raw)}")
+    for i, length in enumerate(raw):
+        low = raw[i - 1] + 1 if i and is_int(raw[i - 1]) else 1
+        if not is_int(length) or not low <= length <= max_length:
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}] must be an integer from {low} to max_length "
+                                               f"({max_length}), increasing, got {show(length)}")
+    if raw[-1] != max_length:
+        raise SchemaError(f"{where}[{len(raw) - 1}]", f"{where} must end at max_length ({max_length}): the last "
+                                                      f"level's prefixes are whole values, got {show(raw[-1])}")
+    for i, count in enumerate(discovery.level_candidates(raw, alphabet)):
+        if count > discovery.MAX_LEVEL_CANDIDATES:
+            what = (f"the first level enumerates every prefix of {raw[0]} code point(s)" if i == 0 else
+                    f"a level {raw[i] - raw[i - 1]} code point(s) longer than the one before extends "
+                    f"{discovery.KEEP} prefixes")
+            shown = f"{count:,}" if count < 10**12 else "over 10^12"
+            raise SchemaError(f"{where}[{i}]", f"{where}[{i}]: {what}, which with this alphabet ({len(alphabet)} code "
+                                               f"points, U+FFFD and the padding) tests {shown} candidates, over the "
+                                               f"{discovery.MAX_LEVEL_CANDIDATES:,} a level may test; take shorter "
+                                               f"steps")
+    return tuple(raw)
 
 
 def _alphabet(raw: Any, where: str) -> str:

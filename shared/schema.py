@@ -103,6 +103,7 @@ class Attribute:
     candidates: tuple[str, ...] = ()  # a string attribute's: the strings estimated, prepared
     discover: bool = False  # a string attribute's: whether the server discovers strings
     alphabet: str = ""  # a string attribute's discovery alphabet
+    levels: tuple[int, ...] = ()  # a discovering string attribute's prefix lengths, given or derived
     # category -> index, for O(1) validation and decoding of reports
     index_of: dict[str, int] = field(init=False, compare=False, repr=False)
     # the registry object of ``type``: its fields, record values, mechanisms, simulation (read on hot paths)
@@ -339,7 +340,8 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
         memo = mechanism.memoise(epsilon=epsilon, epsilon_permanent=epsilon_permanent, d=d)
         p, q = memo.p, memo.q
     attribute = Attribute(name, kind.name, epsilon, mechanism.name, p, q, fields.categories, memo, fields.range,
-                          fields.edges, fields.max_length, fields.candidates, fields.discover, fields.alphabet)
+                          fields.edges, fields.max_length, fields.candidates, fields.discover, fields.alphabet,
+                          fields.levels)
     _check_derived(raw, attribute, where)
     return attribute
 

@@ -13,10 +13,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .attribute_types import CONCENTRATION
+from .mechanisms import olh
 from .estimators import DEFAULT_CONFIDENCE, Estimate
 from .schema import Attribute, Schema, parse_schema
 
-__all__ = ["CONCENTRATION", "SimulatedEstimate", "hit_counts", "population_shares", "simulate", "true_values"]
+__all__ = ["CONCENTRATION", "SimulatedEstimate", "discovery_reports", "hit_counts", "population_shares", "simulate",
+           "true_values"]
 
 
 def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -100,3 +102,21 @@ def simulate(
         for index, (value, (_, estimate)) in enumerate(zip(attribute.values, estimates)):
             results.append(SimulatedEstimate(attribute.name, value, target[index], estimate))
     return results
+
+
+def discovery_reports(attribute: Attribute, strings: Sequence[str], shares: Sequence[float], n: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` devices of a discovering string attribute, each drawn from ``shares`` over the prepared
+    ``strings``, reporting as a device does (DESIGN.md, "Strings"): a coin at 1/2 for level 0 (the
+    value), else a uniform level 1..L (the value's prefix, :func:`.mechanisms.olh.prefix`); then
+    optimal local hashing of that (:func:`.mechanisms.olh.randomise_bulk`). Returns ``(a, b, y,
+    level)``."""
+    levels = attribute.levels
+    truth = rng.choice(len(strings), size=n, p=shares)
+    level = np.where(rng.random(n) < olh.LEVEL_ZERO, 0, 1 + rng.integers(0, len(levels), size=n))
+    # Each string's fingerprint at each level (row 0: the value itself), then each device's.
+    table = np.stack([olh.fingerprints(tuple(strings))]
+                     + [olh.fingerprints(tuple(olh.prefix(s, length, attribute.alphabet) for s in strings))
+                        for length in levels])
+    a, b, y = olh.randomise_bulk(table[level, truth], olh.buckets_of(attribute), attribute.p, rng)
+    return a, b, y, level

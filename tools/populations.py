@@ -136,3 +136,36 @@ def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.r
         result += [Device(window, {name: column[i] for name, column in columns.items()}, secrets_of[i])
                    for i in range(int(count))]
     return result
+
+
+# Discovery's measured population (bench and statistical tests): Zipf(1.1) over 20,000 domain-like
+# names (a, b, ... of 1 to 4 syllables, a hyphen or a digit now and then, a common TLD), at most
+# SITE_LENGTH code points, all in SITE_ALPHABET.
+SITE_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-"
+SITE_LENGTH = 24
+_ONSETS = ("b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch", "st", "tr")
+_VOWELS = ("a", "e", "i", "o", "u", "ou", "ea")
+_TLDS = (".com", ".com", ".com", ".org", ".net", ".io", ".de", ".co.uk", ".fr")
+
+
+def site_names(count: int, rng: np.random.Generator) -> list[str]:
+    """``count`` distinct domain-like names (4 to :data:`SITE_LENGTH` code points of
+    :data:`SITE_ALPHABET`), in a random order: the i-th is the (i+1)-th most common under :func:`zipf_shares`."""
+    names: dict[str, None] = {}
+    while len(names) < count:
+        syllables = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.integers(1, 5)))
+        extra = rng.random()
+        if extra < 0.1:
+            syllables += "-" + rng.choice(_ONSETS) + rng.choice(_VOWELS)
+        elif extra < 0.2:
+            syllables += str(rng.integers(0, 100))
+        name = syllables + rng.choice(_TLDS)
+        if len(name) <= SITE_LENGTH:
+            names[name] = None
+    return list(names)
+
+
+def zipf_shares(count: int, exponent: float = 1.1) -> np.ndarray:
+    """Zipf's shares over ``count`` ranks: :math:`k^{-s} / \\sum_j j^{-s}`."""
+    weights = np.arange(1, count + 1, dtype=float) ** -exponent
+    return weights / weights.sum()

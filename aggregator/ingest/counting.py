@@ -1,6 +1,7 @@
 """Counting: what stored reports add to the counters. The one home of that rule.
 
-A report adds one to ``n`` of each attribute it carries in its window, and to each value key its
+A report adds one to ``n`` of each attribute it carries in its window (unless its mechanism says it
+is not counted: :meth:`Mechanism.counted`, a string prefix's report for discovery), and to each value key its
 mechanism's statistics name (:meth:`Mechanism.statistics`: hits for shares, Σ and Σ² for numeric
 means) that key's amount; only amounts that are not zero become rows, so a report adds a few rows
 per attribute however many categories it has (DESIGN.md, "Storage").
@@ -103,6 +104,7 @@ class Counting:
                 else:
                     filling.append((schema, version, batch))
         wire, ends = _wire(rows)
+        wire = self._counted(wire)
         totals: list[TotalRow] = []
         amounts: list[AmountRow] = []
         for (schema, version, window, name), reported in wire.items():
@@ -122,7 +124,7 @@ class Counting:
         """What ``rows`` add to the supports of ``batch``'s candidates alone, and to the number of
         reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its number: a batch's
         rollup ``n`` is the attribute's less the reports it missed, known when it is complete)."""
-        wire, _ = _wire(rows, batch.attribute)
+        wire = self._counted(_wire(rows, batch.attribute)[0])
         amounts: list[AmountRow] = []
         for (schema, version, window, name), reported in wire.items():
             attribute = self._schema(schema, version).by_name[name].with_candidates(batch.candidates)
@@ -130,6 +132,19 @@ class Counting:
             amounts.append(AmountRow(schema, version, window, name, f"{BATCH_N_PREFIX}{batch.batch}",
                                      sum(c for _, c in reported)))
         return Increments([], amounts)
+
+    def _counted(self, wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]]
+                 ) -> dict[tuple[str, int, str, str], list[tuple[Any, int]]]:
+        """``wire`` less the values their mechanism does not count (a discovering string
+        attribute's prefix reports, level 1 or more: discovery's alone), and the attributes left
+        with none: they add neither to ``n`` nor to any amount."""
+        out = {}
+        for key, reported in wire.items():
+            attribute = self._schema(key[0], key[1]).by_name[key[3]]
+            kept = [(value, count) for value, count in reported if attribute.mech.counted(attribute, value)]
+            if kept:
+                out[key] = kept
+        return out
 
     def _schema(self, name: str, version: int) -> Schema:
         schema = self._schemas(name, version)

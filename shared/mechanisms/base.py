@@ -165,6 +165,11 @@ class Mechanism(ABC):
     def check(self, attribute: Target, reported: Any) -> None:
         """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
 
+    def counted(self, attribute: Target, reported: Any) -> bool:
+        """Whether a checked wire value adds to the counters (``n`` and its amounts): always, but
+        for a report that only discovery reads (``olh``: a prefix's report, level ≥ 1)."""
+        return True
+
     @abstractmethod
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
         """What one checked wire value adds to the counters: ``(key, amount)`` pairs, none zero.

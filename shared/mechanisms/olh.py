@@ -14,7 +14,12 @@ domain. Every detail is DESIGN.md's ("Strings"), so that every client computes t
 - the draws: :math:`a = 1 + \text{randbelow}(P - 1)`, :math:`b = \text{randbelow}(P)`,
   :math:`h = ((a x + b) \bmod P) \bmod g` in exact integers; a coin at :math:`p` keeps
   :math:`y = h`, else :math:`j = \text{randbelow}(g - 1)` and :math:`y = j + [j \ge h]`;
-- wire value ``{"a": a, "b": b, "y": y}``.
+- wire value ``{"a": a, "b": b, "y": y}``;
+- discovery (PEM: Wang, Li, Jha, TDSC 2019): for an attribute with ``discover``, before ``a`` a
+  coin at 1/2 picks level 0 (the value itself, as above), else level :math:`i = 1 +
+  \text{randbelow}(L)`, whose report encodes :func:`prefix` of the value at ``levels[i - 1]``
+  code points instead; the wire value then carries ``"level": i`` (0 included). The level is drawn
+  independently of the value, so every report is ε-LDP whatever its level.
 
 A report *supports* a string :math:`s` when :math:`((a\,x(s) + b) \bmod P) \bmod g = y`: with
 probability :math:`p` when :math:`s` is the device's string, and :math:`1/g` otherwise (up to
@@ -35,7 +40,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .base import Target, WireError, check_epsilon
 from .randomness import RandomSource, bernoulli, randbelow
@@ -48,6 +53,12 @@ P = 2**31 - 1  # the hash family's prime modulus
 MAX_G = 65536
 FINGERPRINT_TAG = b"ldp-telemetry/string/v1"
 WIRE_KEYS = frozenset(("a", "b", "y"))
+LEVEL_WIRE_KEYS = WIRE_KEYS | {"level"}  # a discovering attribute's reports
+# A discovery prefix keeps a code point of the alphabet, writes this for any other, and is padded
+# with PADDING to its length (DESIGN.md, "Strings").
+REPLACEMENT = "\ufffd"
+PADDING = "\u0000"
+LEVEL_ZERO = 0.5  # a discovering attribute's coin: the chance a report is of the value itself (level 0)
 # Supports are computed over at most this many (report, candidate) pairs at a time: two int64
 # buffers of 1 MiB, which stay in a core's cache between the passes (bigger ones ran slower).
 _CELLS = 1 << 17
@@ -61,6 +72,14 @@ def fingerprint(text: str) -> int:
     mod :math:`P`. ``text`` is taken exactly as given (a prepared value or candidate)."""
     digest = hashlib.sha256(FINGERPRINT_TAG + b"\x00" + text.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % P
+
+
+def prefix(value: str, length: int, alphabet: str) -> str:
+    """The discovery prefix of the prepared ``value``: its first ``length`` code points, each kept
+    if it is in ``alphabet`` else :data:`REPLACEMENT`, padded with :data:`PADDING` to ``length``.
+    Never prepared again (preparation would turn the padding into U+FFFD)."""
+    kept = "".join(c if c in alphabet else REPLACEMENT for c in value[:length])
+    return kept + PADDING * (length - len(kept))
 
 
 def hash_value(a: int, b: int, x: int, g: int) -> int:
@@ -167,6 +186,19 @@ def randomise_bulk(x: np.ndarray, g: int, p: float, rng: np.random.Generator
     return a, b, y
 
 
+class Discovering(Target, Protocol):
+    """What the encoder and the wire check read of a string attribute beyond :class:`Target`."""
+
+    @property
+    def discover(self) -> bool: ...
+
+    @property
+    def alphabet(self) -> str: ...
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...
+
+
 class OptimalLocalHashing(HitMechanism):
     """Optimal local hashing (Wang et al. 2017): a fresh hash of the string into ``g`` values, then
     generalised randomised response over them. Wire value: ``{"a": a, "b": b, "y": y}``."""
@@ -176,8 +208,11 @@ class OptimalLocalHashing(HitMechanism):
     wire_schema = {"type": "object", "additionalProperties": False, "required": ["a", "b", "y"],
                    "properties": {"a": {"type": "integer", "minimum": 1, "maximum": P - 1},
                                   "b": {"type": "integer", "minimum": 0, "maximum": P - 1},
-                                  "y": {"type": "integer", "minimum": 0, "maximum": MAX_G - 1}},
-                   "description": "the hash's seed (a, b) and the randomised hash value y"}
+                                  "y": {"type": "integer", "minimum": 0, "maximum": MAX_G - 1},
+                                  "level": {"type": "integer", "minimum": 0, "maximum": 256}},
+                   "description": "the hash's seed (a, b) and the randomised hash value y; on every report of an "
+                                  "attribute that discovers strings (and no other), the level: 0 for the value, "
+                                  "i for its prefix of levels[i - 1] code points"}
 
     def parameters(self, *, epsilon: float, d: int = 2) -> tuple[float, float]:
         r""":math:`p = e^\varepsilon/(e^\varepsilon + g - 1)` (the report supports the true string),
@@ -204,9 +239,14 @@ class OptimalLocalHashing(HitMechanism):
             return None
         return e / (e + g - 1), 1 / g
 
-    def encode(self, attribute: Target, truth: Any, source: RandomSource,
+    def encode(self, attribute: Discovering, truth: Any, source: RandomSource,  # type: ignore[override]
                permanent: RandomSource | None = None) -> dict[str, int]:
-        """The report of the prepared string ``truth``: draws in DESIGN.md's order."""
+        """The report of the prepared string ``truth``: draws in DESIGN.md's order (the level's
+        first, for a discovering attribute)."""
+        level = 0
+        if attribute.discover and not bernoulli(LEVEL_ZERO, source):
+            level = 1 + randbelow(len(attribute.levels), source)
+            truth = prefix(truth, attribute.levels[level - 1], attribute.alphabet)
         g = buckets_of(attribute)
         x = fingerprint(truth)
         a = 1 + randbelow(P - 1, source)
@@ -217,22 +257,31 @@ class OptimalLocalHashing(HitMechanism):
         else:
             j = randbelow(g - 1, source)
             y = j + 1 if j >= h else j
-        return {"a": a, "b": b, "y": y}
+        return {"a": a, "b": b, "y": y, "level": level} if attribute.discover else {"a": a, "b": b, "y": y}
 
-    def wire_bytes(self, attribute: Target) -> int:
-        return len(json.dumps({"a": P - 1, "b": P - 1, "y": MAX_G - 1}))
+    def wire_bytes(self, attribute: Discovering) -> int:  # type: ignore[override]
+        widest = {"a": P - 1, "b": P - 1, "y": MAX_G - 1}
+        return len(json.dumps({**widest, "level": len(attribute.levels)} if attribute.discover else widest))
 
-    def check(self, attribute: Target, reported: Any) -> None:
+    def check(self, attribute: Discovering, reported: Any) -> None:  # type: ignore[override]
         g = buckets_of(attribute)
-        if not isinstance(reported, dict) or reported.keys() != WIRE_KEYS:
-            extra = sorted(str(k) for k in reported if k not in WIRE_KEYS) if isinstance(reported, dict) else []
-            if "level" in extra:
+        keys = LEVEL_WIRE_KEYS if attribute.discover else WIRE_KEYS
+        if not isinstance(reported, dict) or reported.keys() != keys:
+            if attribute.discover:
+                raise WireError('must be an object {"a": a, "b": b, "y": y, "level": level} with no other keys '
+                                '(the attribute discovers strings)')
+            if isinstance(reported, dict) and "level" in reported:
                 raise WireError("must not carry a level: the attribute does not discover strings")
             raise WireError('must be an object {"a": a, "b": b, "y": y} with no other keys')
-        a, b, y = reported["a"], reported["b"], reported["y"]
-        for key, value, low, high in (("a", a, 1, P - 1), ("b", b, 0, P - 1), ("y", y, 0, g - 1)):
+        top = len(attribute.levels) if attribute.discover else 0
+        for key, low, high in (("a", 1, P - 1), ("b", 0, P - 1), ("y", 0, g - 1), ("level", 0, top)):
+            value = reported.get(key, 0)
             if type(value) is not int or not low <= value <= high:
                 raise WireError(f"{key} must be an integer from {low} to {high}")
+
+    def counted(self, attribute: Discovering, reported: Any) -> bool:  # type: ignore[override]
+        """Level 0 only: a prefix's report (level ≥ 1) is for discovery, and supports no candidate."""
+        return reported.get("level", 0) == 0
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         """One support for each candidate the report supports (about k/g of k)."""

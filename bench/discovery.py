@@ -1,0 +1,86 @@
+"""`make bench`'s discovery step: recall, false discoveries, time and peak memory of PEM.
+
+The population (:func:`ldp_telemetry.tools.populations.site_names`): Zipf(1.1) over 20,000
+domain-like names of at most 24 code points; devices simulated in bulk with numpy
+(:func:`ldp_telemetry.shared.simulation.discovery_reports`: the device's level coin, prefixes and
+olh's bulk encoder), then the server's discovery (:func:`ldp_telemetry.shared.discovery.discover`)
+over all of their reports. Recall: the share of the 10 most common names among the strings found;
+false: strings found that no device holds.
+
+    python -m bench.discovery [--keep 16,32,64] [--runs 3]   # the ablation behind K
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from ldp_telemetry.shared import discovery, parse_schema
+from ldp_telemetry.shared.schema import Attribute
+from ldp_telemetry.shared.simulation import discovery_reports
+from ldp_telemetry.tools.populations import SITE_ALPHABET, SITE_LENGTH, site_names, zipf_shares
+
+SITES = 20_000
+TOP = 10
+RECALL_TARGET = 0.9  # top-10 recall at n = 1,000,000, ε = 4 (issue 19)
+SECONDS_TARGET = 60.0  # one run over 1,000,000 reports
+GRID = ((100_000, 2.0), (100_000, 4.0), (1_000_000, 2.0), (1_000_000, 4.0))
+
+
+def attribute_at(epsilon: float) -> Attribute:
+    return parse_schema({"name": "sites", "version": 1, "epsilon": epsilon, "attributes": [
+        {"name": "home", "type": "string", "max_length": SITE_LENGTH, "discover": True,
+         "alphabet": SITE_ALPHABET}]}).attribute("home")
+
+
+def measure(n: int, epsilon: float, seed: int, keep: int = discovery.KEEP) -> dict[str, Any]:
+    """One population of ``n`` devices, one discovery run: recall of the top 10, false strings, seconds."""
+    rng = np.random.default_rng(seed)
+    names = site_names(SITES, rng)
+    attribute = attribute_at(epsilon)
+    a, b, y, level = discovery_reports(attribute, names, zipf_shares(SITES), n, rng)
+    started = time.perf_counter()
+    run = discovery.discover(attribute, a, b, y, level, keep=keep)
+    seconds = time.perf_counter() - started
+    found = {d.value for d in run.found}
+    held = set(names)
+    return {"recall": len(found & set(names[:TOP])) / TOP, "found": len(found), "false": len(found - held),
+            "seconds": seconds, "levels": len(attribute.levels), "per_level": int(np.median(run.reports)),
+            "threshold_share": discovery.smallest_share(int(np.median(run.reports)), attribute.p, attribute.q,
+                                                        run.tested)}
+
+
+def run(runs: int = 3, keeps: tuple[int, ...] = (discovery.KEEP,)) -> dict[str, Any]:
+    """Each grid point ``runs`` times (seeds 1..runs) at each K; medians, and the peak RSS of this process."""
+    out: dict[str, Any] = {"grid": {}}
+    for keep in keeps:
+        for n, epsilon in GRID:
+            results = [measure(n, epsilon, seed, keep) for seed in range(1, runs + 1)]
+            out["grid"][f"{keep}/{n}/{epsilon:g}"] = {
+                "keep": keep, "n": n, "epsilon": epsilon, "runs": runs,
+                "recall": float(np.median([r["recall"] for r in results])),
+                "recall_min": min(r["recall"] for r in results),
+                "false_runs": sum(r["false"] > 0 for r in results),
+                "found": float(np.median([r["found"] for r in results])),
+                "seconds": float(np.median([r["seconds"] for r in results])),
+                "per_level": results[0]["per_level"], "levels": results[0]["levels"],
+                "threshold_share": results[0]["threshold_share"]}
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", default=str(discovery.KEEP), help="comma-separated K values")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    print(json.dumps(run(args.runs, tuple(int(k) for k in args.keep.split(","))), indent=1))
+
+
+if __name__ == "__main__":
+    main()
