@@ -79,7 +79,10 @@ def test_a_value_is_prepared_then_cut_to_max_length_code_points(text, prepared):
     ({"max_length": 0}, "attributes[0].max_length"),
     ({"max_length": 257}, "attributes[0].max_length"),
     ({"max_length": True}, "attributes[0].max_length"),
-    ({"discover": True}, "attributes[0].discover"),
+    ({"discover": True}, "attributes[0].alphabet"),  # discovering needs an alphabet
+    ({"discover": True, "alphabet": "ab", "levels": [1, 1, 64]}, "attributes[0].levels[1]"),
+    ({"discover": True, "alphabet": "ab", "levels": [1, 32]}, "attributes[0].levels[1]"),
+    ({"discover": True, "alphabet": "ab", "levels": [1, 65]}, "attributes[0].levels[1]"),
     ({"discover": "yes"}, "attributes[0].discover"),
     ({"levels": [8, 64]}, "attributes[0].levels"),
     ({"alphabet": "abca"}, "attributes[0].alphabet"),
@@ -96,10 +99,26 @@ def test_a_bad_string_attribute_is_refused_naming_the_field(fields, field):
     assert error.value.field == field
 
 
-def test_discovery_is_refused_as_not_supported_yet_and_a_valid_alphabet_is_kept():
-    with pytest.raises(SchemaError, match="not supported yet"):
-        parse_schema(schema_of(discover=True))
-    assert parse_schema(schema_of(alphabet="abc.-/")).to_dict()["attributes"][0]["alphabet"] == "abc.-/"
+def test_a_discovering_attribute_serves_its_levels_and_a_plain_one_keeps_its_alphabet():
+    derived = parse_schema(schema_of(discover=True, alphabet="abc.", max_length=10, candidates=[])).to_dict()["attributes"][0]
+    # E = 6 symbols: 6^4 = 1296 <= 4160 < 6^5, then 32 * 6^2 = 1152 <= 4160 < 32 * 6^3
+    assert derived["levels"] == [4, 6, 8, 10] and derived["discover"] is True
+    assert parse_schema(schema_of(**derived)).attribute("home").levels == (4, 6, 8, 10)
+    plain = parse_schema(schema_of(alphabet="abc.-/")).to_dict()["attributes"][0]
+    assert plain["alphabet"] == "abc.-/" and "levels" not in plain
+
+
+def test_the_discovering_encoder_draws_the_level_first_then_hashes_the_prefix():
+    attribute = parse_schema(schema_of(2.0, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz.",
+                                       max_length=6, candidates=[])).attribute("home")  # levels 2..6, g = 8
+    keep, flip = 0, (1 << 64) - 1
+    a_draw, b = 12345, 67890
+    for level_draw, value, encoded in ((None, "Ex.org", "Ex.org"), (0, "Ex.org", "\ufffdx"),
+                                       (4, "ab", "ab\u0000\u0000\u0000\u0000")):
+        coins = [(keep, 8)] if level_draw is None else [(flip, 8), (level_draw, 1)]
+        h = ((1 + a_draw) * olh.fingerprint(encoded) + b) % P % 8
+        assert attribute.mech.encode(attribute, value, fixed(*coins, (a_draw, 4), (b, 4), (keep, 8))) == \
+            {"a": 1 + a_draw, "b": b, "y": h, "level": 0 if level_draw is None else level_draw + 1}
 
 
 def test_ten_thousand_candidates_are_allowed_and_kept_prepared():

@@ -90,6 +90,11 @@ def test_a_string_value_is_prepared_and_fingerprinted_exactly(case):
     assert generate.run_string_value(case) == {"prepared": case["prepared"], "fingerprint": case["fingerprint"]}
 
 
+@cases(RANDOMNESS["string_prefixes"])
+def test_a_discovery_prefix_and_its_fingerprint_are_exactly_these(case):
+    assert generate.run_string_prefix(case) == {"prefix": case["prefix"], "fingerprint": case["fingerprint"]}
+
+
 @cases(RANDOMNESS["string_draws"])
 def test_a_string_reports_seed_is_drawn_exactly(case):
     assert generate.run_string_draws(case) == (case["result"], len(case["bytes"]) // 2)

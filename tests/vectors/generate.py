@@ -79,6 +79,13 @@ def run_string_value(case: Mapping[str, Any]) -> JSON:
     return {"prepared": prepared, "fingerprint": olh.fingerprint(prepared)}
 
 
+def run_string_prefix(case: Mapping[str, Any]) -> JSON:
+    """A discovery prefix of a prepared value (``length`` code points over ``alphabet``, U+FFFD for
+    the others, U+0000 padding) and its fingerprint, taken of it exactly as it is."""
+    text = olh.prefix(case["prepared"], case["length"], case["alphabet"])
+    return {"prefix": text, "fingerprint": olh.fingerprint(text)}
+
+
 def run_string_draws(case: Mapping[str, Any]) -> tuple[JSON, int]:
     """A string report's hash seed from the case's bytes: a = 1 + randbelow(P - 1), then b = randbelow(P)."""
     source = FixedBytes(bytes.fromhex(case["bytes"]))
@@ -130,10 +137,15 @@ def run_invalid_schema(case: Mapping[str, Any]) -> JSON:
 
 
 def run_report_counters(schemas: Mapping[str, Schema], case: Mapping[str, Any]) -> JSON:
-    """What a valid report adds to the counters: per attribute ``n`` (always 1) and the amounts."""
+    """What a valid report adds to the counters: per attribute ``n`` (1, or 0 for a report only
+    discovery reads: a string prefix's, level 1 or more) and the amounts."""
     report = validate_report(case["report"], _lookup(schemas))
-    return {name: {"n": 1, "amounts": dict(report.schema.attribute(name).mech.statistics(
-        report.schema.attribute(name), value))} for name, value in report.values.items()}
+    out = {}
+    for name, value in report.values.items():
+        attribute = report.schema.attribute(name)
+        counted = attribute.mech.counted(attribute, value)
+        out[name] = {"n": int(counted), "amounts": dict(attribute.mech.statistics(attribute, value)) if counted else {}}
+    return out
 
 
 def run_invalid_report(schemas: Mapping[str, Schema], case: Mapping[str, Any]) -> JSON:
@@ -208,6 +220,7 @@ LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl"]
 HOMES = ["example.org", "caf\u00e9.fr", "\u65e5\u672c\u8a9e.jp", "\U0001f600 smile", "a\ufffdb", "", "x" * 16]
 ERRORS = [f"E{i:04d}" for i in range(40)] + ["\u00c5ngstr\u00f6m"]
 P_LESS_1 = olh.P - 1
+SITE_ALPHABET = "abcdefghijklmnopqrstuvwxyz."
 
 SCHEMAS: list[dict[str, Any]] = [
     {"name": "features", "version": 1, "epsilon": 2.0, "description": "DESIGN.md's example",
@@ -249,6 +262,11 @@ SCHEMAS: list[dict[str, Any]] = [
      "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 100.0, 250.5, 1000.0], "mechanism": "grr"}]},
     {"name": "strings-wide", "version": 1, "epsilon": 12.0,  # g = 65536: randbelow(g - 1) reads 2 bytes
      "attributes": [{"name": "error", "type": "string", "candidates": ERRORS}]},
+    # 27 code points + U+FFFD + padding: derived levels [2, 3, 4, 5, 6] (L = 5: randbelow(5) reads one byte).
+    {"name": "strings-discover", "version": 1, "epsilon": 4.0,  # each attribute 2.0: g = 8
+     "attributes": [{"name": "home", "type": "string", "max_length": 6, "discover": True, "alphabet": SITE_ALPHABET,
+                     "candidates": ["ab.de", "caf\u00e9", "x"]},
+                    {"name": "flag", "type": "boolean"}]},
 ]
 
 
@@ -317,6 +335,28 @@ REPORTS: list[tuple[str, str, dict[str, Any], str, bytes | None, bytes]] = [
      + bytes([0xfe, 0xff])),
 ]
 
+# Discovery. Crafted: the level's coin (0: level 0; TOP: a prefix), then the level's draw below
+# L = 5 (one byte, three bits: 0x07 and 0x05 are rejected), then a, b, the coin at p; then the boolean.
+_SEED = (4660).to_bytes(4, "little") + (22136).to_bytes(4, "little")
+REPORTS += [
+    ("string-discover-level-0", "strings-discover", {"home": "ab.de", "flag": True}, "2026-11-21", None,
+     stream("id", 24) + coin(0) + _SEED + coin(0) + coin(0)),
+    ("string-discover-level-1-prefix-of-2", "strings-discover", {"home": "ab.de", "flag": True}, "2026-11-21", None,
+     stream("id", 24) + coin(TOP) + bytes([0x00]) + _SEED + coin(0) + coin(0)),
+    ("string-discover-level-5-padded", "strings-discover", {"home": "ab", "flag": True}, "2026-11-21", None,
+     stream("id", 24) + coin(TOP) + bytes([0x04]) + _SEED + coin(0) + coin(0)),
+    ("string-discover-level-rejects-then-takes-3", "strings-discover", {"home": "ab.de", "flag": False}, "2026-11-21",
+     None, stream("id", 24) + coin(TOP) + bytes([0x07, 0x05, 0x02]) + _SEED + coin(TOP) + bytes([0x03]) + coin(0)),
+    # Out of the alphabet: upper case, an accent (after NFC), "!" and a control character (U+FFFD
+    # by preparation, and not in the alphabet either) all become U+FFFD in the prefix.
+    ("string-discover-out-of-alphabet", "strings-discover", {"home": "Cafe\u0301!\u0007x", "flag": True},
+     "2026-11-21", None, stream("id", 24) + coin(TOP) + bytes([0x04]) + _SEED + coin(0) + coin(0)),
+    *((f"string-discover-{i}", "strings-discover", {"home": home, "flag": i % 2 == 0}, "2026-11-21", None,
+       stream(f"string-discover-{i}", 256))
+      for i, home in enumerate(["ab.de", "caf\u00e9", "x", "", "an unlisted string", "\U0001f600.fr", "a.b",
+                                "x.y.z"])),
+]
+
 # (name, schema, record, window, device secret or None, field named)
 INVALID_RECORDS: list[tuple[str, str, Any, str, bytes | None]] = [
     ("not-a-dict", "three", [["flag", True]], "2026-11-21T13", None),
@@ -365,6 +405,19 @@ STRING_VALUES: list[tuple[str, str, int]] = [
     ("256-code-points", "\u00e9" * 300, 256),
 ]
 
+# (name, prepared value, length, alphabet): a discovery prefix and its fingerprint.
+STRING_PREFIXES: list[tuple[str, str, int, str]] = [
+    ("kept", "ab.de", 3, SITE_ALPHABET),
+    ("padded", "ab", 5, SITE_ALPHABET),
+    ("empty-is-all-padding", "", 2, SITE_ALPHABET),
+    ("whole-value", "ab.de", 5, SITE_ALPHABET),
+    ("out-of-alphabet-to-replacement", "Caf\u00e9!x", 6, SITE_ALPHABET),
+    ("replacement-in-the-value-stays", "a\ufffdb", 3, SITE_ALPHABET),
+    ("astral-is-one-code-point", "\U0001f600ab", 2, SITE_ALPHABET),
+    ("astral-in-the-alphabet", "\U0001f600ab", 4, "\U0001f600a"),
+    ("non-ascii-alphabet", "\u65e5\u672c.jp", 4, "\u65e5\u672c"),
+]
+
 # (name, bytes): the draws of a string report's a and b.
 STRING_DRAWS: list[tuple[str, bytes]] = [
     ("smallest", bytes(8)),
@@ -407,7 +460,8 @@ def supports_cases(parsed: Mapping[str, Schema], reports: list[dict[str, Any]]) 
     out = []
     for case in reports:
         for name, value in case["report"]["values"].items():
-            if parsed[case["schema"]].attribute(name).mech is olh.OLH:
+            attribute = parsed[case["schema"]].attribute(name)
+            if attribute.mech is olh.OLH and attribute.mech.counted(attribute, value):
                 out.append({"name": case["name"], "schema": case["schema"], "attribute": name, "value": value})
     out += [{"name": "string-y-beyond-every-hash", "schema": "strings", "attribute": "home",
              "value": {"a": 1, "b": 0, "y": 7}},
@@ -444,6 +498,8 @@ def randomness() -> JSON:
         "invalid_records": invalid,
         "string_values": [{**case, **run_string_value(case)} for case in
                           ({"name": n, "value": v, "max_length": m} for n, v, m in STRING_VALUES)],
+        "string_prefixes": [{**case, **run_string_prefix(case)} for case in
+                            ({"name": n, "prepared": v, "length": k, "alphabet": al} for n, v, k, al in STRING_PREFIXES)],
         "string_draws": [_primitive(run_string_draws, {"name": n, "bytes": b.hex()}) for n, b in STRING_DRAWS],
         "supports": supports_cases(parsed, reports),
     }
@@ -516,6 +572,13 @@ VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     ("a-derived-string-schema-parses-to-itself", parse_schema(SCHEMAS[8]).to_dict()),
     # e^ε is 2.5 here (Python's exp): g is 4, and the other neighbour, 3, is taken when given.
     ("string-g-either-neighbour-at-a-half-integer", _string(g=3) | {"epsilon": math.log(2.5)}),
+    ("string-discover-levels-derived", _string(max_length=24, discover=True,
+                                               alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-")),
+    # E = 4: the first level 6 (4^6 = 4096 <= 4160), then steps of 3 (32 * 4^3 = 2048).
+    ("string-discover-levels-derived-small-alphabet", _string(max_length=16, discover=True, alphabet="01")),
+    ("string-discover-one-level", _string(max_length=2, discover=True, alphabet="abc")),
+    ("string-discover-levels-given", _string(max_length=8, discover=True, alphabet="ab", levels=[1, 3, 4, 7, 8])),
+    ("a-derived-discovering-schema-parses-to-itself", parse_schema(SCHEMAS[10]).to_dict()),
     ("the-least-epsilon-an-attribute-may-have", _features(epsilon=2e-4, attributes=[
         {"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"},
         {"name": "y", "type": "numeric", "range": [0, 1], "mechanism": "laplace"}])),
@@ -604,7 +667,18 @@ INVALID_SCHEMAS: list[tuple[str, Any]] = [
     ("string-candidate-longer-than-max-length", _string(max_length=4, candidates=["abcd", "abcde"])),
     ("string-candidates-repeat-after-nfc", _string(candidates=["caf\u00e9", "cafe\u0301"])),
     ("string-candidates-repeat-after-replacement", _string(candidates=["a\u0000", "a\u0007"])),
-    ("string-discover-not-supported-yet", _string(discover=True)),
+    ("string-discover-without-alphabet", _string(discover=True)),
+    ("string-discover-alphabet-format-character", _string(discover=True, alphabet="ab\u200d")),
+    ("string-discover-alphabet-empty", _string(discover=True, alphabet="")),
+    ("string-levels-not-a-list", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels="2,24")),
+    ("string-levels-empty", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[])),
+    ("string-levels-zero", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[0, 24])),
+    ("string-levels-a-float", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[2.0, 24])),
+    ("string-levels-not-increasing", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[2, 2, 24])),
+    ("string-levels-beyond-max-length", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[2, 30])),
+    ("string-levels-not-ending-at-max-length", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[2, 3, 4])),
+    ("string-levels-first-enumerates-too-many", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[3, *range(4, 25)])),
+    ("string-levels-step-too-long", _string(max_length=24, discover=True, alphabet="abcdefghijklmnopqrstuvwxyz0123456789.-", levels=[2, 4, *range(5, 25)])),
     ("string-discover-not-a-boolean", _string(discover=1)),
     ("string-levels-without-discovery", _string(levels=[8, 64])),
     ("string-alphabet-repeats", _string(alphabet="abca")),
@@ -643,6 +717,8 @@ FEATURES = _report("features", 1, "2026-11-21", 2.0, {"dark_mode": True, "os": "
 THREE = _report("three", 2, "2026-11-21T13", 3.0, {"flag": False, "os": "other", "lang": [0, 1, 1, 0, 0, 0, 0, 1]})
 STRINGS = _report("strings", 1, "2026-11-21", 4.0, {"home": {"a": 123456789, "b": 987654321, "y": 5}, "flag": True})
 WIDE = _report("strings-wide", 1, "2026-11-21", 12.0, {"error": {"a": 1, "b": 0, "y": 65535}})
+DISCOVER = _report("strings-discover", 1, "2026-11-21", 4.0, {"home": {"a": 5, "b": 7, "y": 3, "level": 0},
+                                                              "flag": True})
 MEANS = _report("means", 1, "2026-11-21", 8.0, {"minutes": 1, "pages": -1.25, "latency": 0.5, "crashes": 0.0009765625})
 
 VALID_REPORTS: list[tuple[str, dict[str, Any]]] = [
@@ -666,6 +742,11 @@ VALID_REPORTS: list[tuple[str, dict[str, Any]]] = [
     ("string-keys-in-any-order", {**STRINGS, "values": {"home": {"y": 0, "b": 0, "a": 2}, "flag": False}}),
     ("string-largest-seed", {**STRINGS, "values": {"home": {"a": P_LESS_1, "b": P_LESS_1, "y": 7}, "flag": True}}),
     ("string-wide-largest-y", WIDE),
+    ("string-discover-level-0-counted", DISCOVER),
+    ("string-discover-level-3-not-counted", {**DISCOVER, "values": {"home": {"a": 5, "b": 7, "y": 3, "level": 3},
+                                                                    "flag": True}}),
+    ("string-discover-last-level-not-counted", {**DISCOVER, "values": {"home": {"a": P_LESS_1, "b": 0, "y": 7,
+                                                                                "level": 5}, "flag": False}}),
 ]
 
 INVALID_REPORTS: list[tuple[str, Any]] = [
@@ -727,6 +808,15 @@ INVALID_REPORTS: list[tuple[str, Any]] = [
         ("a-list", [1, 0, 0]),
         ("the-string-itself", "example.org"),
         ("null", None),
+    ]),
+    *((f"string-discover-{name}", {**DISCOVER, "values": {**DISCOVER["values"], "home": home}}) for name, home in [
+        ("level-missing", {"a": 1, "b": 0, "y": 0}),
+        ("level-above-the-last", {"a": 1, "b": 0, "y": 0, "level": 6}),
+        ("level-negative", {"a": 1, "b": 0, "y": 0, "level": -1}),
+        ("level-a-string", {"a": 1, "b": 0, "y": 0, "level": "0"}),
+        ("level-a-boolean", {"a": 1, "b": 0, "y": 0, "level": False}),
+        ("level-a-float", {"a": 1, "b": 0, "y": 0, "level": 1.0}),
+        ("y-g", {"a": 1, "b": 0, "y": 8, "level": 1}),
     ]),
     ("string-wide-y-65536", {**WIDE, "values": {"error": {"a": 1, "b": 0, "y": 65536}}}),
 ]
@@ -816,6 +906,7 @@ ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[st
     ("olh-supports", "strings", "home", 1000, {"example.org": 400, "caf\u00e9.fr": 180, "": 120, "x" * 16: 126},
      0.95, {}),
     ("olh-wide", "strings-wide", "error", 500, {"E0001": 60, "E0039": 1}, 0.95, {}),
+    ("olh-discovering-from-level-0", "strings-discover", "home", 400, {"ab.de": 150, "x": 40}, 0.95, {}),
 ]
 
 
