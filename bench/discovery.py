@@ -20,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ldp_telemetry.shared import discovery, parse_schema
+from ldp_telemetry.shared import discovery as pem
+from ldp_telemetry.shared import parse_schema
 from ldp_telemetry.shared.schema import Attribute
 from ldp_telemetry.shared.simulation import discovery_reports
 from ldp_telemetry.tools.populations import SITE_ALPHABET, SITE_LENGTH, site_names, zipf_shares
 
 SITES = 20_000
 TOP = 10
+ALPHA = pem.ALPHA
 RECALL_TARGET = 0.9  # top-10 recall at n = 1,000,000, ε = 4 (issue 19)
 SECONDS_TARGET = 60.0  # one run over 1,000,000 reports
 GRID = ((100_000, 2.0), (100_000, 4.0), (1_000_000, 2.0), (1_000_000, 4.0))
@@ -38,24 +40,24 @@ def attribute_at(epsilon: float) -> Attribute:
          "alphabet": SITE_ALPHABET}]}).attribute("home")
 
 
-def measure(n: int, epsilon: float, seed: int, keep: int = discovery.KEEP) -> dict[str, Any]:
+def measure(n: int, epsilon: float, seed: int, keep: int = pem.KEEP) -> dict[str, Any]:
     """One population of ``n`` devices, one discovery run: recall of the top 10, false strings, seconds."""
     rng = np.random.default_rng(seed)
     names = site_names(SITES, rng)
     attribute = attribute_at(epsilon)
     a, b, y, level = discovery_reports(attribute, names, zipf_shares(SITES), n, rng)
     started = time.perf_counter()
-    run = discovery.discover(attribute, a, b, y, level, keep=keep)
+    run = pem.discover(attribute, a, b, y, level, keep=keep)
     seconds = time.perf_counter() - started
     found = {d.value for d in run.found}
     held = set(names)
     return {"recall": len(found & set(names[:TOP])) / TOP, "found": len(found), "false": len(found - held),
             "seconds": seconds, "levels": len(attribute.levels), "per_level": int(np.median(run.reports)),
-            "threshold_share": discovery.smallest_share(int(np.median(run.reports)), attribute.p, attribute.q,
+            "threshold_share": pem.smallest_share(int(np.median(run.reports)), attribute.p, attribute.q,
                                                         run.tested)}
 
 
-def run(runs: int = 3, keeps: tuple[int, ...] = (discovery.KEEP,)) -> dict[str, Any]:
+def run(runs: int = 3, keeps: tuple[int, ...] = (pem.KEEP,)) -> dict[str, Any]:
     """Each grid point ``runs`` times (seeds 1..runs) at each K; medians, and the peak RSS of this process."""
     out: dict[str, Any] = {"grid": {}}
     for keep in keeps:
@@ -76,7 +78,7 @@ def run(runs: int = 3, keeps: tuple[int, ...] = (discovery.KEEP,)) -> dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", default=str(discovery.KEEP), help="comma-separated K values")
+    parser.add_argument("--keep", default=str(pem.KEEP), help="comma-separated K values")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(json.dumps(run(args.runs, tuple(int(k) for k in args.keep.split(","))), indent=1))

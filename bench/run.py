@@ -32,7 +32,7 @@ from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, encoders, hostile, ingest, olh_reference, send, servers, strings
+from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -43,7 +43,7 @@ REFRESH_SCHEMA = parse_schema({
 
 
 STEPS = ("record", "send", "encoders", "js-bundle", "refresh", "ingest", "nodes", "estimates", "estimates-postgres",
-         "hostile", "olh-reference", "backfill", "ingest-strings")
+         "hostile", "olh-reference", "backfill", "ingest-strings", "discovery")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_BUNDLE_BUDGET = 10 * 1024  # DESIGN.md "JavaScript client": minified and gzipped
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
@@ -395,6 +395,22 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"attribute of {ist['candidates']:,} candidates, reports/s",
                 statistics.median(r["reports_per_second"] for r in ist[name]), ",.0f", "-", None)
         row("  with / without", ist["ratio"], ".2f", f">= {ist['target_ratio']}", ist["ratio"] >= ist["target_ratio"])
+    dis = results.get("discovery")
+    if dis:
+        for point in dis["grid"].values():
+            n, epsilon = point["n"], point["epsilon"]
+            aimed = (n, epsilon) == (1_000_000, 4.0)
+            row(f"discovery, Zipf(1.1) over {discovery.SITES:,} names, n = {n:,}, eps {epsilon:g}: top-{discovery.TOP} "
+                f"recall (median of {point['runs']})", point["recall"], ".2f",
+                f">= {discovery.RECALL_TARGET}" if aimed else "-", point["recall"] >= discovery.RECALL_TARGET if aimed else None)
+            row("  strings found", point["found"], ".0f", "-", None)
+            row(f"  smallest share found (the planner's; {point['levels']} levels of {point['per_level']:,} reports), %",
+                100 * point["threshold_share"], ".2f", "-", None)
+            row(f"  runs with a string of share 0 (of {point['runs']}; stated rate {discovery.ALPHA:.0%})",
+                point["false_runs"], "d", "-", None)
+            row("  seconds of one run", point["seconds"], ".2f", f"<= {discovery.SECONDS_TARGET:g}" if n == 1_000_000 else "-",
+                point["seconds"] <= discovery.SECONDS_TARGET if n == 1_000_000 else None)
+        row("  peak RSS of the step (simulation included), MB", dis["peak_rss_mb"], ".0f", "-", None)
     return rows
 
 
@@ -430,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         "olh-reference": olh_reference.run,
         "backfill": lambda: strings.backfill(100_000 if args.quick else 1_000_000),
         "ingest-strings": lambda: strings.ingest(args.seconds, args.runs),
+        "discovery": lambda: discovery.run(1 if args.quick else args.runs),
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))

@@ -77,9 +77,9 @@ class Fields:
     levels: tuple[int, ...] = ()  # a discovering string attribute's prefix lengths (code points)
 
 
-class Typed(mechanisms.Target, Protocol):
-    """What a type reads of an attribute: what its mechanism reads, a histogram's edges and a
-    string attribute's own fields."""
+class Typed(mechanisms.olh.Discovering, Protocol):
+    """What a type reads of an attribute: what its mechanism reads (a string's discovery fields
+    included), a histogram's edges and a string attribute's other fields."""
 
     @property
     def edges(self) -> tuple[int | float, ...]: ...
@@ -89,15 +89,6 @@ class Typed(mechanisms.Target, Protocol):
 
     @property
     def candidates(self) -> tuple[str, ...]: ...
-
-    @property
-    def discover(self) -> bool: ...
-
-    @property
-    def alphabet(self) -> str: ...
-
-    @property
-    def levels(self) -> tuple[int, ...]: ...
 
 
 class AttributeType(ABC):

@@ -28,25 +28,26 @@ candidates tested there a threshold :math:`h^*`, the least :math:`h` with
 times too thin), bounds the chance that *any* share-0 string survives by :math:`\alpha`
 (Bonferroni), so a string with share 0 is reported in at most :data:`ALPHA` = 5% of runs.
 
-**The parameters**, chosen with the measurements of ``make bench``'s ``discovery`` step and
-``tests/test_shared_discovery.py`` (Zipf(1.1) over 20,000 domain-like names, ``max_length`` 24,
-a 38-symbol alphabet, ε = 4: 40 extensions a code point):
+**The parameters**, chosen with ``make bench``'s ``discovery`` step (``python -m bench.discovery
+--keep 8,16,32,64``: Zipf(1.1) over 20,000 domain-like names, ``max_length`` 24, a 38-symbol
+alphabet, so 40 extension symbols a code point and 23 levels of :math:`n/46` reports):
 
-- *levels*: each level costs :math:`n_\ell \times K \times E^{s}` hash cells (:math:`E` extension
-  symbols, step :math:`s`), and every level takes :math:`1/(2L)` of the reports, so fewer, longer
-  levels give each more reports but cost :math:`E^{s-1}` times more. A step of 2 code points over
-  40 symbols is 51,200 candidates a level: 40 times the work for :math:`\sqrt{2}` less noise. The
-  derived rule therefore takes the longest first level and the longest step whose candidate
-  sets stay within :data:`MAX_LEVEL_CANDIDATES` (:func:`derived_levels`): for most alphabets a
-  first level of 2 code points and then one code point a level, so :math:`L \approx` max_length.
-  The analyst's lever is ``max_length``: near the length of the strings sought.
-- *K* = 32: the top-10 recall at :math:`n = 10^6` is the same at 32 and 64 (the prefixes of the
-  top strings rank far above the 32nd at every level) and already lower at 16, where the prefixes
-  of common strings crowd each other out; 64 doubles the cost.
-- *α* = 0.05: the threshold grows as :math:`\sqrt{2 \ln(m/\alpha)}` standard errors, so 0.01
-  instead would cost about 0.3 SE of reach; 5% of runs with one false string is what an analyst
-  reading a list of discovered strings can live with (each is then estimated from level-0 reports,
-  which shows a false one as a share near 0).
+- *levels*: each level costs :math:`n_\ell \times K \times E^{s}` hash cells (:math:`E`
+  extension symbols, step :math:`s`), and every level takes :math:`1/(2L)` of the reports, so
+  fewer, longer levels give each more reports but cost :math:`E^{s-1}` times more: a step of 2
+  code points over 40 symbols is 51,200 candidates a level, 40 times the work for
+  :math:`\sqrt{2}` less noise. The derived rule (:func:`derived_levels`) takes the longest first
+  level and the longest step whose candidate sets stay within :data:`MAX_LEVEL_CANDIDATES`: for an
+  alphabet of 10 code points or more a first level of 2 or 3 code points, then one a level, so
+  :math:`L \approx` ``max_length``, whose choice is the analyst's lever (near the length of the
+  strings sought: each code point more is a level more).
+- *K* = 32: top-10 recall at :math:`n = 10^6`, ε = 4 (median of 3 runs) was 0.6 at K = 8, 0.9 at
+  16, 1.0 at 32 and 1.0 at 64, which doubles the work. Below 32 the prefixes of common strings
+  crowd each other out of the kept set at the middle levels.
+- *α* = 0.05: the threshold lies :math:`\Phi^{-1}(1 - \alpha/m)` standard errors up, 3.95 at
+  :math:`m` = 1,280; :math:`\alpha` = 0.01 would put it 0.4 SE further (about a tenth fewer
+  strings within reach), for one run in 20 rather than 100 listing a string nobody holds, which
+  the level-0 estimate of that candidate then shows near 0.
 
 numpy is imported where it is used: a device imports this module (for the level rules) and never
 numpy.

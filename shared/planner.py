@@ -13,6 +13,13 @@ the plan is what the widest interval would be. The *detection threshold* (RAPPOR
 frequency, Erlingsson et al. 2014) is the smallest true share an attribute can tell from zero:
 the half-width at a share of 0, :math:`z\sqrt{q(1-q)/(s n)}/(p-q)`.
 
+A discovering string attribute (``"discover": true``) estimates its candidates from its level-0
+reports, half of those that carry it, so its :math:`s` is halved; the other half is spread over
+its :math:`L` levels, :math:`n_L = s n / (2L)` reports a level, and the smallest share discovery
+can find (:meth:`Plan.discovery_threshold`) is the share whose mean supports at the last level
+reach the null threshold of :func:`.discovery.null_hits` (found in about half the runs there;
+more common strings more often).
+
 Each plan is made for the schema as published and for its alternatives (every attribute ε/k on
 every report, or one attribute per report with the whole ε), so the panel can show what another
 split would buy.
@@ -31,7 +38,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import discovery
 from .estimators import DEFAULT_CONFIDENCE, z_value
+from .mechanisms.olh import LEVEL_ZERO
 from .schema import Attribute, Schema, SchemaError, parse_schema
 
 ALTERNATIVES = ("equal", "sample")
@@ -48,9 +57,10 @@ class Plan:
 
     attribute: Attribute
     split: str  # "equal", "sample", or "per-attribute" (the schema's own ε per attribute)
-    carried: float  # the share of reports that carry the attribute
+    carried: float  # the share of reports that carry the attribute and are estimated (level 0 if discovering)
     variance: float  # per report, at most, in the estimate's units squared
     confidence: float = DEFAULT_CONFIDENCE
+    per_level: float = 0.0  # a discovering attribute's share of reports at each discovery level
 
     def half_width(self, n: int) -> float:
         """About half the interval's width with ``n`` reports of the schema."""
@@ -87,6 +97,15 @@ class Plan:
         return z_value(self.confidence) * math.sqrt(q * (1 - q) / (self.carried * n)) / (p - q)
 
 
+    def discovery_threshold(self, n: int) -> float | None:
+        """The smallest share discovery finds (about half the time) with ``n`` reports of the
+        schema; None for an attribute that does not discover, inf when no level has a report."""
+        if not self.per_level:
+            return None
+        a = self.attribute
+        return discovery.smallest_share(math.floor(n * self.per_level), a.p, a.q, discovery.last_level_tested(a))
+
+
 def typed_half_width(attribute: Attribute, text: str) -> float:
     """The half-width an analyst typed for ``attribute`` (a share's in percentage points, a mean's
     in its own units), on the estimate's scale; ``ValueError`` with a sentence in the typed units
@@ -113,7 +132,8 @@ def plan(schema: Schema | Mapping[str, Any], *, confidence: float = DEFAULT_CONF
     schema = parse_schema(schema)
     carried = 1 / len(schema.attributes) if schema.split == "sample" else 1.0
     label = schema.split if not _has_own_epsilons(schema) else "per-attribute"
-    return [Plan(a, label, carried, a.mech.report_variance(a), confidence) for a in schema.attributes]
+    return [Plan(a, label, carried * (LEVEL_ZERO if a.discover else 1.0), a.mech.report_variance(a), confidence,
+                 carried * (1 - LEVEL_ZERO) / len(a.levels) if a.discover else 0.0) for a in schema.attributes]
 
 
 def alternatives(schema: Schema | Mapping[str, Any], *, confidence: float = DEFAULT_CONFIDENCE
@@ -139,7 +159,7 @@ def alternatives(schema: Schema | Mapping[str, Any], *, confidence: float = DEFA
 
 # What an operator chooses of an attribute; everything else is derived again under another split,
 # the mechanism too (auto: the best one at the ε that split gives).
-_CHOSEN = ("name", "type", "categories", "range", "edges")
+_CHOSEN = ("name", "type", "categories", "range", "edges", "max_length", "candidates", "discover", "alphabet", "levels")
 
 
 def _has_own_epsilons(schema: Schema) -> bool:

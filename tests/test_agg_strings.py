@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import math
+import re
 from statistics import NormalDist
 
 import numpy as np
@@ -145,3 +146,33 @@ def test_the_dashboard_lists_strings_most_frequent_first_and_sets_apart_those_in
     assert '<td class="hide-narrow source">listed</td>' in table
     assert 'data-value="never-seen"' in apart and 'data-value="never-seen"' not in table
     assert "&#34;=SUM(A1)" not in page and 'data-value="=SUM(A1)"' in page  # escaped as text, not markup
+
+
+DISCOVERING: dict[str, object] = {
+    "name": "sites", "version": 1, "epsilon": 4.0, "window": "day",
+    "attributes": [{"name": "home", "type": "string", "max_length": 12, "discover": True,
+                    "alphabet": "abcdefghijklmnopqrstuvwxyz.", "candidates": ["example.org"]}],
+}
+
+
+def test_only_level_0_reports_are_counted_and_the_planner_line_says_what_discovery_can_find(make_app):
+    from ldp_telemetry.shared.planner import plan
+
+    client = make_app().test_client()
+    derived = publish(client, DISCOVERING)
+    assert derived["attributes"][0]["levels"] == list(range(2, 13))  # E = 29: 29^2 <= 4160 < 29^3, then 1 a level
+    reports = [randomize(derived, {"home": "example.org"}) for _ in range(2_000)]
+    assert client.post("/api/v1/reports", json={"reports": reports[:1000]}).status_code == 202
+    assert client.post("/api/v1/reports", json={"reports": reports[1000:]}).status_code == 202
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    level_0 = sum(r["values"]["home"]["level"] == 0 for r in reports)
+    rows = client.get("/api/v1/estimates?schema=sites&attribute=home").get_json()["estimates"]
+    assert {r["n"] for r in rows} == {level_0}
+    page = client.get("/schemas/sites").get_data(as_text=True)
+    line = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page[page.index('id="plan-home"'):page.index('id="privacy-home"')]))
+    # The page counts the schema's reports from the level-0 ones (half of them); about 90 a level.
+    schema_reports = round(level_0 / 0.5)
+    share = plan(derived)[0].discovery_threshold(schema_reports)
+    assert f"with {schema_reports:,} reports a window" in line
+    assert f"Discovery (11 levels, each from 1/22 of the reports): it finds strings held by about {share * 100:.1f}%" in line
+    assert "little can be found" in line

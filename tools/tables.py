@@ -89,10 +89,11 @@ def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> list[s
 def plan_table(options: Mapping[str, Sequence[Plan] | str], reports: int, targets: Mapping[str, float]) -> list[str]:
     """The planner's figures per split: the half-width now with ``reports`` reports, the reports
     each attribute's target half-width needs (``targets`` by attribute name, else the planner's
-    default: 1% of its scale), and the smallest share it tells from zero. ``ValueError`` naming the
-    attribute for a target narrower than the planner plans for."""
+    default: 1% of its scale), the smallest share it tells from zero, and for a discovering string
+    attribute the smallest share discovery finds. ``ValueError`` naming the attribute for a target
+    narrower than the planner plans for."""
     header = (f"{'split':<13} {'attribute':<16} {'mech':<7} {'eps':>6} {'± now':>9} {'for ±':>9} {'needed':>12} "
-              f"{'detects':>8}")
+              f"{'detects':>8} {'finds':>8}")
     lines = [header, "-" * len(header)]
     for split, plans in options.items():
         if isinstance(plans, str):
@@ -104,10 +105,11 @@ def plan_table(options: Mapping[str, Sequence[Plan] | str], reports: int, target
                 needed = p.reports_for(target)
             except ValueError as exc:
                 raise ValueError(f"{p.attribute.name}: {exc}") from None
-            detects = p.detection_threshold(reports)
+            detects, finds = p.detection_threshold(reports), p.discovery_threshold(reports)
             lines.append(f"{split:<13} {p.attribute.name:<16.16} {p.attribute.mechanism:<7} {p.attribute.epsilon:>6.3g} "
                          f"{p.half_width(reports):>9.4g} {target:>9.4g} {needed:>12,} "
-                         f"{'' if detects is None else f'{detects:.4f}':>8}")
+                         f"{'' if detects is None else f'{detects:.4f}':>8} "
+                         f"{'' if finds is None else 'none' if finds >= 1 else f'{finds:.4f}':>8}")
     return lines
 
 

@@ -31,6 +31,9 @@ BUDGET_WINDOWS = {"day": (1, 7, 30, 365), "hour": (1, 24, 24 * 7, 24 * 30)}
 # latest window's reports (what the interval is at its widest), not by one noisy interval, which
 # clipping to the scale can make look narrow.
 TOO_WIDE = 0.25
+# Discovery that can find only strings held by more than this share of devices finds little (the
+# few most common ones at best); the planner line says so.
+LITTLE_FOUND = 0.05
 
 
 @dataclass(frozen=True)
@@ -294,8 +297,14 @@ class PlanLine:
     target: float  # the half-width asked for, on the estimate's scale (a share, or units)
     needed: int  # reports of the schema for ±target
     detection: float | None  # the detection threshold at n
+    discovery: float | None  # a discovering string attribute's: the smallest share discovery finds at n
     too_wide: bool  # the interval at n is wider than TOO_WIDE of its scale either side: too wide to use
     beyond_scale: bool = False  # the half-width at n exceeds the whole scale (a share's 1, a mean's range)
+
+    @property
+    def finds_little(self) -> bool:
+        """Discovery can find only strings held by more than :data:`LITTLE_FOUND` of devices."""
+        return self.discovery is not None and self.discovery > LITTLE_FOUND
 
 
 def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str, float],
@@ -313,6 +322,7 @@ def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str
         half = p.half_width(reports) if reports else None
         out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),
                                             p.detection_threshold(reports) if reports else None,
+                                            p.discovery_threshold(reports) if reports else None,
                                             half is not None and half > TOO_WIDE * p.scale,
                                             half is not None and half > p.scale)
     return out

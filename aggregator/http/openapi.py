@@ -12,6 +12,7 @@ from typing import Any
 
 from ...shared import mechanisms
 from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_ALPHABET, MAX_CANDIDATES, MAX_STRING_LENGTH
+from ...shared.discovery import MAX_LEVEL_CANDIDATES
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                               MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
@@ -41,10 +42,17 @@ STRING_FIELDS = {
                    "description": "a string attribute's strings to estimate; each prepared as a device prepares a value "
                                   "(control and format characters to U+FFFD, NFC), at most max_length code points, "
                                   "distinct after that"},
-    "discover": {"type": "boolean", "enum": [False], "description": "a string attribute's discovery of strings: not "
-                                                                    "supported yet"},
+    "discover": {"type": "boolean", "default": False,
+                 "description": "a string attribute's discovery of the common strings nobody listed (PEM by levels; "
+                                "needs an alphabet)"},
     "alphabet": {"type": "string", "minLength": 1, "maxLength": MAX_ALPHABET,
-                 "description": "a string attribute's discovery alphabet (NFC, distinct code points)"},
+                 "description": "a string attribute's discovery alphabet (NFC, distinct code points; a discovered "
+                                "string holds these, others as U+FFFD)"},
+    "levels": {"type": "array", "minItems": 1, "maxItems": MAX_STRING_LENGTH,
+               "items": {"type": "integer", "minimum": 1, "maximum": MAX_STRING_LENGTH},
+               "description": "a discovering string attribute's increasing prefix lengths in code points, the last "
+                             f"max_length; derived when not given (each level within {MAX_LEVEL_CANDIDATES:,} candidate "
+                              "prefixes)"},
 }
 
 
