@@ -96,6 +96,11 @@ def simulate(
         if reporting == 0:
             continue
         truth = true_values(attribute, spec, reporting, rng, sampled=sampled)
+        if attribute.discover:  # only its level-0 reports are estimated; the others are discovery's
+            truth = truth[rng.random(reporting) < olh.LEVEL_ZERO]
+            reporting = truth.shape[0]
+            if reporting == 0:
+                continue
         amounts = dict(zip(attribute.mech.counter_keys(attribute), hit_counts(attribute, truth, rng).tolist()))
         target = spec[: len(attribute.values)] if sampled else attribute.kind.realised(attribute, truth)
         estimates = attribute.mech.estimates(attribute, reporting, amounts, confidence)

@@ -87,3 +87,11 @@ def test_oue_counts_over_several_chunks_hit_each_bit_at_its_rate():
     for count, share in zip(counts, SHARES["lang"]):
         pi = attribute.q + (attribute.p - attribute.q) * share
         assert abs(count - n * pi) < 5 * math.sqrt(n * pi * (1 - pi))
+
+
+def test_a_discovering_string_attribute_is_estimated_from_its_level_0_reports_alone():
+    """Half the devices report at level 0 (a coin at 1/2): n is Binomial(10,000, 1/2), within 4 sd (50)."""
+    schema = {"name": "s", "version": 1, "epsilon": 4.0, "attributes": [
+        {"name": "h", "type": "string", "discover": True, "alphabet": "abc", "max_length": 3, "candidates": ["a", "b"]}]}
+    results = simulate(schema, {"h": [0.7, 0.3]}, 10_000, rng=np.random.default_rng(1))
+    assert {abs(r.estimate.n - 5_000) <= 4 * 50 for r in results} == {True}
