@@ -59,7 +59,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from .mechanisms import olh
 
@@ -73,10 +73,6 @@ ALPHA = 0.05  # the stated rate of runs that report a string of share 0
 # The most candidates one level may test: K prefixes extended by one code point of the largest
 # alphabet (and U+FFFD and the padding). Bounds each level's work at n_level × this many hash cells.
 MAX_LEVEL_CANDIDATES = KEEP * (MAX_ALPHABET + 2)
-
-
-class Discoverable(olh.Discovering, Protocol):
-    """What discovery reads of a string attribute: its ``levels``, ``alphabet``, ``p`` and ``q``."""
 
 
 def extension_symbols(alphabet: str) -> int:
@@ -138,7 +134,7 @@ def smallest_share(n_level: int, p: float, q: float, tested: int, alpha: float =
     return (null_hits(n_level, q, alpha / tested) / n_level - q) / (p - q)
 
 
-def last_level_tested(attribute: Discoverable) -> int:
+def last_level_tested(attribute: olh.Discovering) -> int:
     """:math:`m`'s bound: the most candidates the last level tests (the Bonferroni divisor)."""
     return level_candidates(attribute.levels, attribute.alphabet)[-1]
 
@@ -175,7 +171,7 @@ class Run:
     threshold: int  # h*: the supports a last-level candidate needed
 
 
-def discover(attribute: Discoverable, a: np.ndarray, b: np.ndarray, y: np.ndarray, level: np.ndarray, *,
+def discover(attribute: olh.Discovering, a: np.ndarray, b: np.ndarray, y: np.ndarray, level: np.ndarray, *,
              keep: int = KEEP, alpha: float = ALPHA) -> Run:
     """PEM over the reports ``(a, b, y, level)`` of one discovering attribute (level-0 ones are
     ignored here): see the module docstring. Work: at most :data:`MAX_LEVEL_CANDIDATES` hash
