@@ -165,3 +165,21 @@ def test_a_typed_half_width_out_of_bounds_is_refused_in_the_typed_units(attribut
     with pytest.raises(ValueError) as caught:
         typed_half_width(schema.attribute(attribute), text)
     assert str(caught.value) == message
+
+
+def test_a_discovering_string_attribute_plans_from_its_level_0_reports_and_its_levels():
+    from ldp_telemetry.shared import discovery
+
+    schema = {"name": "s", "version": 1, "epsilon": 4.0, "split": "sample", "attributes": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "home", "type": "string", "max_length": 24, "discover": True, "alphabet": "abcdefghij.-"}]}
+    flag, home = plan(schema)
+    levels = home.attribute.levels
+    assert (flag.carried, flag.discovery_threshold(10**6)) == (0.5, None)
+    assert home.carried == 0.25 and home.per_level == 0.25 / len(levels)  # half of the half that carry it
+    n_level = math.floor(10**6 * home.per_level)
+    a = home.attribute
+    tested = discovery.KEEP * (len(a.alphabet) + 2)  # the last step is one code point
+    assert home.discovery_threshold(10**6) == (discovery.null_hits(n_level, a.q, discovery.ALPHA / tested) / n_level
+                                               - a.q) / (a.p - a.q)
+    assert home.discovery_threshold(10**7) < home.discovery_threshold(10**6) < 0.05 < home.discovery_threshold(1000)
