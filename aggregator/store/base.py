@@ -377,6 +377,12 @@ class Store(ABC):
     def activity(self, schema: str, version: int) -> Activity:
         """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
 
+    @abstractmethod
+    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        """The stored reports of one schema version with ids above ``after``, in id order, at most
+        ``limit``: a job reads every retained report a page at a time (``after`` = the last id
+        read, ``""`` first), never all at once."""
+
     # -- candidates --------------------------------------------------------------------------
 
     @abstractmethod

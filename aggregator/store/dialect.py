@@ -115,6 +115,13 @@ class Dialect:
         pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
         return Activity(carried, windows, computed_at, pending is not None)
 
+    def reports_after(self, conn: Any, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        """:meth:`Store.reports_after` read on ``conn``: a walk of the id key (the back-fill's too)."""
+        p = self.param
+        return list(map(ReportRow._make, conn.execute(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
+            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))))
+
     def retention(self, conn: Any) -> Retention:
         """:meth:`Store.retention` read on ``conn``."""
         oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]  # the rollup's is NULL
@@ -284,9 +291,7 @@ class Dialect:
         values = tuple(v for (v,) in conn.execute(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
-        rows = list(map(ReportRow._make, conn.execute(
-            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
-            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (watermark, schema, version, reports))))
+        rows = self.reports_after(conn, schema, version, watermark, reports)
         target = CandidateBatch(batch, attribute, values, watermark)
         return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
                              frozenset(r.id for r in rows), counts.backfill(rows, target),

@@ -443,6 +443,11 @@ class PostgresStore(Store):
         with self._transaction(snapshot=True) as conn:
             return POSTGRES.activity(conn, schema, version)
 
+    @_translated
+    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        with self._transaction() as conn:
+            return POSTGRES.reports_after(conn, schema, version, after, limit)
+
     # -- candidates --------------------------------------------------------------------------
 
     @_translated

@@ -245,6 +245,10 @@ class SQLiteStore(Store):
     def activity(self, schema: str, version: int) -> Activity:
         return SQLITE.activity(self._db.conn, schema, version)
 
+    @translated
+    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        return SQLITE.reports_after(self._db.conn, schema, version, after, limit)
+
     # -- candidates --------------------------------------------------------------------------
 
     @translated
