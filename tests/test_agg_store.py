@@ -142,6 +142,22 @@ def test_pages_follow_each_other_to_exactly_the_whole(app, client):
     assert [e["window"] for e in pages] == [YESTERDAY] * 5 + [TODAY] * 5 + [ROLLUP] * 5
 
 
+def test_stored_reports_are_read_a_page_at_a_time_in_id_order_for_one_schema_version(app, client):
+    sent = reports(7)
+    assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
+    store = store_of(app)
+    store.settle()
+    read, after = [], ""
+    while page := store.reports_after("app-usage", 1, after, 3):
+        assert len(page) <= 3
+        read += page
+        after = page[-1].id
+    assert [r.id for r in read] == sorted(r["id"] for r in sent)
+    assert {json.dumps(r["values"], sort_keys=True) for r in sent} == {json.dumps(json.loads(r.values), sort_keys=True)
+                                                                        for r in read}
+    assert store.reports_after("app-usage", 2, "", 10) == [] and store.reports_after("other", 1, "", 10) == []
+
+
 @pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=100001", "limit"), ("limit=ten", "limit"),
                                           ("next=nonsense", "next"), ("next=2026-11-21:x", "next"),
                                           ("next=2026-13-01:3", "next")])
