@@ -578,7 +578,8 @@ VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     ("string-discover-levels-derived-small-alphabet", _string(max_length=16, discover=True, alphabet="01")),
     ("string-discover-one-level", _string(max_length=2, discover=True, alphabet="abc")),
     ("string-discover-levels-given", _string(max_length=8, discover=True, alphabet="ab", levels=[1, 3, 4, 7, 8])),
-    ("a-derived-discovering-schema-parses-to-itself", parse_schema(SCHEMAS[10]).to_dict()),
+    ("a-derived-discovering-schema-parses-to-itself",
+     parse_schema(next(s for s in SCHEMAS if s["name"] == "strings-discover")).to_dict()),
     ("the-least-epsilon-an-attribute-may-have", _features(epsilon=2e-4, attributes=[
         {"name": "x", "type": "numeric", "range": [0, 1], "mechanism": "duchi"},
         {"name": "y", "type": "numeric", "range": [0, 1], "mechanism": "laplace"}])),
