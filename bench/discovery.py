@@ -35,9 +35,7 @@ GRID = ((100_000, 2.0), (100_000, 4.0), (1_000_000, 2.0), (1_000_000, 4.0))
 
 
 def attribute_at(epsilon: float) -> Attribute:
-    return parse_schema({"name": "sites", "version": 1, "epsilon": epsilon, "attributes": [
-        {"name": "home", "type": "string", "max_length": SITE_LENGTH, "discover": True,
-         "alphabet": SITE_ALPHABET}]}).attribute("home")
+    return parse_schema(_schema(epsilon)).attribute("home")
 
 
 def measure(n: int, epsilon: float, seed: int, keep: int = pem.KEEP) -> dict[str, Any]:
@@ -74,6 +72,70 @@ def run(runs: int = 3, keeps: tuple[int, ...] = (pem.KEEP,)) -> dict[str, Any]:
                 "threshold_share": results[0]["threshold_share"]}
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def job(n: int = 1_000_000, epsilon: float = 4.0, seed: int = 1) -> dict[str, Any]:
+    """The discovery job over ``n`` reports stored in SQLite (simulated devices, stored through
+    the store's own ingest in chunks), run in a child process so that its peak RSS is its own:
+    seconds, candidates added, recall of the top 10 and peak RSS."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from ldp_telemetry.aggregator import create_app
+    from ldp_telemetry.aggregator.store import ReportRow
+    from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
+
+    from .bulkload import window_days
+    from .servers import ADMIN_TOKEN
+
+    rng = np.random.default_rng(seed)
+    names = site_names(SITES, rng)
+    attribute = attribute_at(epsilon)
+    a, b, y, level = discovery_reports(attribute, names, zipf_shares(SITES), n, rng)
+    with tempfile.TemporaryDirectory(prefix="ldp-discovery-") as folder:
+        db = f"{folder}/discovery.db"
+        app = create_app({"LDP_DB": db, "LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": False,
+                          "LDP_SYNCHRONOUS": "normal"})
+        schema = _schema(epsilon)
+        published = app.test_client().post("/api/v1/schemas", json=schema,
+                                           headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert published.status_code == 201, published.json
+        store = app.extensions["ldp"]["store"]
+        day, end = window_days(1)[0]
+        for start in range(0, n, MAX_UNFOLDED):
+            stop = min(n, start + MAX_UNFOLDED)
+            store.ingest([ReportRow(f"r{i:015d}", "sites", 1, day, end, json.dumps(
+                {"home": {"a": int(a[i]), "b": int(b[i]), "y": int(y[i]), "level": int(level[i])}}))
+                for i in range(start, stop)])
+            store.settle()
+        store.close()
+        done = subprocess.run([sys.executable, "-c", f"from bench.discovery import _job_child; _job_child({db!r})"],
+                              capture_output=True, text=True, check=True)
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+    found = set(out.pop("found"))
+    return {**out, "n": n, "epsilon": epsilon, "recall": len(found & set(names[:TOP])) / TOP}
+
+
+def _schema(epsilon: float) -> dict[str, Any]:
+    return {"name": "sites", "version": 1, "epsilon": epsilon, "attributes": [
+        {"name": "home", "type": "string", "max_length": SITE_LENGTH, "discover": True, "alphabet": SITE_ALPHABET}]}
+
+
+def _job_child(db: str) -> None:
+    """In a fresh process: the job over ``db``; prints its seconds, what it found and its peak RSS."""
+    from ldp_telemetry.aggregator import create_app
+    from ldp_telemetry.aggregator.discovery import discover_strings
+
+    from .servers import ADMIN_TOKEN
+
+    app = create_app({"LDP_DB": db, "LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_SCHEDULER": False})
+    started = time.perf_counter()
+    added = discover_strings(app, seed=1)
+    seconds = time.perf_counter() - started
+    found = [c.value for c in app.extensions["ldp"]["store"].candidates("sites", 1)]
+    print(json.dumps({"seconds": seconds, "added": added, "found": found,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 def main() -> None:

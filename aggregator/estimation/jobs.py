@@ -1,5 +1,6 @@
 """Background jobs: the estimate refresh every ``LDP_ESTIMATE_INTERVAL`` s, retention hourly, and
-the back-fill of added candidates every few seconds (and at once after an add, :func:`soon`).
+the back-fill of added candidates every few seconds (and at once after an add, :func:`soon`), and
+the discovery of strings hourly.
 
 APScheduler 3 runs them in a thread of each worker process, started only when
 ``LDP_SCHEDULER`` is on (tests build the app without threads and call the job functions).
@@ -19,7 +20,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from .. import candidates, context
+from .. import candidates, context, discovery
 from .. import retention
 from . import refresh
 
@@ -47,9 +48,17 @@ def init_app(app: Flask) -> None:
                       id="retention", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=candidates.BACKFILL_INTERVAL, args=(app, candidates.backfill),
                       id="backfill", next_run_time=context.system_clock(), **common)
+    scheduler.add_job(run_if_leader, "interval", seconds=discovery.DISCOVERY_INTERVAL, args=(app, discover),
+                      id="discovery", **common)
     scheduler.start()
     app.extensions["ldp"]["scheduler"] = scheduler
     atexit.register(stop, app)
+
+
+def discover(app: Flask) -> None:
+    """The discovery job (:func:`..discovery.discover_strings`); what it adds is back-filled at once."""
+    if discovery.discover_strings(app):
+        soon(app, "backfill")
 
 
 def soon(app: Flask, job: str) -> None:

@@ -1,0 +1,98 @@
+"""The discovery job end to end: reports made by the client, posted over HTTP to a real server on
+each store, the job run, the strings found listed as discovered candidates and estimated from the
+level-0 reports alone (against a decode written out here)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import ADMIN, sql, store_of
+from ldp_telemetry.aggregator import candidates, discovery
+from ldp_telemetry.aggregator.estimation import refresh
+from ldp_telemetry.shared.mechanisms.randomness import HmacStream
+from ldp_telemetry.shared.reports import randomize
+
+pytestmark = pytest.mark.backends
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz."
+SITES = {
+    "name": "sites", "version": 1, "epsilon": 4.0, "window": "day",
+    "attributes": [{"name": "home", "type": "string", "max_length": 8, "discover": True, "alphabet": ALPHABET,
+                    "candidates": ["listed"]}],
+}
+# Three common strings (one with a character outside the alphabet), and 40 rare ones at 1% each.
+COMMON = {"abc.org": 0.30, "xy.net": 0.20, "q!.fr": 0.10}
+RARE = [f"r{chr(97 + i // 26)}{chr(97 + i % 26)}.de" for i in range(40)]
+DEVICES = 24_000
+
+
+def x(s: str) -> int:
+    return int.from_bytes(hashlib.sha256(b"ldp-telemetry/string/v1\x00" + s.encode()).digest()[:8], "big") % (2**31 - 1)
+
+
+def test_discovered_strings_are_listed_as_discovered_and_estimated_from_level_0_reports(live_server, make_app):
+    url = live_server.url
+    requests.post(url + "/api/v1/schemas", json=SITES, headers=ADMIN, timeout=10).raise_for_status()
+    derived = requests.get(url + "/api/v1/schemas/sites/1", timeout=10).json()
+    levels = derived["attributes"][0]["levels"]
+    assert levels == [2, 3, 4, 5, 6, 7, 8]  # 29 symbols: 29^2 <= 4160 < 29^3, then one a level
+    strings = [*COMMON, *RARE]
+    shares = [*COMMON.values(), *[0.4 / len(RARE)] * len(RARE)]
+    rng = np.random.default_rng(1919)
+    coins = HmacStream(b"test coins", b"discovery")  # the client's coins, fixed: the test is repeatable
+    reports = [randomize(derived, {"home": strings[i]}, source=coins)
+               for i in rng.choice(len(strings), size=DEVICES, p=shares)]
+    for start in range(0, DEVICES, 1000):
+        answer = requests.post(url + "/api/v1/reports", json={"reports": reports[start:start + 1000]}, timeout=60)
+        assert answer.status_code == 202, answer.text
+    assert requests.post(url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=60).status_code == 200
+
+    app = make_app(LDP_DB=live_server.db)  # the jobs, as the leading process runs them
+    assert discovery.discover_strings(app, seed=7) == 3
+    while store_of(app).filling():
+        candidates.backfill(app)
+    refresh.refresh(app)
+
+    listed = requests.get(url + "/api/v1/schemas/sites/1/candidates", timeout=10).json()["candidates"]
+    by_value = {c["value"]: c for c in listed}
+    assert {v: (c["source"], c["estimated"]) for v, c in by_value.items()} == {
+        "listed": ("listed", True), "abc.org": ("discovered", True), "xy.net": ("discovered", True),
+        "q\ufffd.fr": ("discovered", False)}
+    # Estimated from the level-0 reports alone: n counts those, supports decoded here.
+    level_0 = [json.loads(v)["home"] for (v,) in sql(live_server.db, 'SELECT "values" FROM reports')
+               if json.loads(v)["home"]["level"] == 0]
+    assert len(level_0) == sum(r["values"]["home"]["level"] == 0 for r in reports)
+    a = derived["attributes"][0]
+    g, p, q = a["g"], a["p"], a["q"]
+    rows = requests.get(url + "/api/v1/estimates?schema=sites&attribute=home", timeout=10).json()["estimates"]
+    got = {r["value"]: r for r in rows if r["window"] == "all"}
+    assert "q\ufffd.fr" not in got  # listed, never estimated: no level-0 report can support it
+    for value in ("abc.org", "xy.net"):
+        hits = sum(((r["a"] * x(value) + r["b"]) % (2**31 - 1)) % g == r["y"] for r in level_0)
+        assert got[value]["n"] == len(level_0)
+        assert math.isclose(got[value]["estimate"], (hits / len(level_0) - q) / (p - q), rel_tol=1e-9, abs_tol=1e-12)
+        # Within 4 standard errors of the true share: the randomisation's, sqrt(pi(1 - pi)/n)/(p - q)
+        # with pi = q + (p - q)·share, and the population draw's, sqrt(share(1 - share)/devices).
+        share = COMMON[value]
+        pi = q + (p - q) * share
+        se = math.sqrt(pi * (1 - pi) / len(level_0) / (p - q) ** 2 + share * (1 - share) / DEVICES)
+        assert abs(got[value]["estimate"] - share) <= 4 * se
+
+
+def test_the_sample_of_prefix_reports_is_bounded_and_uniform():
+    """10,000 rows added a page of 700 at a time into a sample of 1,000: it holds 1,000 of them,
+    each once, and their mean index is the uniform's (4,999.5) within 4 sd: the sd of the mean of
+    1,000 drawn without replacement from 10,000 is sqrt((10,000^2 - 1)/12/1,000 * 9,000/9,999) = 86.6."""
+    sample = discovery.UniformSample(1000, np.random.default_rng(11))
+    rows = np.arange(10_000, dtype=np.int64)[:, None] * np.ones(4, dtype=np.int64)
+    for start in range(0, 10_000, 700):
+        sample.add(rows[start:start + 700])
+    a, b, y, level = sample.columns()
+    assert a.shape == (1000,) and len(set(a.tolist())) == 1000 and (a == level).all()
+    assert abs(a.mean() - 4999.5) <= 4 * 86.6
