@@ -32,7 +32,7 @@ from .checks import TOLERANCE, SchemaError, is_int, is_number, require_text, sho
 from . import discovery
 from .discovery import MAX_ALPHABET
 from .mechanisms import AUTO, Mechanism
-from .mechanisms.olh import REPLACEMENT
+from .mechanisms.olh import MAX_STRING_LENGTH, REPLACEMENT
 
 if TYPE_CHECKING:  # numpy is for the aggregator and simulation only; a device never imports it
     import numpy as np
@@ -54,9 +54,9 @@ MAX_RECORD_NUMBER = 1e300
 BOOLEAN_KEY = "true"
 # How a numeric attribute's one estimate value (its mean) is keyed, and shown in the API's "value".
 MEAN_KEY = "mean"
-# A string attribute keeps the first max_length code points of a value: 64 unless given, at most 256.
+# A string attribute keeps the first max_length code points of a value: 64 unless given, at most
+# MAX_STRING_LENGTH (256).
 DEFAULT_STRING_LENGTH = 64
-MAX_STRING_LENGTH = 256
 MAX_CANDIDATES = 10_000
 # A numeric attribute's simulated devices draw their values from Beta(m·c, (1 - m)·c) stretched over
 # its range, m the mean's position in it and c this concentration (a spread-out population).

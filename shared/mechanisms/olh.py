@@ -58,6 +58,9 @@ LEVEL_WIRE_KEYS = WIRE_KEYS | {"level"}  # a discovering attribute's reports
 # with PADDING to its length (DESIGN.md, "Strings").
 REPLACEMENT = "\ufffd"
 PADDING = "\u0000"
+# A string attribute keeps at most this many code points of a value, so it has at most this many
+# discovery levels (one a code point).
+MAX_STRING_LENGTH = 256
 LEVEL_ZERO = 0.5  # a discovering attribute's coin: the chance a report is of the value itself (level 0)
 # Supports are computed over at most this many (report, candidate) pairs at a time: two int64
 # buffers of 1 MiB, which stay in a core's cache between the passes (bigger ones ran slower).
@@ -209,7 +212,7 @@ class OptimalLocalHashing(HitMechanism):
                    "properties": {"a": {"type": "integer", "minimum": 1, "maximum": P - 1},
                                   "b": {"type": "integer", "minimum": 0, "maximum": P - 1},
                                   "y": {"type": "integer", "minimum": 0, "maximum": MAX_G - 1},
-                                  "level": {"type": "integer", "minimum": 0, "maximum": 256}},
+                                  "level": {"type": "integer", "minimum": 0, "maximum": MAX_STRING_LENGTH}},
                    "description": "the hash's seed (a, b) and the randomised hash value y; on every report of an "
                                   "attribute that discovers strings (and no other), the level: 0 for the value, "
                                   "i for its prefix of levels[i - 1] code points"}
