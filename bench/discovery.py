@@ -5,7 +5,9 @@ domain-like names of at most 24 code points; devices simulated in bulk with nump
 (:func:`ldp_telemetry.shared.simulation.discovery_reports`: the device's level coin, prefixes and
 olh's bulk encoder), then the server's discovery (:func:`ldp_telemetry.shared.discovery.discover`)
 over all of their reports. Recall: the share of the 10 most common names among the strings found;
-false: strings found that no device holds.
+false: strings found that no device holds. The ``discovery-job`` step runs the scheduled job
+(:func:`ldp_telemetry.aggregator.discovery.discover_strings`) over such reports stored in SQLite,
+in a process of its own, for its time and peak RSS.
 
     python -m bench.discovery [--keep 16,32,64] [--runs 3]   # the ablation behind K
 """
