@@ -24,7 +24,7 @@ from flask import Flask
 from ..shared import discovery
 from ..shared.schema import Attribute, Schema
 from . import context
-from .candidates import add_candidates
+from .candidates import CandidateError, add_candidates
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,14 @@ def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: n
         run = discovery.discover(attribute, *samples[attribute.name].columns())
         for estimable in (True, False):
             values = [d.value for d in run.found if d.estimable is estimable]
-            if values:
+            if not values:
+                continue
+            try:
                 added += add_candidates(context.catalog(app), schema.name, schema.version, attribute.name, values,
                                         source="discovered", estimated=estimable)
+            except CandidateError as exc:  # the attribute's 10,000 candidates are taken: the others go on
+                log.warning("discovery: %s version %s attribute %s: %s", schema.name, schema.version,
+                            attribute.name, exc)
         log.info("discovery: %s version %s attribute %s: %d found over %d prefix reports", schema.name,
                  schema.version, attribute.name, len(run.found), sum(run.reports))
     return added

@@ -17,6 +17,7 @@ from ldp_telemetry.aggregator import candidates, discovery
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.mechanisms.randomness import HmacStream
 from ldp_telemetry.shared.reports import randomize
+from ldp_telemetry.shared.schema import parse_schema
 
 pytestmark = pytest.mark.backends
 
@@ -55,6 +56,7 @@ def test_discovered_strings_are_listed_as_discovered_and_estimated_from_level_0_
 
     app = make_app(LDP_DB=live_server.db)  # the jobs, as the leading process runs them
     assert discovery.discover_strings(app, seed=7) == 3
+    assert discovery.discover_strings(app, seed=8) == 0  # found again: already candidates
     while store_of(app).filling():
         candidates.backfill(app)
     refresh.refresh(app)
@@ -96,3 +98,22 @@ def test_the_sample_of_prefix_reports_is_bounded_and_uniform():
     a, b, y, level = sample.columns()
     assert a.shape == (1000,) and len(set(a.tolist())) == 1000 and (a == level).all()
     assert abs(a.mean() - 4999.5) <= 4 * 86.6
+
+
+def test_a_full_attribute_takes_no_discovered_string_and_the_job_goes_on(make_app, caplog):
+    full = json.loads(json.dumps(SITES))
+    full["attributes"][0]["candidates"] = [f"c{i}" for i in range(10_000)]
+    full["attributes"].append({**SITES["attributes"][0], "name": "away", "candidates": []})
+    app = make_app()
+    client = app.test_client()
+    assert client.post("/api/v1/schemas", json=full, headers=ADMIN).status_code == 201
+    derived = parse_schema(client.get("/api/v1/schemas/sites/1").get_json())  # parsed once: 10,000 candidates
+    coins = HmacStream(b"test coins", b"full")
+    reports = [randomize(derived, {"home": "abc.org", "away": "xy.net"}, source=coins) for _ in range(6000)]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    store_of(app).settle()
+    assert discovery.discover_strings(app, seed=1) == 1  # "away" takes its string; "home" has no room
+    assert "at most 10000 candidates" in caplog.text
+    assert [(c.attribute, c.value, c.source) for c in store_of(app).candidates("sites", 1)] == \
+        [("away", "xy.net", "discovered")]
