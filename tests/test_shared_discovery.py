@@ -18,6 +18,7 @@ from scipy import stats
 
 from ldp_telemetry.shared import discovery
 from ldp_telemetry.shared.mechanisms import olh
+from ldp_telemetry.shared.mechanisms.randomness import HmacStream
 from ldp_telemetry.shared.reports import randomize
 from ldp_telemetry.shared.schema import parse_schema
 from ldp_telemetry.shared.simulation import discovery_reports
@@ -121,7 +122,8 @@ def test_the_bulk_simulation_draws_levels_and_prefixes_as_the_device_encoder_doe
     within 4 sd of 2,000 (sd 31.6); supports of the level's prefix p·k within 4 sd."""
     attribute = attribute_of(alphabet="ab", max_length=3, levels=[1, 2, 3])
     schema = parse_schema({"name": "s", "version": 1, "epsilon": 4.0, "attributes": [attribute.to_dict()]})
-    reports = [randomize(schema, {"home": "ab"})["values"]["home"] for _ in range(4000)]
+    coins = HmacStream(b"test coins", b"levels")  # the device encoder with fixed coins
+    reports = [randomize(schema, {"home": "ab"}, source=coins)["values"]["home"] for _ in range(4000)]
     levels = Counter(r["level"] for r in reports)
     assert abs(levels[0] - 2000) <= 4 * math.sqrt(4000 * 0.25)
     for i, length in enumerate(attribute.levels, start=1):
