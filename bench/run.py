@@ -418,8 +418,9 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ".1f", f"<= {discovery.SECONDS_TARGET:g}", job["seconds"] <= discovery.SECONDS_TARGET)
         row("  its peak RSS (its own process: reading, sampling, PEM), MB", job["peak_rss_mb"], ".0f", "-", None)
         row("  candidates added", job["added"], "d", "-", None)
-        row(f"  top-{discovery.TOP} recall", job["recall"], ".2f", f">= {discovery.RECALL_TARGET}",
-            job["recall"] >= discovery.RECALL_TARGET)
+        aimed = (job["n"], job["epsilon"]) == (1_000_000, 4.0)  # the target's point; --quick stores 100,000
+        row(f"  top-{discovery.TOP} recall", job["recall"], ".2f", f">= {discovery.RECALL_TARGET}" if aimed else "-",
+            job["recall"] >= discovery.RECALL_TARGET if aimed else None)
     return rows
 
 
