@@ -45,10 +45,19 @@ def discover_strings(app: Flask, *, seed: int | None = None) -> int:
     for latest in store.latest_schemas():
         for version in store.schema_versions(latest["name"]):
             schema = catalog.schema(latest["name"], version)
-            attributes = [a for a in schema.attributes if a.discover] if schema is not None else []
-            if attributes:
-                added += _discover_in(app, schema, attributes, rng)
+            if schema is not None:
+                added += discover_in(app, schema, rng=rng)
     return added
+
+
+def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None = None) -> int:
+    """Discovery over one schema version's discovering attributes now (the job's step, and what an
+    admin's ``POST .../discover`` runs); how many candidates it added (0 if none discovers). The
+    reports ingested before the call are settled first, so that discovery reads them all."""
+    attributes = [a for a in schema.attributes if a.discover]
+    if attributes:
+        context.store(app).settle()
+    return _discover_in(app, schema, attributes, rng or np.random.default_rng()) if attributes else 0
 
 
 def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: np.random.Generator) -> int:

@@ -117,3 +117,28 @@ def test_a_full_attribute_takes_no_discovered_string_and_the_job_goes_on(make_ap
     assert "at most 10000 candidates" in caplog.text
     assert [(c.attribute, c.value, c.source) for c in store_of(app).candidates("sites", 1)] == \
         [("away", "xy.net", "discovered")]
+
+
+def test_an_admin_runs_discovery_now_over_http(make_app):
+    app = make_app()
+    client = app.test_client()
+    assert client.post("/api/v1/schemas", json=SITES, headers=ADMIN).status_code == 201
+    flags = {"name": "flags", "version": 1, "epsilon": 1.0, "attributes": [{"name": "on", "type": "boolean"}]}
+    assert client.post("/api/v1/schemas", json=flags, headers=ADMIN).status_code == 201
+    derived = parse_schema(client.get("/api/v1/schemas/sites/1").get_json())
+    coins = HmacStream(b"test coins", b"now")
+    reports = [randomize(derived, {"home": "abc.org" if i % 2 else "xy.net"}, source=coins) for i in range(8000)]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    path = "/api/v1/schemas/sites/1/discover"
+    assert client.post(path).status_code == 401
+    assert client.post(path, headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert client.post("/api/v1/schemas/sites/2/discover", headers=ADMIN).status_code == 404
+    refused = client.post("/api/v1/schemas/flags/1/discover", headers=ADMIN)
+    assert refused.status_code == 400 and refused.get_json()["details"][0]["field"] == "attributes"
+    assert store_of(app).candidates("sites", 1) == []  # nothing ran for the refused calls
+    answer = client.post(path, headers=ADMIN)
+    assert answer.status_code == 200 and answer.get_json() == {"added": 2}
+    assert sorted((c.value, c.source) for c in store_of(app).candidates("sites", 1)) == [
+        ("abc.org", "discovered"), ("xy.net", "discovered")]
+    assert client.post(path, headers=ADMIN).get_json() == {"added": 0}  # found again: not new

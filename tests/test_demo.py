@@ -15,6 +15,7 @@ import pytest
 from test_demo_lifecycle import stop
 import requests
 
+from ldp_telemetry.tools.demo import HOMEPAGE_DEVICES_PER_DEVICE
 from ldp_telemetry.tools.populations import DEMO_SCHEMA, STEADY_SHARES, population
 from ldp_telemetry.shared import parse_schema
 
@@ -22,6 +23,9 @@ from ldp_telemetry.shared import parse_schema
 # clipping changed it), interval, covers
 ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[a-z]+\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\*? +"
                  r"\[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+# value, source, n, truth, estimate, interval, covers (demo-homepages' table)
+SITE_ROW = re.compile(r"^(\S+)\s+(listed|added|discovered)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\*? +"
+                      r"\[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
 
 
 def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
@@ -51,8 +55,21 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     assert re.search(r"Without --exit the dashboard would be served at http://127\.0\.0\.1:\d+/schemas/demo-app", out)
     assert "busy" not in out  # --port 0 asks for any free port
     assert "devices" in out and "[##############################]" in out  # the progress bar finished
+    # demo-homepages: its candidates (listed, added, discovered) beside their true shares
+    sites = [m for m in map(SITE_ROW.match, out.splitlines()) if m]
+    sources = Counter(m[2] for m in sites)
+    assert sources["listed"] == 6 and sources["added"] == 2, out[-3000:]
+    for m in sites:
+        assert int(m[3].replace(",", "")) > 0.45 * HOMEPAGE_DEVICES_PER_DEVICE * devices  # level 0: about half
+        truth, low, high = float(m[4]), float(m[6]), float(m[7])
+        assert (m[8] == "yes") == (low <= truth <= high)
+    # As above: 95% intervals, each misses with probability about 0.05; at most 16 rows (8 listed or
+    # added, and the few strings 30,000 reports let discovery find), 5 misses or more: below 1e-3.
+    assert sum(m[8] == "NO" for m in sites) <= 4
+    assert "The ten most common sites in truth: " in out
     with sqlite3.connect(tmp_path / "demo" / "aggregator.db") as db:
-        assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == 3 * devices  # three schemas
+        stored = db.execute("SELECT count(*) FROM reports").fetchone()[0]
+        assert stored == (3 + HOMEPAGE_DEVICES_PER_DEVICE) * devices  # three schemas, and the home pages
         windows = db.execute('SELECT count(DISTINCT "window") FROM reports').fetchone()[0]
     assert windows == 3
     assert len(list((tmp_path / "demo" / "devices").iterdir())) == clients  # one data folder per full client
@@ -110,4 +127,5 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
         assert result.returncode == 0, f"run {run}: " + result.stdout[-2000:] + result.stderr[-2000:]
         assert (demo_dir / "aggregator.db-inbox").is_dir()
         with sqlite3.connect(demo_dir / "aggregator.db") as db:
-            assert db.execute("SELECT count(*) FROM reports").fetchone()[0] == 3 * 300  # this run's only
+            stored = db.execute("SELECT count(*) FROM reports").fetchone()[0]
+            assert stored == (3 + HOMEPAGE_DEVICES_PER_DEVICE) * 300  # this run's only

@@ -276,6 +276,20 @@ def refresh(url: str, token: str | None, db: str | None) -> None:
 @main.command()
 @click.argument("schema_name", metavar="SCHEMA")
 @click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
+def discover(schema_name: str, schema_version: int | None, url: str, token: str | None, db: str | None) -> None:
+    """Discover the common strings of SCHEMA's discovering attributes now (the scheduler does it
+    hourly); they become candidates marked discovered, estimated once their back-fill is done."""
+    from .remote import ok
+
+    version = schema_version or ok("GET", _schema_path(schema_name, None), url=url, db=db, token=token)["version"]
+    answer = ok("POST", f"{_schema_path(schema_name, version)}/discover", url=url, db=db, token=token)
+    click.echo(f"discovered: {answer['added']:,} new candidate(s) in {schema_name} version {version}")
+
+
+@main.command()
+@click.argument("schema_name", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
 @click.option("--attribute", help="Only this attribute.")
 @click.option("--window", "windows", type=click.Choice(["all", "each"]), default="all", show_default=True,
               help="The rollup over all windows, or every window.")

@@ -1,9 +1,11 @@
 """``ldp-telemetry demo``: the whole system, end to end, on this machine.
 
 It starts the real aggregator (``ldp-telemetry serve``, granian, SQLite in ``./demo-data``),
-publishes three demo schemas (settings: booleans and a categorical; usage: a numeric mean and a
-histogram; the settings again, memoised), and plays a population of devices whose true values it
-knows for each. Every
+publishes four demo schemas (settings: booleans and a categorical; usage: a numeric mean and a
+histogram; the settings again, memoised; home pages: a string, any site at all), and plays a
+population of devices whose true values it knows for each. For the home pages it also adds two
+sites to estimate after the reports arrived and runs discovery, which finds the common sites
+nobody listed; it waits for their back-fill and prints each beside its true share. Every
 device randomises its own record on the device side with the client's code (the OS CSPRNG) and
 the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each
 true share beside its estimate and interval, and serves the dashboard until Ctrl-C, SIGTERM or
@@ -30,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,13 +45,18 @@ import requests
 from ..client import RequestsTransport, TelemetryClient, randomize
 from ..shared.schema import Schema, parse_schema
 from ..shared.windows import ROLLUP, window_start
-from .populations import DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device, population
+from .populations import (ADDED_RANKS, DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device, demo_sites, homepage_schema,
+                          homepages, population)
 from .process import ServerProcess, free_port
 from .tables import TruthRow, truth_row, truth_table
 
 BATCH = 1000  # reports per POST for the batched devices (the server's default LDP_MAX_BATCH)
 CLIENT_GROUP = 100  # full clients alive at once
 SERVER_START_TIMEOUT = 60.0
+# Home pages come from 10 times as many devices as the other schemas: discovery spreads half of the
+# reports over its levels (11 here), and needs thousands a level to find more than the top few.
+HOMEPAGE_DEVICES_PER_DEVICE = 10
+BACKFILL_TIMEOUT = 120.0  # seconds to wait for the back-fill of the added and discovered sites
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,64 @@ def truth_rows(schema: Schema, devices: list[Device], estimates: list[dict[str, 
     return rows
 
 
+def play_homepages(server: DemoServer, options: Options, rng: np.random.Generator, say: Callable[[str], None],
+                   out: TextIO) -> tuple[Schema, list[Device]]:
+    """The string schema: publish it, send its devices' reports, add two sites afterwards, run
+    discovery, and wait until the back-fill of what was added and found is done."""
+    schema = parse_schema(server.admin("POST", "/api/v1/schemas", homepage_schema()))
+    attribute = schema.attributes[0]
+    devices = homepages(options.devices * HOMEPAGE_DEVICES_PER_DEVICE, options.days, datetime.now(timezone.utc), rng)
+    say(f"Published schema {schema.name} v{schema.version}: a home page, any site, {len(attribute.candidates)} "
+        f"listed; {len(devices):,} devices randomise theirs with randomize() (half of the reports at one of "
+        f"{len(attribute.levels)} discovery levels).")
+    send_in_batches(server, schema, devices, Progress(len(devices), "devices", out).update, 0)
+    sites = demo_sites()
+    added = server.admin("POST", f"/api/v1/schemas/{schema.name}/{schema.version}/candidates",
+                         {"attribute": attribute.name, "candidates": [sites[i] for i in ADDED_RANKS]})["added"]
+    found = server.admin("POST", f"/api/v1/schemas/{schema.name}/{schema.version}/discover")["added"]
+    say(f"Added {added} sites to estimate after the reports arrived; discovery found {found} more nobody listed. "
+        f"Waiting for their back-fill ...")
+    deadline = time.monotonic() + BACKFILL_TIMEOUT
+    while not _estimated_all(server, schema):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the back-fill of the new sites took over {BACKFILL_TIMEOUT:.0f} s; see the server log")
+        time.sleep(0.5)
+    return schema, devices
+
+
+def _estimated_all(server: DemoServer, schema: Schema) -> bool:
+    """Whether every candidate to estimate has its rollup estimate (its back-fill is done)."""
+    server.admin("POST", "/api/v1/estimates/refresh")
+    listed = requests.get(f"{server.url}/api/v1/schemas/{schema.name}/{schema.version}/candidates",
+                          timeout=60).json()["candidates"]
+    rows = requests.get(server.url + "/api/v1/estimates", params={"schema": schema.name}, timeout=60).json()
+    estimated = {e["value"] for e in rows["estimates"] if e["window"] == ROLLUP}
+    return all(c["value"] in estimated for c in listed if c["estimated"])
+
+
+def homepage_lines(server: DemoServer, schema: Schema, devices: list[Device]) -> list[str]:
+    """The home pages' table: each candidate (listed, added, discovered) beside its true share, and
+    the ten most common sites with whether the analyst can see them now."""
+    answer = requests.get(server.url + "/api/v1/estimates", params={"schema": schema.name}, timeout=60).json()
+    listed = requests.get(f"{server.url}/api/v1/schemas/{schema.name}/{schema.version}/candidates",
+                          timeout=60).json()["candidates"]
+    held = Counter(d.record["home"] for d in devices)
+    rollup = {e["value"]: e for e in answer["estimates"] if e["window"] == ROLLUP}
+    rows = sorted((truth_row(schema, "home", c["value"], held[c["value"]] / len(devices), rollup[c["value"]])
+                   for c in listed if c["value"] in rollup), key=lambda r: -r.estimate)
+    sources = {c["value"]: c["source"] for c in listed}
+    lines = [f"{schema.name}, every window together ({answer['confidence']:.0%} intervals; n counts the level-0 "
+             f"reports, half of them):"]
+    lines += truth_table(rows, summary=f" (about {answer['confidence']:.0%} should).", sources=sources)
+    unestimated = [c["value"] for c in listed if not c["estimated"]]
+    if unestimated:
+        lines.append(f"Also discovered, not estimated (characters outside the alphabet): {', '.join(unestimated)}")
+    top = demo_sites()[:10]
+    lines.append("The ten most common sites in truth: "
+                 + ", ".join(f"{site} {held[site] / len(devices):.1%} ({sources.get(site, 'not found')})" for site in top))
+    return lines
+
+
 def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
     """Run the demo; returns the table's rows. Serves until Ctrl-C unless ``options.exit``."""
     def say(text: str = "") -> None:
@@ -238,6 +304,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
             others = population(other, options.devices, options.days, datetime.now(timezone.utc), rng)
             send_in_batches(server, other, others, Progress(len(others), "devices", out).update, 0)
             played.append((other, others))
+        homes = play_homepages(server, options, rng, say, out)
         written = server.admin("POST", "/api/v1/estimates/refresh")["written"]
         say(f"Sent {len(devices):,} reports of {schema.name} in {sent:.1f} s, then the other schemas'; "
             f"refreshed {written} estimates.")
@@ -253,11 +320,14 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
                 say(line)
             rows += table
         say()
+        for line in homepage_lines(server, *homes):
+            say(line)
+        say()
         if options.exit:
             say(f"Without --exit the dashboard would be served at {server.url}/schemas/{schema.name}; "
                 f"--exit stops the aggregator now.")
             return rows
-        say(f"Dashboard: {server.url}/schemas/{schema.name}")
+        say(f"Dashboard: {server.url}/schemas/{schema.name} (the home pages: {server.url}/schemas/{homes[0].name})")
         say("Serving until Ctrl-C (estimates refresh every 10 s) ...")
         try:
             server.wait()

@@ -1,7 +1,9 @@
 """The populations the tools simulate: schemas and the true values of their devices.
 
-``simulate``'s built-in population (:data:`SIMULATION_SCHEMA`, :data:`SIMULATION_SHARES`) and the
-demo's three schemas with the population that :func:`population` draws for them. The bulk
+``simulate``'s built-in population (:data:`SIMULATION_SCHEMA`, :data:`SIMULATION_SHARES`), the
+demo's three schemas with the population that :func:`population` draws for them, the demo's home
+pages (:func:`homepage_schema`, :func:`homepages`), and discovery's measured population of sites
+(:func:`site_names`, :func:`zipf_shares`). The bulk
 simulation itself is :mod:`ldp_telemetry.shared.simulation`; this module only says who the
 devices are.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from typing import Any
 
@@ -169,3 +172,44 @@ def zipf_shares(count: int, exponent: float = 1.1) -> np.ndarray:
     """Zipf's shares over ``count`` ranks: :math:`k^{-s} / \\sum_j j^{-s}`."""
     weights = np.arange(1, count + 1, dtype=float) ** -exponent
     return weights / weights.sum()
+
+
+# The demo's home pages: any site at all, drawn from a Zipf(1.1) population of DEMO_SITES names of at
+# most 12 code points (a short max_length is fewer discovery levels, so more reports a level). The
+# schema lists a few of them (two of the five most common, some rarer ones, one nobody holds); the
+# demo adds two more after the reports arrived, and discovery finds the common ones nobody listed.
+DEMO_SITES, DEMO_SITE_LENGTH = 3000, 12
+LISTED_RANKS = (0, 3, 8, 20, 200)  # the sites the schema lists (0: the most common)
+ADDED_RANKS = (1, 50)  # the sites the demo adds after the reports arrived, then back-filled
+
+
+@lru_cache(maxsize=1)
+def demo_sites() -> tuple[str, ...]:
+    """The demo's sites, most common first (the same on every run; made when first asked for)."""
+    names = [n for n in site_names(2 * DEMO_SITES, np.random.default_rng(1100)) if len(n) <= DEMO_SITE_LENGTH]
+    return tuple(names[:DEMO_SITES])
+
+
+def homepage_schema() -> dict[str, Any]:
+    """The demo's string schema: one discovering attribute listing a few of :func:`demo_sites`."""
+    sites = demo_sites()
+    return {
+        "name": "demo-homepages",
+        "version": 1,
+        "epsilon": 4.0,
+        "window": "day",
+        "description": "Each device's home page, which can be any site: the listed sites are estimated, and the "
+                       "common sites nobody listed are discovered. Each report spends epsilon 4.",
+        "attributes": [
+            {"name": "home", "type": "string", "max_length": DEMO_SITE_LENGTH, "discover": True,
+             "alphabet": SITE_ALPHABET, "candidates": [sites[i] for i in LISTED_RANKS] + ["nobody.test"]},
+        ],
+    }
+
+
+def homepages(devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
+    """``devices`` devices spread evenly over the last ``days`` day windows, each with its home page."""
+    sites = demo_sites()
+    picks = rng.choice(DEMO_SITES, size=devices, p=zipf_shares(DEMO_SITES))
+    return [Device(window_of(now - (days - 1 - i % days) * LENGTH["day"], "day"), {"home": sites[k]})
+            for i, k in enumerate(picks)]

@@ -49,17 +49,22 @@ def truth_row(schema: Schema, attribute: str, value: Any, truth: float, estimate
                     estimate["ci_low"], estimate["ci_high"], estimate["n"])
 
 
-def truth_table(rows: Sequence[TruthRow], *, summary: str = "") -> list[str]:
+def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping[str, str] | None = None
+                ) -> list[str]:
     """Truth, estimate and interval of each row, whether the interval covers the truth, and a last
-    line counting those that do (followed by ``summary``)."""
-    header = (f"{'attribute':<16} {'value':<12} {'mech':<7} {'eps':>6} {'n':>9} {'truth':>9} "
-              f"{'estimate':>10} {'interval':>21} covers")
+    line counting those that do (followed by ``summary``). With ``sources`` (a string attribute's
+    candidates: value -> listed, added or discovered) each row shows the whole string and its
+    source in place of the attribute and mechanism."""
+    first = (f"{'value':<16} {'source':<10}" if sources is not None else
+             f"{'attribute':<16} {'value':<12} {'mech':<7}")
+    header = f"{first} {'eps':>6} {'n':>9} {'truth':>9} {'estimate':>10} {'interval':>21} covers"
     lines = [header, "-" * len(header)]
     for r in rows:
         show = "{:.4f}".format if r.percent else "{:.6g}".format
         mark = "*" if r.estimate != r.estimate_clipped else " "
-        lines.append(f"{r.attribute:<16.16} {r.value:<12.12} {r.mechanism:<7} {r.epsilon:>6.3g} {r.n:>9} "
-                     f"{show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
+        first = (f"{r.value:<16} {sources.get(r.value, 'listed'):<10}" if sources is not None else
+                 f"{r.attribute:<16.16} {r.value:<12.12} {r.mechanism:<7}")
+        lines.append(f"{first} {r.epsilon:>6.3g} {r.n:>9} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
                      f"{f'[{show(r.ci_low)}, {show(r.ci_high)}]':>21} {'yes' if r.covered else 'NO'}")
     if any(r.estimate != r.estimate_clipped for r in rows):
         lines.append(CLIPPED_NOTE)

@@ -10,7 +10,7 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
-from .. import candidates, context
+from .. import candidates, context, discovery
 from ..estimation import jobs, refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import version_number
@@ -117,6 +117,22 @@ def add_candidates(name: str, version: str) -> tuple[Response, int]:
     if new:
         jobs.soon(current_app, "backfill")
     return jsonify({"added": new}), 202
+
+
+@bp.post("/schemas/<name>/<version>/discover")
+def discover_now(name: str, version: str) -> Response:
+    """Run discovery over the schema version's retained reports now rather than at the hourly job
+    (bounded as the job is); the strings found become ``discovered`` candidates, back-filled by
+    the job, which is asked to run at once. 200 with how many were new."""
+    require_admin()
+    schema = _published(name, version)
+    if not any(a.discover for a in schema.attributes):
+        raise ApiError(400, f"schema {schema.name} version {schema.version} has no attribute that discovers strings",
+                       [detail("attributes", 'no string attribute has "discover": true')])
+    new = discovery.discover_in(current_app, schema)
+    if new:
+        jobs.soon(current_app, "backfill")
+    return jsonify({"added": new})
 
 
 # -- reports -----------------------------------------------------------------------------------

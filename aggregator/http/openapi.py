@@ -210,6 +210,13 @@ def _paths() -> dict[str, Any]:
                      "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
                          "added": {"type": "integer", "description": "how many were new"}}}, "stored"),
                          **_errors(400, 401, 403, 404, 413, 415)}}},
+        "/api/v1/schemas/{name}/{version}/discover": {"post": {
+            "summary": "Discover the common strings of the schema version's discovering attributes now (admin; the "
+                       "scheduler does it hourly): those found become discovered candidates, back-filled by a job",
+            "security": ADMIN, "parameters": [name_param, version_param],
+            "responses": {"200": _json({"type": "object", "required": ["added"], "properties": {
+                "added": {"type": "integer", "description": "how many strings found were new candidates"}}}, "done"),
+                **_errors(400, 401, 403, 404)}}},
         "/api/v1/reports": {"post": {
             "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",
             # text/plain (UTF-8) holds the same JSON: a web page posts it without a CORS preflight.
