@@ -5,7 +5,7 @@ import { gzipSync } from "node:zlib";
 export const BUDGET = 10 * 1024;
 // What the bundle may not grow past while it is over BUDGET (test/size.test.js): its size when
 // last cut, rounded up.
-export const CEILING = 11_800;
+export const CEILING = 11_650;
 export function bundleSize() {
   const code = readFileSync(new URL("../dist/ldp-telemetry.min.js", import.meta.url));
   return { minified: code.length, gzipped: gzipSync(code, { level: 9 }).length };
