@@ -92,6 +92,12 @@ export const IndexedDbStore = {
         }).then(([keys, rows]) => {
           out.evicted = overflow(rows, limits);
           keys.slice(0, out.evicted).forEach((k) => outbox.delete(k));
+        }).catch(() => {
+          // All or nothing: an exception in a request's callback aborts its transaction, one in a
+          // promise does not. (If it is over already, finished() says how it ended.)
+          try {
+            tx.abort();
+          } catch {}
         });
         return finished(tx).then(() => out);
       },
