@@ -346,14 +346,13 @@ const levelCandidates = (alphabet: string, step: number, first: boolean) => (fir
 /** The levels when a schema gives none, as the server derives them: the longest first level
  * within the bound, then steps of the longest length within it, the last level `maxLength`. */
 function derivedLevels(maxLength: number, alphabet: string): number[] {
-  const longest = (first: boolean) => {
-    let s = 1;
-    while (s < maxLength && levelCandidates(alphabet, s + 1, first) <= MAX_LEVEL_CANDIDATES) s++;
-    return s;
-  };
   const levels = [];
-  for (let length = longest(true); length < maxLength; length += longest(false)) levels.push(length);
-  return [...levels, maxLength];
+  for (let length = 0; length < maxLength;) {
+    let step = 1;
+    while (length + step < maxLength && levelCandidates(alphabet, step + 1, !length) <= MAX_LEVEL_CANDIDATES) step++;
+    levels.push((length += step));
+  }
+  return levels;
 }
 
 /** Given levels: increasing prefix lengths from 1, the last `maxLength`, each level within the
