@@ -74,9 +74,9 @@ export const IndexedDbStore = {
         return keys.map((k, i) => [(k as string[])[1], values[i] as number]);
       },
       append(reports, limits) {
-        // One transaction, driven by callbacks only: awaiting anything else inside would let it
-        // commit early. The ledger is read whole (at most a row per window per schema, and the
-        // rules read one day of it), then the rules run on it, as in every store (storage.ts).
+        // One transaction, driven only by its own requests (their promises settle while it is
+        // active): awaiting anything else inside would let it commit early. The ledger is read
+        // whole (a row per window spent), then the rules run on it, as in every store (storage.ts).
         const tx = db.transaction([LEDGER, OUTBOX], "readwrite");
         const ledger = os(LEDGER, undefined, tx);
         const outbox = os(OUTBOX, undefined, tx);
