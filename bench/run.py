@@ -42,28 +42,51 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "send", "encoders", "js-bundle", "refresh", "ingest", "nodes", "estimates", "estimates-postgres",
-         "hostile", "olh-reference", "backfill", "ingest-strings", "discovery",
-         "discovery-job")
+STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "ingest", "nodes", "estimates",
+         "estimates-postgres", "hostile", "olh-reference", "backfill", "ingest-strings", "discovery", "discovery-job")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_BUNDLE_BUDGET = 10 * 1024  # DESIGN.md "JavaScript client": minified and gzipped
+JS_RECORD_TARGET_US = 50  # issue 20: record() in Node; DESIGN.md: "well under a millisecond" anywhere
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
 # Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
 # the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
 INGEST_RATIO_TARGETS = {1: 0.7, 100: 0.6}
 
 
-def bench_js_bundle() -> dict[str, Any]:
-    """The JavaScript client's <script> bundle, minified and gzipped (js/scripts/size.mjs), built
-    first with the locked dev tools when Node is there; else the reason it was skipped."""
+def _js_built() -> str | None:
+    """Builds js/dist with the locked dev tools (installed first if need be); None when built,
+    else why not."""
     try:
         if not (JS / "node_modules").exists():
             subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, capture_output=True)
         subprocess.run(["npm", "run", "build"], cwd=JS, check=True, capture_output=True)
-        done = subprocess.run(["node", "scripts/size.mjs", "--json"], cwd=JS, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        return {"skipped": f"no Node or npm, or the build failed ({type(e).__name__})"}
+        return f"no Node or npm, or the build failed ({type(e).__name__})"
+    return None
+
+
+def bench_js_bundle() -> dict[str, Any]:
+    """The JavaScript client's <script> bundle, minified and gzipped (js/scripts/size.mjs); else
+    the reason it was skipped."""
+    why = _js_built()
+    if why:
+        return {"skipped": why}
+    done = subprocess.run(["node", "scripts/size.mjs", "--json"], cwd=JS, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
+
+
+def bench_js_record(rounds: int = 3, calls: int = 20_000) -> dict[str, Any]:
+    """The JavaScript client's ``record()`` in Node (data folder) and headless Chromium (IndexedDB,
+    the <script> bundle), with the schema and record of :func:`bench_record` (js/scripts/bench-record.mjs
+    says how it is timed); else the reason it was skipped."""
+    why = _js_built()
+    if why:
+        return {"skipped": why}
+    given = {"schema": dict(encoders.BENCH_SCHEMA.to_dict(), window="hour"), "record": encoders.RECORD,
+             "calls": calls, "rounds": rounds}
+    done = subprocess.run(["node", "scripts/bench-record.mjs", json.dumps(given)], cwd=JS, check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def median_of(runs: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -359,6 +382,23 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         row("  p99 us (queued)", rec["queued"]["p99_us"], ".1f", "-", None)
         row("  median CPU us of the calling thread (queued)", rec["queued"]["cpu_median_us"], ".1f", "-", None)
         row("  median us (suppressed: same window)", rec["suppressed"]["median_us"], ".1f", "-", None)
+    jsr = results.get("js-record")
+    if jsr and "skipped" in jsr:
+        rows.append(("js: record(): skipped, " + jsr["skipped"], "-", "-", "-"))
+    elif jsr:
+        node, chromium = jsr["node"], jsr["chromium"]
+        row("js: record() median us, Node, data folder (queued)", node["queued"]["median_us"], ".1f",
+            f"< {JS_RECORD_TARGET_US}", node["queued"]["median_us"] < JS_RECORD_TARGET_US)
+        row("  p99 us, Node (queued)", node["queued"]["p99_us"], ".1f", "-", None)
+        row("  median us, Node (suppressed: same window)", node["suppressed"]["median_us"], ".1f", "-", None)
+        if "skipped" in chromium:
+            rows.append(("  in Chromium: skipped, " + chromium["skipped"], "-", "-", "-"))
+        else:
+            block = chromium["block"]
+            row(f"  median us, Chromium, IndexedDB (queued; means of {block} calls)", chromium["queued"]["median_us"],
+                ".1f", "< 1000", chromium["queued"]["median_us"] < 1000)
+            row(f"  p99 us, Chromium (queued; of the {block}-call means)", chromium["queued"]["p99_us"], ".1f", "-", None)
+            row("  median us, Chromium (suppressed: same window)", chromium["suppressed"]["median_us"], ".1f", "-", None)
     snd = results.get("send")
     if snd:
         row("client send, one post_json of 1 report, median ms", snd["batch1"]["median_ms"], ".3f", "-", None)
@@ -445,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], Any]] = {
         "encoders": encoders.run,
         "js-bundle": bench_js_bundle,
+        "js-record": bench_js_record,
         "record": bench_record,
         "send": send.run,
         "refresh": lambda: bench_refresh(max(3, args.runs)),

@@ -70,36 +70,39 @@ export interface RequestOptions {
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), o.timeoutMs);
+  const send = (target: string) => o.fetch(target, {
+    method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
+    referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
+    headers: o.contentType ? { "Content-Type": o.contentType } : {},
+  });
   try {
     let target = url;
-    for (let hop = 0; ; hop++) {
-      const response = await o.fetch(target, {
-        method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
-        referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
-        headers: o.contentType ? { "Content-Type": o.contentType } : {},
-      });
-      // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
-      const location = response.headers.get("location");
-      if (LDP_FULL && response.status >= 300 && response.status < 400 && location !== null && hop < MAX_REDIRECTS &&
-        (o.method === "GET" || KEEPS_THE_BODY.includes(response.status))) {
-        const next = new URL(location, target).href;
-        if (sameOrigin(next, url)) {
-          await response.body?.cancel().catch(() => undefined);
-          target = next;
-          continue;
-        }
-      }
-      const text = await readBounded(response, controller.signal);
-      let body: unknown;
-      try {
-        // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-        body = text ? (LDP_FULL ? parseJson(text) : JSON.parse(text)) : undefined;
-      } catch {
-        body = undefined;
-      }
-      return { status: response.status, headers: response.headers, body, text };
+    let response = await send(target);
+    // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
+    for (let hop = 0, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
+      await response.body?.cancel().catch(() => undefined);
+      response = await send((target = next));
     }
+    const text = await readBounded(response, controller.signal);
+    let body: unknown;
+    try {
+      // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
+      body = text ? (LDP_FULL ? parseJson(text) : JSON.parse(text)) : undefined;
+    } catch {
+      body = undefined;
+    }
+    return { status: response.status, headers: response.headers, body, text };
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Where a redirect to follow points: a 3xx from `target` with a Location on the origin of `url`
+ * (a POST only by the codes that keep its method and body); else undefined. */
+function sameOriginRedirect(response: Response, target: string, url: string, method: string): string | undefined {
+  const location = response.headers.get("location");
+  if (response.status < 300 || response.status >= 400 || location === null) return undefined;
+  if (method !== "GET" && !KEEPS_THE_BODY.includes(response.status)) return undefined;
+  const next = new URL(location, target).href;
+  return sameOrigin(next, url) ? next : undefined;
 }

@@ -3,7 +3,7 @@ export { randomize, validateRecord, RecordError, permanentMessage, encodeReport,
   maxReportBytes, PERMANENT_TAG, type Report, type RandomizeOptions, type Truth } from "./reports.js";
 export { parseSchema, schemaDict, attributeDict, bucketNames, SchemaError, type Schema, type Attribute, type StringFields } from "./schema.js";
 export { REGISTRY, resolve, olhBuckets, EPSILON_STAR, type Mechanism, type ShareMechanism } from "./mechanisms.js";
-export { prepareText, fingerprint, olhHash, P } from "./strings.js";
+export { prepareText, prefix, fingerprint, olhHash, P } from "./strings.js";
 export { sha256 } from "./sha256.js";
 export { FixedBytes, SystemRandom, bernoulli, randbelow, uniform53, type RandomSource } from "./random.js";
 export { hmacKey, hmacStream, StreamBytes, type DeviceSecret } from "./hmac.js";

@@ -28,7 +28,7 @@ export interface DaySpent {
   windows: Record<string, number>;
 }
 
-/** The copy in memory: schema -> {window: ε}. */
+/** The copy in memory. */
 export interface Ledger {
   /** What storage says was spent (this process, other tabs or processes, earlier runs). */
   learn(schema: string, rows: [string, number][]): void;
@@ -39,20 +39,24 @@ export interface Ledger {
 }
 
 export function ledger(cap: number): Ledger {
-  const all: Record<string, Record<string, number>> = {};
-  const of = (schema: string) => (all[schema] ??= {});
+  // schema -> day -> {window: ε}: a claim reads only its day's windows, however many days the
+  // ledger holds (a device on hour windows spends thousands a year; record() must not scan them).
+  const all: Record<string, Record<string, Record<string, number>>> = {};
+  const of = (schema: string, window: string) => ((all[schema] ??= {})[dayOf(window)] ??= {});
   return {
-    learn: (schema, rows) => Object.assign(of(schema), Object.fromEntries(rows)),
-    claim: (schema, window, epsilon) => spend(of(schema), window, epsilon, cap),
-    release: (schema, window) => delete of(schema)[window],
+    learn: (schema, rows) => rows.forEach(([w, e]) => (of(schema, w)[w] = e)),
+    claim: (schema, window, epsilon) => spend(of(schema, window), window, epsilon, cap),
+    release: (schema, window) => delete of(schema, window)[window],
     spent() {
       const out: Record<string, Record<string, DaySpent>> = {};
       for (const schema of Object.keys(all).sort()) {
-        const windows = all[schema];
-        for (const w of Object.keys(windows).sort()) {
-          const d = ((out[schema] ??= {})[dayOf(w)] ??= { epsilon: 0, maxEpsilonPerDay: cap, windows: {} });
-          d.epsilon += windows[w];
-          d.windows[w] = windows[w];
+        for (const day of Object.keys(all[schema]).sort()) {
+          const windows = all[schema][day];
+          for (const w of Object.keys(windows).sort()) {
+            const d = ((out[schema] ??= {})[day] ??= { epsilon: 0, maxEpsilonPerDay: cap, windows: {} });
+            d.epsilon += windows[w];
+            d.windows[w] = windows[w];
+          }
         }
       }
       return out;

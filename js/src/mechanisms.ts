@@ -8,7 +8,7 @@
 
 import { pyJson } from "./pyjson.js";
 import { bernoulli, randbelow, threshold, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
-import { fingerprint, olhHash, P } from "./strings.js";
+import { fingerprint, olhHash, P, prefix } from "./strings.js";
 
 /** What an encoder needs of an attribute (the schema module's Attribute has it all). */
 export interface Encoded {
@@ -19,6 +19,8 @@ export interface Encoded {
   readonly categories: readonly string[];
   readonly range?: readonly [number, number];
   readonly memo?: Memo;
+  /** A string attribute's discovery: whether it discovers, its alphabet and its served levels. */
+  readonly strings?: { readonly discover: boolean; readonly alphabet?: string; readonly levels?: readonly number[] };
   /** A mechanism's other parameters (a mean's C, z, C_pm, alpha, scale; olh's g): the served
    * ones, which the coins use, so that this client's reports are the server's to the last bit. */
   readonly params: Readonly<Record<string, number>>;
@@ -223,8 +225,11 @@ function mean(name: string, parameters: (epsilon: number) => Pair, varianceAt: (
 
 // Optimal local hashing (Wang et al. 2017; DESIGN.md "Strings"): a fresh hash seed (a, b) per
 // report, h = ((a·x + b) mod P) mod g of the value's fingerprint x, then GRR over the g hash
-// values. Draws: a = 1 + randbelow(P - 1), b = randbelow(P), then GRR's. Never memoised: a
-// fixed seed would link a device's reports.
+// values. Draws: for an attribute that discovers strings (PEM) first the level, a coin at 1/2 for
+// level 0 (the value), else level i = 1 + randbelow(L), whose report hashes the value's prefix of
+// levels[i - 1] code points; then a = 1 + randbelow(P - 1), b = randbelow(P), then GRR's. The
+// level is drawn apart from the value, so every level's report is ε-LDP. Never memoised: a fixed
+// seed would link a device's reports.
 const OLH: Mechanism = {
   name: "olh", types: ["string"], memoisable: false,
   parameters: (epsilon) => olhPair(Math.exp(epsilon), olhBuckets(epsilon)),
@@ -239,12 +244,16 @@ const OLH: Mechanism = {
   },
   worstVariance: () => 0, // the one mechanism for a string
   encode(a, truth, source) {
-    const x = fingerprint(truth as string);
+    const { discover, alphabet, levels } = a.strings!;
+    const level = discover && !bernoulli(0.5, source) ? 1 + randbelow(levels!.length, source) : 0;
+    const x = fingerprint(level ? prefix(truth as string, levels![level - 1], alphabet!) : (truth as string));
     const seed = 1 + randbelow(P - 1, source);
     const b = randbelow(P, source);
-    return { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source) };
+    const value = { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source) };
+    return discover ? { ...value, level } : value;
   },
-  wireBytes: () => 46, // {"a": 2147483646, "b": 2147483646, "y": 65535}
+  // {"a": 2147483646, "b": 2147483646, "y": 65535}, and `, "level": L` when discovering.
+  wireBytes: (a) => 46 + (a.strings!.discover ? 11 + String(a.strings!.levels!.length).length : 0),
 };
 
 export const AUTO = "auto";

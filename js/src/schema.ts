@@ -81,7 +81,7 @@ export interface Attribute extends Encoded {
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
   /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
-   * `discover` (false: discovery is not supported yet) and `alphabet` when given. */
+   * `discover`, `alphabet` when given, and when discovering its `levels` (served or derived). */
   readonly strings?: StringFields;
 }
 
@@ -90,6 +90,7 @@ export interface StringFields {
   readonly candidates: readonly string[];
   readonly discover: boolean;
   readonly alphabet?: string;
+  readonly levels?: readonly number[];
 }
 
 export interface Schema {
@@ -311,9 +312,6 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   }
   const discover = get(raw, "discover", false);
   if (typeof discover !== "boolean") at("discover", "must be true or false");
-  // As the Python side: discovering strings (DESIGN.md's PEM, with its levels) is not implemented yet.
-  if (discover) at("discover", "is not supported yet");
-  if (has(raw, "levels")) at("levels", "is not supported yet");
   const alphabet = raw.alphabet;
   if (LDP_FULL && has(raw, "alphabet")) {
     const points = [...(typeof alphabet === "string" ? alphabet : "")];
@@ -324,11 +322,54 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
       at("alphabet", "must be NFC text of 1 to 128 distinct code points, no U+FFFD or controls");
     }
   }
+  let levels: number[] | undefined;
+  if (discover) {
+    // The code points a discovered string may hold (others are found as U+FFFD).
+    if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
+    levels = has(raw, "levels") ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
+  } else if (has(raw, "levels")) at("levels", "need discover: true");
   return {
     // The browser's encoder never reads the candidates (the server estimates them).
     max_length, candidates: LDP_FULL ? checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`) : [], discover,
-    ...(has(raw, "alphabet") && { alphabet }),
+    ...(has(raw, "alphabet") && { alphabet }), ...(levels && { levels }),
   };
+}
+
+/** A level's candidates (shared/discovery.py): the first enumerates every prefix of its length,
+ * E^length with E the alphabet's code points, U+FFFD and the padding; a later one extends the K
+ * = 32 prefixes kept by its step, K·E^step. At most what K prefixes and one code point of the
+ * largest alphabet make. */
+const KEEP = 32;
+const MAX_LEVEL_CANDIDATES = KEEP * (MAX_ALPHABET + 2);
+const levelCandidates = (alphabet: string, step: number, first: boolean) => (first ? 1 : KEEP) * ([...alphabet].length + 2) ** step;
+
+/** The levels when a schema gives none, as the server derives them: the longest first level
+ * within the bound, then steps of the longest length within it, the last level `maxLength`. */
+function derivedLevels(maxLength: number, alphabet: string): number[] {
+  const levels = [];
+  for (let length = 0; length < maxLength;) {
+    let step = 1;
+    while (length + step < maxLength && levelCandidates(alphabet, step + 1, !length) <= MAX_LEVEL_CANDIDATES) step++;
+    levels.push((length += step));
+  }
+  return levels;
+}
+
+/** Given levels: increasing prefix lengths from 1, the last `maxLength`, each level within the
+ * bound of candidates. The <script> bundle checks only what its encoder reads (integers from 1 to
+ * `maxLength`): the rest are the server's rules, which bound its work. */
+function checkLevels(raw: unknown, maxLength: number, alphabet: string, where: string): number[] {
+  const what = "must be increasing prefix lengths from 1, the last max_length";
+  if (!Array.isArray(raw) || !raw.length || raw.length > maxLength) bad(where, what);
+  raw.forEach((length, i) => {
+    const previous = i ? raw[i - 1] : 0;
+    if (!(Number.isInteger(length) && length > (LDP_FULL ? previous : 0) && length <= maxLength) ||
+      (LDP_FULL && i === raw.length - 1 && length !== maxLength)) bad(`${where}[${i}]`, what);
+    if (LDP_FULL && levelCandidates(alphabet, length - previous, !i) > MAX_LEVEL_CANDIDATES) {
+      bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
+    }
+  });
+  return raw;
 }
 
 /** At most 10,000 strings, each prepared as a value is, then at most `maxLength` code points and

@@ -68,20 +68,33 @@ export const UTF8 = new TextEncoder();
 /** The bytes of a report's JSON text (what the outbox and batch limits count). */
 export const jsonBytes = (report: Report) => UTF8.encode(JSON.stringify(report)).length;
 
+/** The ledger's check-and-spend for each report on `ledger` (schema -> window -> ε, changed in
+ * place), as every store applies it; `keep` is handed each report it allows. Returns why the others
+ * were refused. */
+export function spendEach(ledger: State["ledger"], reports: Report[], perDay: number, keep: (report: Report) => void): string[] {
+  const refused: string[] = [];
+  for (const report of reports) {
+    const why = spend((ledger[report.schema] ??= {}), report.window, report.epsilon, perDay);
+    if (why) refused.push(why);
+    else keep(report);
+  }
+  return refused;
+}
+
+/** How many of the oldest rows (their `bytes`, oldest first) must go for the outbox to be within its limits. */
+export function overflow(rows: { bytes: number }[], limits: Limits): number {
+  let bytes = rows.reduce((a, r) => a + r.bytes, 0);
+  let n = 0;
+  while (n < rows.length && (rows.length - n > limits.maxReports || bytes > limits.maxBytes)) bytes -= rows[n++].bytes;
+  return n;
+}
+
 /** The ledger check-and-spend and the outbox append, on a state held by one owner at a time. */
 export function appendTo(state: State, reports: Report[], limits: Limits): Appended {
-  const out: Appended = { refused: [], evicted: 0 };
-  for (const report of reports) {
-    const why = spend((state.ledger[report.schema] ??= {}), report.window, report.epsilon, limits.perDay);
-    if (why) out.refused.push(why);
-    else state.outbox.push({ seq: state.next++, report, bytes: jsonBytes(report) });
-  }
-  let bytes = state.outbox.reduce((a, r) => a + r.bytes, 0);
-  while (state.outbox.length && (state.outbox.length > limits.maxReports || bytes > limits.maxBytes)) {
-    bytes -= state.outbox.shift()!.bytes;
-    out.evicted++;
-  }
-  return out;
+  const refused = spendEach(state.ledger, reports, limits.perDay, (report) => state.outbox.push({ seq: state.next++, report, bytes: jsonBytes(report) }));
+  const evicted = overflow(state.outbox, limits);
+  state.outbox.splice(0, evicted);
+  return { refused, evicted };
 }
 
 /** The store of last resort: nothing outlives the page or process. `new MemoryStore()` (a closure:

@@ -8,10 +8,8 @@
  */
 
 import type { DeviceSecret } from "./hmac.js";
-import { spend } from "./ledger.js";
 import type { Report } from "./reports.js";
-import { jsonBytes, type Appended, type Limits, type Row, type Store } from "./storage.js";
-import { dayOf } from "./windows.js";
+import { jsonBytes, overflow, spendEach, type Appended, type Store } from "./storage.js";
 
 const DB = "ldp-telemetry";
 const SECRET = "secret";
@@ -76,49 +74,31 @@ export const IndexedDbStore = {
         return keys.map((k, i) => [(k as string[])[1], values[i] as number]);
       },
       append(reports, limits) {
-        // One transaction, driven by callbacks only: awaiting anything else inside would let it commit early.
+        // One transaction, driven only by its own requests (their promises settle while it is
+        // active): awaiting anything else inside would let it commit early. The ledger is read
+        // whole (a row per window spent), then the rules run on it, as in every store (storage.ts).
         const tx = db.transaction([LEDGER, OUTBOX], "readwrite");
         const ledger = os(LEDGER, undefined, tx);
         const outbox = os(OUTBOX, undefined, tx);
         const out: Appended = { refused: [], evicted: 0 };
-        const spentByDay = new Map<string, Record<string, number>>();
-        let i = 0;
-        const next = (): void => {
-          const report = reports[i++];
-          if (!report) {
-            // The oldest rows go while the outbox is over its count or bytes.
-            const keys = outbox.getAllKeys();
-            const rows = outbox.getAll();
-            rows.onsuccess = () => {
-              let bytes = rows.result.reduce((a, r) => a + r.bytes, 0);
-              let count = rows.result.length;
-              for (let j = 0; count > limits.maxReports || bytes > limits.maxBytes; j++, count--, out.evicted++) {
-                outbox.delete(keys.result[j]);
-                bytes -= rows.result[j].bytes;
-              }
-            };
-            return;
-          }
-          const day = dayOf(report.window);
-          const key = `${report.schema}\u0000${day}`;
-          const decide = (spent: Record<string, number>) => {
-            spentByDay.set(key, spent);
-            const why = spend(spent, report.window, report.epsilon, limits.perDay);
-            if (why) out.refused.push(why);
-            else {
-              ledger.put(report.epsilon, [report.schema, report.window]);
-              outbox.add({ report, bytes: jsonBytes(report) });
-            }
-            next();
-          };
-          if (spentByDay.has(key)) return decide(spentByDay.get(key)!);
-          // Hour windows sort after their day ("2026-11-21T05" > "2026-11-21") and before "2026-11-21U".
-          const range = IDBKeyRange.bound([report.schema, day], [report.schema, `${day}U`]);
-          const keys = ledger.getAllKeys(range);
-          const values = ledger.getAll(range);
-          values.onsuccess = () => decide(Object.fromEntries(keys.result.map((k, j) => [(k as string[])[1], values.result[j]])));
-        };
-        next();
+        both(ledger, null).then(([keys, values]) => {
+          const spent: Record<string, Record<string, number>> = {};
+          for (const [i, [schema, window]] of (keys as string[][]).entries()) (spent[schema] ??= {})[window] = values[i] as number;
+          out.refused = spendEach(spent, reports, limits.perDay, (report) => {
+            ledger.put(report.epsilon, [report.schema, report.window]);
+            outbox.add({ report, bytes: jsonBytes(report) });
+          });
+          return both(outbox, null);
+        }).then(([keys, rows]) => {
+          out.evicted = overflow(rows, limits);
+          keys.slice(0, out.evicted).forEach((k) => outbox.delete(k));
+        }).catch(() => {
+          // All or nothing: an exception in a request's callback aborts its transaction, one in a
+          // promise does not. (If it is over already, finished() says how it ended.)
+          try {
+            tx.abort();
+          } catch {}
+        });
         return finished(tx).then(() => out);
       },
       async peek(limit) {

@@ -20,6 +20,14 @@ export function prepareText(text: string, maxLength?: number): string {
   return Array.from(text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")).slice(0, maxLength).join("");
 }
 
+/** The discovery prefix of the prepared `value` at `length` code points (DESIGN.md "Strings"): each
+ * code point kept if it is in `alphabet`, else U+FFFD, padded with U+0000 to `length`. Hashed as it
+ * is: preparing it again would turn the padding into U+FFFD. */
+export function prefix(value: string, length: number, alphabet: string): string {
+  const kept = Array.from(value).slice(0, length).map((c) => (alphabet.includes(c) ? c : "\ufffd"));
+  return kept.join("") + "\0".repeat(length - kept.length);
+}
+
 /** x(s): the first 8 bytes of SHA-256(tag ‖ 0x00 ‖ UTF-8 of `text`), big-endian, mod P, of
  * `text` exactly as given (a prepared value or candidate). As 2^32 ≡ 2 (mod P), the 64-bit
  * number hi·2^32 + lo is 2·hi + lo mod P, below 2^34: exact in a double. */

@@ -31,13 +31,16 @@ const CHECKS: Record<string, (a: Encoded, v: unknown) => string | undefined> = {
   hm: (a, v) => number(Math.max(pmConstants(a.epsilon)[1] + GRID, duchiC(a.epsilon)))(a, v),
   // The largest exponential a 53-bit uniform gives is 53 ln 2.
   laplace: (a, v) => number(1 + (2 / a.epsilon) * 53 * Math.LN2 + GRID)(a, v),
-  // {"a": a, "b": b, "y": y}, integers, no other key (a level only on an attribute that discovers: none yet).
+  // {"a": a, "b": b, "y": y}, integers, no other key; and "level" (0 to L) on every report of an
+  // attribute that discovers strings, on no other.
   olh: (a, v) => {
     const o = (v ?? 0) as Record<string, number>;
     const g = a.params.g;
-    return typeof v === "object" && !Array.isArray(v) && Object.keys(o).length === 3 &&
-      ([["a", 1, P - 1], ["b", 0, P - 1], ["y", 0, g - 1]] as const).every(([k, low, high]) => Number.isInteger(o[k]) && o[k] >= low && o[k] <= high)
-      ? undefined : `must be {"a": 1 to ${P - 1}, "b": 0 to ${P - 1}, "y": 0 to ${g - 1}} (integers) with no other key`;
+    const top = a.strings!.discover ? a.strings!.levels!.length : -1;
+    const ranges: [string, number, number][] = [["a", 1, P - 1], ["b", 0, P - 1], ["y", 0, g - 1], ...(top < 0 ? [] : [["level", 0, top] as [string, number, number]])];
+    return typeof v === "object" && !Array.isArray(v) && Object.keys(o).length === ranges.length &&
+      ranges.every(([k, low, high]) => Number.isInteger(o[k]) && o[k] >= low && o[k] <= high)
+      ? undefined : `must be {"a": 1 to ${P - 1}, "b": 0 to ${P - 1}, "y": 0 to ${g - 1}${top < 0 ? "" : `, "level": 0 to ${top}`}} (integers) with no other key`;
   },
 };
 

@@ -1,5 +1,6 @@
 // The browser bundle's budget (DESIGN.md "JavaScript client"): at most 10 KB minified and gzipped.
-// Not met yet: about 11.7 KB (13.3 KB at first, 12.9 KB with string attributes; the <script> build
+// Not met yet: about 11.9 KB (13.3 KB at first, 12.9 KB with string attributes, 11.6 KB before string
+// discovery, which added 0.3 KB; the <script> build
 // now leaves out what only Node, the tests or the server need: see scripts/build.mjs). So the budget
 // test is marked todo, and its figure shows in every run's summary without failing `make test`;
 // remove the todo once the bundle fits. Meanwhile CEILING keeps what was won: a bundle that grows

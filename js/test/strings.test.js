@@ -71,7 +71,7 @@ test("preparation: code points, not UTF-16 units; lone surrogates anywhere; neve
   validateReport(report, parseSchema(schema));
 });
 
-test("schemas: a string's g and p are checked against the client's own; discovery is refused as in Python", () => {
+test("schemas: a string's g and p are checked against the client's own; discovery needs an alphabet", () => {
   const derived = parseSchema({ name: "s", version: 1, epsilon: 2, attributes: [{ name: "s", type: "string" }] });
   const a = derived.attributes[0];
   assert.equal(a.params.g, 8);
@@ -79,7 +79,7 @@ test("schemas: a string's g and p are checked against the client's own; discover
   assert.throws(() => parseSchema(served({ g: 8.5 })), (e) => e instanceof SchemaError && e.field === "attributes[0].g");
   assert.throws(() => parseSchema(served({ p: a.p + 1e-6 })), (e) => e instanceof SchemaError && e.field === "attributes[0].p");
   assert.equal(parseSchema(served({ p: a.p + 1e-12 })).attributes[0].p, a.p + 1e-12); // the served p is used
-  assert.throws(() => parseSchema(served({ discover: true })), (e) => e instanceof SchemaError && e.field === "attributes[0].discover");
+  assert.throws(() => parseSchema(served({ discover: true })), (e) => e instanceof SchemaError && e.field === "attributes[0].alphabet");
   assert.throws(() => parseSchema({ name: "n", version: 1, epsilon: 2, attributes: [{ name: "n", type: "boolean", g: 2 }] }),
     (e) => e instanceof SchemaError && e.field === "attributes[0].g");
 });

@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import {
   FixedBytes, StreamBytes, bernoulli, randbelow, hmacKey, hmacStream, parseSchema, schemaDict, SchemaError,
   randomize, RecordError, permanentMessage, windowOf, windowStart, windowEnd, overlapping, ROLLUP, validateReport,
-  prepareText, fingerprint, olhHash, P, parseJson, PyFloat,
+  prepareText, prefix, fingerprint, olhHash, P, parseJson, PyFloat,
 } from "../dist/index.js";
 
 const VECTORS = fileURLToPath(new URL("../../tests/vectors/", import.meta.url));
@@ -81,6 +81,12 @@ export async function checkRandomness(text) {
   for (const c of v.string_values) {
     assert.equal(prepareText(c.value, c.max_length), c.prepared, c.name);
     assert.equal(fingerprint(c.prepared), c.fingerprint, c.name);
+    n++;
+  }
+  // A discovery prefix (alphabet, U+FFFD, U+0000 padding) and its fingerprint, of exactly that text.
+  for (const c of v.string_prefixes) {
+    assert.equal(prefix(c.prepared, c.length, c.alphabet), c.prefix, c.name);
+    assert.equal(fingerprint(c.prefix), c.fingerprint, c.name);
     n++;
   }
   // A report's seed: a = 1 + randbelow(P - 1), b = randbelow(P), rejections included.
@@ -182,11 +188,13 @@ export function checkReports(text) {
   for (const c of v.cases) {
     const schema = schemas.find((s) => s.name === c.report.schema && s.version === c.report.version);
     assert.doesNotThrow(() => validateReport(c.report, schema), c.name);
-    // A string attribute's counters are its supports: the candidates the report's (a, b, y) hashes to.
+    // A string attribute's counters are its supports: the candidates the report's (a, b, y) hashes
+    // to; a discovery prefix's report (level above 0) supports none and is not counted.
     for (const a of schema.attributes.filter((a) => a.type === "string" && c.report.values[a.name])) {
-      const { a: seed, b, y } = c.report.values[a.name];
-      const supported = a.strings.candidates.filter((s) => olhHash(seed, b, fingerprint(s), a.params.g) === y);
+      const { a: seed, b, y, level = 0 } = c.report.values[a.name];
+      const supported = level ? [] : a.strings.candidates.filter((s) => olhHash(seed, b, fingerprint(s), a.params.g) === y);
       assert.deepEqual(Object.fromEntries(supported.map((s) => [s, 1])), c.counters[a.name].amounts, `${c.name}: supports of ${a.name}`);
+      assert.equal(level ? 0 : 1, c.counters[a.name].n, `${c.name}: n of ${a.name}`);
     }
     n++;
   }
