@@ -21,8 +21,11 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ...shared.schema import Attribute, Schema
-from ..store import BATCH_N_PREFIX, AmountRow, CandidateBatch, Increments, Known, ReportRow, TotalRow
+from ..store import (BATCH_N_PREFIX, NOT_READ, AmountRow, CandidateBatch, Increments, Known, ReportRow, TotalRow,
+                     WireColumns)
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +78,7 @@ class Counting:
             return False
         for attribute_name, reported in decoded.items():
             attribute = schema.by_name.get(attribute_name)
-            if attribute is None:
-                return False
-            try:
-                attribute.mech.check(attribute, reported)
-            except ValueError:  # WireError
+            if attribute is None or not _checks(attribute, reported):
                 return False
         return True
 
@@ -121,16 +120,59 @@ class Counting:
         return Increments(totals, amounts)
 
     def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
-        """What ``rows`` add to the supports of ``batch``'s candidates alone, and to the number of
-        reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its number: a batch's
-        rollup ``n`` is the attribute's less the reports it missed, known when it is complete)."""
-        wire = self._counted(_wire(rows, batch.attribute)[0])
+        """What ``rows`` (of one schema version) add to the supports of ``batch``'s candidates alone,
+        and to the number of reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its
+        number: a batch's rollup ``n`` is the attribute's less the reports it missed, known when it
+        is complete): :meth:`backfill_columns` of their wire values decoded here, each checked whole
+        (:meth:`Mechanism.check`; one that fails reads as damaged)."""
+        if not rows:
+            return Increments()
+        attribute = self._schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
+        fields = attribute.mech.columns(attribute)
+        windows: dict[str, int] = {}
+        window, carried, read = [], [], []
+        for row, decoded in zip(rows, _decode_all([r.values for r in rows])):
+            window.append(windows.setdefault(row.window, len(windows)))
+            reported = None if decoded is None else decoded.get(attribute.name)
+            carried.append(decoded is None or attribute.name in decoded)
+            read.append([NOT_READ] * len(fields) if reported is None or not _checks(attribute, reported)
+                        else [reported[f] for f in fields])
+        ends = {r.window: r.window_end for r in rows}
+        columns = np.array(read, dtype=np.int64).reshape(len(rows), len(fields))
+        return self.backfill_columns(WireColumns(
+            rows[0].schema, rows[0].version, attribute.name, tuple(windows), tuple(ends[w] for w in windows),
+            np.array(window, dtype=np.int64), np.array(carried, dtype=bool),
+            {f: columns[:, i] for i, f in enumerate(fields)}), batch)
+
+    def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
+        """The integer fields of ``attribute``'s wire values that its mechanism counts from (the
+        back-fill reads them alone)."""
+        found = self._schema(schema, version).by_name[attribute]
+        return found.mech.columns(found)
+
+    def backfill_columns(self, read: WireColumns, batch: CandidateBatch) -> Increments:
+        """:meth:`backfill` of reports read as columns: those whose attribute holds no valid value
+        (damaged) are left out with a warning, those their mechanism does not count (:meth:`counted`,
+        as for ingest) are left out, and the rest are counted per window, in one bulk pass."""
+        attribute = self._schema(read.schema, read.version).by_name[batch.attribute].with_candidates(batch.candidates)
+        mech = attribute.mech
+        valid = read.carried & mech.valid_columns(attribute, read.fields)
+        damaged = int(read.carried.sum()) - int(valid.sum())
+        if damaged:
+            log.warning("left out %d stored reports that cannot be counted (schema %r version %s)", damaged,
+                        read.schema[:64], read.version)
+        kept = np.flatnonzero(valid & mech.counted(attribute, read.fields))
+        kept = kept[np.argsort(read.window[kept], kind="stable")]
+        bounds = np.searchsorted(read.window[kept], np.arange(len(read.windows) + 1))
+        sums = mech.tally_columns(attribute, {f: c[kept] for f, c in read.fields.items()}, bounds)
+        keys = mech.counter_keys(attribute)
         amounts: list[AmountRow] = []
-        for (schema, version, window, name), reported in wire.items():
-            attribute = self._schema(schema, version).by_name[name].with_candidates(batch.candidates)
-            amounts += _amounts(attribute, (schema, version, window, name), reported)
-            amounts.append(AmountRow(schema, version, window, name, f"{BATCH_N_PREFIX}{batch.batch}",
-                                     sum(c for _, c in reported)))
+        for i, window in enumerate(read.windows):
+            if bounds[i + 1] == bounds[i]:
+                continue  # nothing of the attribute counted there: neither n nor any amount
+            key = (read.schema, read.version, window, attribute.name)
+            amounts += [AmountRow(*key, keys[j], int(sums[i, j])) for j in np.flatnonzero(sums[i])]
+            amounts.append(AmountRow(*key, f"{BATCH_N_PREFIX}{batch.batch}", int(bounds[i + 1] - bounds[i])))
         return Increments([], amounts)
 
     def _counted(self, wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]]
@@ -153,22 +195,27 @@ class Counting:
         return schema
 
 
-def _wire(rows: Sequence[ReportRow], only: str | None = None
+def _wire(rows: Sequence[ReportRow]
           ) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]], dict[tuple[str, int, str], int]]:
     """Per (schema, version, window, attribute) the wire values of ``rows`` with how many reports
-    sent each (rows alike decoded once), and each window's end; of the attribute ``only`` alone
-    if given."""
+    sent each (rows alike decoded once), and each window's end."""
     alike = Counter(map(_ALL_BUT_ID, rows))
     wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
     ends: dict[tuple[str, int, str], int] = {}
     for ((schema, version, window, end, _), count), decoded in zip(alike.items(), _decode_all([k[4] for k in alike])):
         ends[(schema, version, window)] = end
-        if only is None:
-            for name, reported in (decoded or {}).items():
-                wire.setdefault((schema, version, window, name), []).append((reported, count))
-        elif decoded and only in decoded:
-            wire.setdefault((schema, version, window, only), []).append((decoded[only], count))
+        for name, reported in (decoded or {}).items():
+            wire.setdefault((schema, version, window, name), []).append((reported, count))
     return wire, ends
+
+
+def _checks(attribute: Attribute, reported: Any) -> bool:
+    """Whether ``reported`` is a valid wire value of ``attribute``."""
+    try:
+        attribute.mech.check(attribute, reported)
+    except ValueError:  # WireError
+        return False
+    return True
 
 
 def _decode_all(texts: list[str]) -> list[dict[str, Any] | None]:

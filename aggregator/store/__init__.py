@@ -15,8 +15,8 @@ and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
 from __future__ import annotations
 
 from .base import (BATCH_N_PREFIX, Activity, AmountRow, BackfillChunk, CandidateBatch, CandidateRow, Counts, EstimateRow,
-                   EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, Store, TotalRow,
-                   WindowCounters, first_of_each_id)
+                   EstimatesQuery, Expired, Increments, Known, NOT_READ, ReportRow, Retention, Stale, Store, TotalRow,
+                   WindowCounters, WireColumns, first_of_each_id)
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .sqlite import SQLiteStore
 
@@ -42,6 +42,6 @@ def open_store(location: str, synchronous: str = "full") -> Store:
     return SQLiteStore(location, synchronous)
 
 
-__all__ = ["BATCH_N_PREFIX", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow", "Counts", "Known", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "ReportRow",
-           "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters",
+__all__ = ["BATCH_N_PREFIX", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow", "Counts", "Known", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "NOT_READ", "ReportRow",
+           "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters", "WireColumns",
            "first_of_each_id", "is_postgres", "open_store"]

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from ...shared.schema import NAME_RE, is_version
 from .errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class ReportRow(NamedTuple):
@@ -110,17 +113,41 @@ NOTHING_KNOWN = Known(0)
 BATCH_N_PREFIX = "\x01n:"
 
 
+# What a column of :class:`WireColumns` holds where its field is absent or no integer.
+NOT_READ = -1
+
+
+class WireColumns(NamedTuple):
+    """Stored reports of one schema version with one attribute's wire values as integer columns (what
+    the back-fill counts, without a Python object per report): per report the index of its window
+    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or its values are
+    damaged: no JSON object), and each field counting reads (:meth:`Counts.columns`), or
+    :data:`NOT_READ`."""
+
+    schema: str
+    version: int
+    attribute: str
+    windows: tuple[str, ...]
+    ends: tuple[int, ...]
+    window: np.ndarray
+    carried: np.ndarray
+    fields: dict[str, np.ndarray]
+
+
 class BackfillChunk(NamedTuple):
     """Stored reports of a batch's back-fill read after its ``watermark`` (in ``batch``), up to
-    ``through`` (None: every one after it), and what they count for it, per window."""
+    ``through`` (None: every one after it), and what they count for it, per window; ``read``: how
+    many reports of each window were read, and ``ids`` theirs (separated by spaces: they are
+    split only when reports were stored in the range since)."""
 
     schema: str
     version: int
     batch: CandidateBatch
     through: str | None
-    ids: frozenset[str]
+    ids: str
     counted: Increments
     ends: dict[str, int]  # window -> its end (Unix seconds)
+    read: dict[str, int]
 
 
 class CandidateRow(NamedTuple):
@@ -152,6 +179,12 @@ class Counts(Protocol):
 
     def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
         """What ``rows`` add to the counters of ``batch``'s candidates alone (the back-fill)."""
+
+    def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
+        """The integer fields of an attribute's wire values that its back-fill counts from."""
+
+    def backfill_columns(self, read: WireColumns, batch: CandidateBatch) -> Increments:
+        """:meth:`backfill` of reports read as columns (:class:`WireColumns`)."""
 
 
 class Stale(NamedTuple):

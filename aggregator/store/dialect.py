@@ -16,9 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
+import numpy as np
+
 from ...shared.windows import ROLLUP
-from .base import (BATCH_N_PREFIX, Activity, BackfillChunk, CandidateBatch, CandidateRow, Counts, EstimateRow,
-                   EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters)
+from .base import (BATCH_N_PREFIX, NOT_READ, Activity, BackfillChunk, CandidateBatch, CandidateRow, Counts,
+                   EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters,
+                   WireColumns)
 from .rollup import with_rollup
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
@@ -39,6 +42,26 @@ class Dialect:
     share_lock: str = ""  # what holds a row read until commit (SQLite's write lock already does)
     update_lock: str = ""  # what holds a row read until commit against share_lock readers too
     new_mark: str = "random()"  # a dirty mark never used before
+    aggregate: str = "group_concat"  # joins a column's texts, with a separator
+    # A report's values as the JSON functions below take them (``"values"``), in a subquery as ``v``.
+    json_source: str = "CASE WHEN json_valid(\"values\") THEN \"values\" END"
+
+    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
+        """SQL (on ``v``) and its parameters: 1 if the values hold ``attribute`` or are no JSON
+        (damaged), else 0."""
+        return f"CASE WHEN v IS NULL OR json_type(v, {self.param}) IS NOT NULL THEN 1 ELSE 0 END", [
+            f'$."{attribute}"']
+
+    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
+        """SQL (on ``v``) and its parameters: the integer ``field`` of ``attribute``'s value, or
+        :data:`NOT_READ` if absent or not a JSON integer (one beyond 64 bits saturates: out of any range)."""
+        path = f'$."{attribute}"."{field}"'
+        return (f"coalesce(CASE WHEN json_type(v, {self.param}) = 'integer' THEN CAST(v ->> {self.param} AS INTEGER) "
+                f"END, {NOT_READ})", [path, path])
+
+    def joined(self, columns: Sequence[str]) -> str:
+        """SQL joining the numbers ``columns`` into one text, separated by spaces."""
+        return " || ' ' || ".join(columns)
 
     def stale_windows(self, conn: Any, confidence: float) -> list[Stale]:
         """:meth:`Store.stale_windows` read on ``conn``: dirty windows with their marks, and windows
@@ -282,7 +305,9 @@ class Dialect:
 
     def backfill_read(self, conn: Any, schema: str, version: int, batch: int, reports: int,
                       counts: Counts) -> BackfillChunk | None:
-        """:meth:`Store.backfill_read` on ``conn`` (a read: no lock is taken)."""
+        """:meth:`Store.backfill_read` on ``conn`` (a read: no lock is taken). The reports are read
+        as :class:`WireColumns` of the fields counting names, which the database extracts from
+        their JSON (:meth:`wire_columns`): no Python object per report."""
         p = self.param
         row = conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
         if row is None or row[1] is None:
@@ -291,11 +316,41 @@ class Dialect:
         values = tuple(v for (v,) in conn.execute(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
-        rows = self.reports_after(conn, schema, version, watermark, reports)
+        read, count, last, ids = self.wire_columns(conn, schema, version, attribute,
+                                                   counts.columns(schema, version, attribute), watermark, reports)
         target = CandidateBatch(batch, attribute, values, watermark)
-        return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
-                             frozenset(r.id for r in rows), counts.backfill(rows, target),
-                             {r.window: r.window_end for r in rows})
+        per_window = np.bincount(read.window, minlength=len(read.windows))
+        return BackfillChunk(schema, version, target, last if count == reports else None, ids,
+                             counts.backfill_columns(read, target), dict(zip(read.windows, read.ends)),
+                             {w: int(n) for w, n in zip(read.windows, per_window)})
+
+    def wire_columns(self, conn: Any, schema: str, version: int, attribute: str, fields: Sequence[str], after: str,
+                     limit: int) -> tuple[WireColumns, int, str | None, str]:
+        """The stored reports of a schema version after the id ``after``, in id order, at most
+        ``limit``, as ``attribute``'s ``fields`` (:class:`WireColumns`), with how many were read,
+        the last id and every id read (separated by spaces). The database extracts the fields and
+        joins each report's into one text for all: SQLite's and PostgreSQL's JSON functions run in
+        C, and one text of numbers is one numpy parse (measured over 100,000 reports: 0.16 s, where
+        their rows as Python tuples took 0.18 s and decoding their JSON in Python 0.25 s)."""
+        p = self.param
+        carried, carried_params = self.json_carried(attribute)
+        extracted = [self.json_integer(attribute, f) for f in fields]
+        numbers = self.joined(["window_end", carried, *(sql for sql, _ in extracted)])
+        params = [*carried_params, *(v for _, ps in extracted for v in ps), after, schema, version, limit]
+        count, last, ids, text = conn.execute(
+            f"SELECT count(*), max(id), {self.aggregate}(id, ' '), {self.aggregate}(n, ' ') FROM ("
+            f"SELECT id, {numbers} AS n FROM (SELECT id, window_end, {self.json_source} AS v FROM reports "
+            f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}) AS r) AS c",
+            params).fetchone()
+        windows = conn.execute(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
+                               f"AND schema = {p} AND version = {p} ORDER BY window_end",
+                               (after, last, schema, version)).fetchall() if count else []
+        table = np.fromstring(text or "", dtype=np.int64, sep=" ").reshape(count, 2 + len(fields))
+        ends = np.array([end for _, end in windows], dtype=np.int64)
+        read = WireColumns(schema, version, attribute, tuple(w for w, _ in windows), tuple(int(e) for e in ends),
+                           np.searchsorted(ends, table[:, 0]), table[:, 1] == 1,
+                           {f: table[:, 2 + i] for i, f in enumerate(fields)})
+        return read, count, last, ids or ""
 
     def backfill_apply(self, conn: Any, chunk: BackfillChunk, counts: Counts,
                        add: Callable[[Any, Increments], None]) -> bool:
@@ -308,18 +363,25 @@ class Dialect:
         if row is None or row[0] != batch.watermark:  # moved by another back-fill meanwhile
             return row is None or row[0] is None
         # The reports of the range now: those stored since the read are counted here, those whose
-        # window retention erased since are left out with their window.
+        # window retention erased since are left out with their window. Reports of a window after
+        # the cutoff are never deleted (retention, and PostgreSQL's rewrite, delete only reports of
+        # windows at or before it), so the range holds as many of them as were read iff none was
+        # stored since: only then are the ids compared.
+        cutoff = self._cutoff(conn)
         bound, params = "", [schema, version, batch.watermark]
         if chunk.through is not None:
             bound, params = f" AND id <= {p}", [*params, chunk.through]
-        late = [i for (i,) in conn.execute(f"SELECT id FROM reports WHERE schema = {p} AND version = {p} "
-                                           f"AND id > {p}{bound}", params) if i not in chunk.ids]
-        rows = [ReportRow._make(r) for start in range(0, len(late), _IN_CHUNK) for r in conn.execute(
-            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
-            f"({', '.join([p] * len(late[start:start + _IN_CHUNK]))})", late[start:start + _IN_CHUNK])]
+        in_range = f"FROM reports WHERE schema = {p} AND version = {p} AND id > {p}{bound}"
+        kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
+        rows: list[ReportRow] = []
+        if conn.execute(f"SELECT count(*) {in_range} AND window_end > {p}", [*params, cutoff]).fetchone()[0] != kept_read:
+            read = set(chunk.ids.split())
+            late = [i for (i,) in conn.execute(f"SELECT id {in_range}", params) if i not in read]
+            rows = [ReportRow._make(r) for start in range(0, len(late), _IN_CHUNK) for r in conn.execute(
+                f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
+                f"({', '.join([p] * len(late[start:start + _IN_CHUNK]))})", late[start:start + _IN_CHUNK])]
         counted = counts.backfill(rows, batch)
         ends = {**chunk.ends, **{r.window: r.window_end for r in rows}}
-        cutoff = self._cutoff(conn)
         kept = {w for w, end in ends.items() if end > cutoff}
         add(conn, with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in kept])))
         if chunk.through is None:
@@ -356,5 +418,29 @@ class Dialect:
                      (schema, version))
 
 
+@dataclass(frozen=True)
+class PostgresDialect(Dialect):
+    """PostgreSQL's JSON functions. Its ingest stores only reports it validated (it has no inbox to
+    recover), so every stored value is JSON: one that were not would fail the read, not be counted."""
+
+    aggregate: str = "string_agg"
+    json_source: str = '"values"::jsonb'
+
+    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
+        return f"CASE WHEN jsonb_typeof(v) <> 'object' OR v ? {self.param}::text THEN 1 ELSE 0 END", [attribute]
+
+    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
+        # jsonb_typeof says "number" for 1.5 and 1e3 too; only digits make an integer (at most 18 of
+        # them: within 64 bits).
+        value = f"v -> {self.param}::text ->> {self.param}::text"
+        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {self.param}::text -> {self.param}::text) = 'number' "
+                f"AND {value} ~ '^-?[0-9]{{1,18}}$' THEN ({value})::bigint END, {NOT_READ})",
+                [attribute, field] * 3)
+
+    def joined(self, columns: Sequence[str]) -> str:
+        return f"concat_ws(' ', {', '.join(columns)})"
+
+
 SQLITE = Dialect("?")
-POSTGRES = Dialect("%s", share_lock=" FOR SHARE", update_lock=" FOR UPDATE", new_mark="nextval('dirty_marks')")
+POSTGRES = PostgresDialect("%s", share_lock=" FOR SHARE", update_lock=" FOR UPDATE",
+                           new_mark="nextval('dirty_marks')")

@@ -165,10 +165,27 @@ class Mechanism(ABC):
     def check(self, attribute: Target, reported: Any) -> None:
         """Raise :class:`WireError` unless ``reported`` is a valid wire value of ``attribute``."""
 
-    def counted(self, attribute: Target, reported: Any) -> bool:
+    def counted(self, attribute: Target, reported: Any) -> Any:
         """Whether a checked wire value adds to the counters (``n`` and its amounts): always, but
-        for a report that only discovery reads (``olh``: a prefix's report, level ≥ 1)."""
+        for a report that only discovery reads (``olh``: a prefix's report, level ≥ 1). Given
+        many reports' :meth:`columns` (field -> numpy array), a mask of them (or True for all)."""
         return True
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        """The fields of a wire value, each an integer, that :meth:`tally_columns` counts from (the
+        back-fill reads them alone, as columns); none for a mechanism that has no such form."""
+        return ()
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Which reports given as :meth:`columns` (a field absent or no integer reads as -1) hold
+        values :meth:`check` allows for those fields."""
+        raise NotImplementedError(f"{self.name} has no columns")
+
+    def tally_columns(self, attribute: Target, columns: Mapping[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
+        """:meth:`tally` of many checked reports given as :meth:`columns`, per run of consecutive
+        reports (``groups``: their bounds, from 0 to the number of reports): one row per run, of
+        each :meth:`counter_keys` amount."""
+        raise NotImplementedError(f"{self.name} has no columns")
 
     @abstractmethod
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:

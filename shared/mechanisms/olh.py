@@ -62,9 +62,12 @@ PADDING = "\u0000"
 # discovery levels (one a code point).
 MAX_STRING_LENGTH = 256
 LEVEL_ZERO = 0.5  # a discovering attribute's coin: the chance a report is of the value itself (level 0)
-# Supports are computed over at most this many (report, candidate) pairs at a time: two int64
-# buffers of 1 MiB, which stay in a core's cache between the passes (bigger ones ran slower).
+# Supports are computed over at most this many (report, candidate) pairs at a time: two uint64
+# buffers of 1 MiB, which stay in a core's cache between the passes (bigger ones ran slower), laid
+# out as candidates by up to _BLOCK reports, so that each pass runs along the reports' columns
+# (measured: 8,192 reports by 16 candidates ran a fifth faster than 131 by 1,000).
 _CELLS = 1 << 17
+_BLOCK = 1 << 13
 # Pairs from which the supports are computed in several threads, and at most how many threads.
 _THREAD_CELLS = 1 << 24
 _THREADS = min(4, os.cpu_count() or 1)
@@ -111,67 +114,87 @@ def fingerprints(texts: tuple[str, ...]) -> np.ndarray:
 
 
 def supports(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int,
-             weights: np.ndarray | None = None) -> np.ndarray:
+             weights: np.ndarray | None = None, groups: np.ndarray | None = None) -> np.ndarray:
     r"""For each fingerprint in ``x``, how many of the reports ``(a, b, y)`` support it (each
     report counted ``weights`` times, else once): :math:`\sum_r w_r [((a_r x + b_r) \bmod P)
-    \bmod g = y_r]`. Exact int64 throughout, :data:`_CELLS` (report, candidate) pairs at a time
-    (buffers reused, small enough to stay in the CPU's cache), without a division:
+    \bmod g = y_r]`. ``groups`` (the bounds of consecutive runs of reports, ``[0, ..., len(a)]``):
+    one row of supports per run instead (the back-fill's windows). Exact integers throughout, a
+    block of candidates by :data:`_BLOCK` reports at a time (buffers reused, small enough to stay in
+    the CPU's cache), without a division:
 
     - :math:`v = a x + b < 2^{62} + 2^{31}` is reduced mod the Mersenne prime :math:`P = 2^{31} - 1`
-      by folding, :math:`v \mapsto (v \mathbin{\&} P) + (v \gg 31)` (as :math:`2^{31} \equiv 1`),
-      twice (below :math:`P + 2`), then one conditional subtraction;
-    - :math:`v \bmod g = v - g \lfloor v M / 2^s \rfloor` with :math:`s = 31 + \lceil \log_2 g
-      \rceil` and :math:`M = \lfloor 2^s / g \rfloor + 1` (Granlund and Montgomery, "Division by
-      invariant integers using multiplication", PLDI 1994): exact for every :math:`v < 2^{31}`, and
-      :math:`v M < 2^{63}`."""
+      by one fold, :math:`v \mapsto (v \mathbin{\&} P) + (v \gg 31) \le 2^{32}` (as
+      :math:`2^{31} \equiv 1`), then :math:`v \mapsto (v + ((v + 1) \gg 31)) \mathbin{\&} P`,
+      exact for every :math:`v \le 2^{32}`;
+    - :math:`r \bmod g = y` iff :math:`n = r + g - y` (below :math:`2^{32}`) is divisible by
+      :math:`g`, iff :math:`n c \bmod 2^{64} < c` with :math:`c = \lceil 2^{64} / g \rceil` (Lemire,
+      Kaser, Kurz, "Faster remainder by direct computation", 2019: exact for 32-bit :math:`n` and
+      :math:`g`), in uint64, whose products wrap mod :math:`2^{64}`."""
     import numpy as np
 
     a, b, y = (np.asarray(v, dtype=np.int64) for v in (a, b, y))
     w = None if weights is None else np.asarray(weights, dtype=np.int64)
     if w is not None and bool((w == 1).all()):
         w = None
-    if x.shape[0] == 0 or a.shape[0] == 0:
-        return np.zeros(x.shape[0], dtype=np.int64)
-    # numpy lets go of the GIL inside each pass: a share of the reports per core, summed.
-    parts = min(_THREADS, max(1, a.shape[0] * x.shape[0] // _THREAD_CELLS))
-    if parts == 1:
-        return _supports_part(a, b, y, x, g, w)
-    bounds = np.linspace(0, a.shape[0], parts + 1).astype(int)
-    with ThreadPoolExecutor(parts) as pool:
-        counted = pool.map(lambda i: _supports_part(*(v[bounds[i]:bounds[i + 1]] for v in (a, b, y)), x, g,
-                                                    None if w is None else w[bounds[i]:bounds[i + 1]]), range(parts))
-        return sum(counted)
+    bounds = np.array([0, a.shape[0]]) if groups is None else np.asarray(groups)
+    out = np.zeros((bounds.shape[0] - 1, x.shape[0]), dtype=np.int64)
+    if x.shape[0] and a.shape[0]:
+        # numpy lets go of the GIL inside each pass: a share of the reports per core, summed.
+        parts = min(_THREADS, max(1, a.shape[0] * x.shape[0] // _THREAD_CELLS))
+        cuts = np.linspace(0, a.shape[0], parts + 1).astype(int)
+        wire = (a.astype(np.uint64), b.astype(np.uint64), (g - y).astype(np.uint64))
+        fingerprints = x.astype(np.uint64)
+
+        def part(i: int) -> np.ndarray:
+            lo, hi = cuts[i], cuts[i + 1]
+            mine = np.clip(bounds, lo, hi) - lo
+            return _supports_part(*(v[lo:hi] for v in wire), fingerprints, g,
+                                  None if w is None else w[lo:hi], mine)
+
+        if parts == 1:
+            out += part(0)
+        else:
+            with ThreadPoolExecutor(parts) as pool:
+                for counted in pool.map(part, range(parts)):
+                    out += counted
+    return out if groups is not None else out[0]
 
 
-def _supports_part(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int, w: np.ndarray | None
-                   ) -> np.ndarray:
-    """:func:`supports` of some reports, in one thread, with buffers of its own."""
+def _supports_part(a: np.ndarray, b: np.ndarray, rest: np.ndarray, x: np.ndarray, g: int, w: np.ndarray | None,
+                   bounds: np.ndarray) -> np.ndarray:
+    """:func:`supports` of some reports (``rest`` = g - y, all uint64), per run of ``bounds``, in
+    one thread, with buffers of its own."""
     import numpy as np
 
-    out = np.zeros(x.shape[0], dtype=np.int64)
-    shift = 31 + (g - 1).bit_length()
-    multiplier = (1 << shift) // g + 1
-    step = max(1, _CELLS // x.shape[0])
-    v = np.empty((min(step, a.shape[0]), x.shape[0]), dtype=np.int64)
+    out = np.zeros((bounds.shape[0] - 1, x.shape[0]), dtype=np.int64)
+    c = np.uint64(((1 << 64) - 1) // g + 1)
+    below = np.uint64(int(c) - 1)
+    p, s, one = np.uint64(P), np.uint64(31), np.uint64(1)
+    columns = max(1, min(_BLOCK, a.shape[0]))
+    rows = min(x.shape[0], max(1, _CELLS // columns))
+    v = np.empty((rows, columns), dtype=np.uint64)
     t, hit = np.empty_like(v), np.empty(v.shape, dtype=bool)
-    for start in range(0, a.shape[0], step):
-        m = min(step, a.shape[0] - start)
-        vv, tt, hh = v[:m], t[:m], hit[:m]
-        np.multiply(a[start:start + m, None], x[None, :], out=vv)
-        vv += b[start:start + m, None]
-        for _ in range(2):
-            np.right_shift(vv, 31, out=tt)
-            vv &= P
-            vv += tt
-        np.greater_equal(vv, P, out=tt)
-        tt *= P
-        vv -= tt
-        np.multiply(vv, multiplier, out=tt)
-        tt >>= shift
-        tt *= g
-        vv -= tt
-        np.equal(vv, y[start:start + m, None], out=hh)
-        out += hh.sum(axis=0) if w is None else w[start:start + m] @ hh
+    for group in range(bounds.shape[0] - 1):
+        for start in range(bounds[group], bounds[group + 1], _BLOCK):
+            end = min(start + _BLOCK, bounds[group + 1])
+            aa, bb, rr = a[start:end], b[start:end], rest[start:end]
+            for first in range(0, x.shape[0], rows):
+                k = min(rows, x.shape[0] - first)
+                vv, tt, hh = v[:k, :end - start], t[:k, :end - start], hit[:k, :end - start]
+                np.multiply(x[first:first + k, None], aa, out=vv)
+                vv += bb
+                np.right_shift(vv, s, out=tt)
+                vv &= p
+                vv += tt
+                np.add(vv, one, out=tt)
+                tt >>= s
+                vv += tt
+                vv &= p
+                vv += rr
+                vv *= c
+                np.less_equal(vv, below, out=hh)
+                out[group, first:first + k] += (np.count_nonzero(hh, axis=1) if w is None
+                                                else hh @ w[start:end])
     return out
 
 
@@ -200,6 +223,13 @@ class Discovering(Target, Protocol):
 
     @property
     def levels(self) -> tuple[int, ...]: ...
+
+
+def _ranges(attribute: Discovering) -> tuple[tuple[str, int, int], ...]:
+    """Each integer field of a wire value with its lowest and highest value (``level`` only on a
+    discovering attribute's): what :meth:`OptimalLocalHashing.check` allows."""
+    fields = (("a", 1, P - 1), ("b", 0, P - 1), ("y", 0, buckets_of(attribute) - 1))
+    return (*fields, ("level", 0, len(attribute.levels))) if attribute.discover else fields
 
 
 class OptimalLocalHashing(HitMechanism):
@@ -267,7 +297,6 @@ class OptimalLocalHashing(HitMechanism):
         return len(json.dumps({**widest, "level": len(attribute.levels)} if attribute.discover else widest))
 
     def check(self, attribute: Discovering, reported: Any) -> None:  # type: ignore[override]
-        g = buckets_of(attribute)
         keys = LEVEL_WIRE_KEYS if attribute.discover else WIRE_KEYS
         if not isinstance(reported, dict) or reported.keys() != keys:
             if attribute.discover:
@@ -276,15 +305,31 @@ class OptimalLocalHashing(HitMechanism):
             if isinstance(reported, dict) and "level" in reported:
                 raise WireError("must not carry a level: the attribute does not discover strings")
             raise WireError('must be an object {"a": a, "b": b, "y": y} with no other keys')
-        top = len(attribute.levels) if attribute.discover else 0
-        for key, low, high in (("a", 1, P - 1), ("b", 0, P - 1), ("y", 0, g - 1), ("level", 0, top)):
+        for key, low, high in _ranges(attribute):
             value = reported.get(key, 0)
             if type(value) is not int or not low <= value <= high:
                 raise WireError(f"{key} must be an integer from {low} to {high}")
 
-    def counted(self, attribute: Discovering, reported: Any) -> bool:  # type: ignore[override]
+    def counted(self, attribute: Discovering, reported: Any) -> Any:  # type: ignore[override]
         """Level 0 only: a prefix's report (level ≥ 1) is for discovery, and supports no candidate."""
         return reported.get("level", 0) == 0
+
+    def columns(self, attribute: Discovering) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(key for key, _, _ in _ranges(attribute))
+
+    def valid_columns(self, attribute: Discovering,  # type: ignore[override]
+                      columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        import numpy as np
+
+        valid = np.ones(len(next(iter(columns.values()))), dtype=bool)
+        for key, low, high in _ranges(attribute):
+            valid &= (columns[key] >= low) & (columns[key] <= high)
+        return valid
+
+    def tally_columns(self, attribute: Target, columns: Mapping[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
+        """Supports of every candidate per run, in one pass over the reports (threaded)."""
+        return supports(columns["a"], columns["b"], columns["y"], fingerprints(attribute.keys),
+                        buckets_of(attribute), groups=groups)
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         """One support for each candidate the report supports (about k/g of k)."""
