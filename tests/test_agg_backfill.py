@@ -280,3 +280,39 @@ def test_the_scheduler_back_fills_right_after_an_add(make_app):
     finally:
         jobs.stop(app)
     assert supports(app, ADDED[:3]) == reference(app.config["LDP_DB"], ADDED[:3])
+
+
+# Values no ingest stores (each is refused by the wire check), put behind the store's back as a
+# damaged line could be: the back-fill leaves each out, with a warning, and counts the others.
+DAMAGED = ['{"home": {"a": 1.5, "b": 2, "y": 3}, "dark_mode": true}', '{"home": {"a": "7", "b": 2, "y": 3}}',
+           '{"home": {"a": true, "b": 2, "y": 3}}', '{"home": {"a": 0, "b": 2, "y": 3}}', '{"home": 5}',
+           '{"home": {"a": 99999999999999999999, "b": 2, "y": 3}}', '{"home": {"a": 1, "b": 2, "y": 8}}',
+           '{"home": {"a": 1, "b": 2}}']
+
+
+def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_counted(clocked, caplog):
+    clock, app, client = clocked
+    location = app.config["LDP_DB"]
+    rng = random.Random(13)
+    post(client, reports(rng, 120, "2026-11-21T11"))
+    expected = reference(location, ADDED[:5])
+    (end,), = sql(location, "SELECT DISTINCT window_end FROM reports")
+
+    def insert(prefix: str, values: list[str]) -> None:
+        for i, v in enumerate(values):
+            sql(location, 'INSERT INTO reports (id, schema, version, "window", window_end, "values") VALUES '
+                          f"('{prefix}{i:030d}', 'homes', 1, '2026-11-21T11', {end}, '{v}')")
+
+    # Some stored before the chunk is read (read as columns by the database), some stored in its
+    # range between the read and the apply (decoded by counting, text that is no JSON too).
+    insert("0", DAMAGED)
+    assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
+    store = store_of(app)
+    (schema, version, batch, _), = store.filling()
+    read = store.backfill_read(schema, version, batch, 10_000)
+    insert("1", [*DAMAGED, "{not json"])
+    with caplog.at_level("WARNING"):
+        assert store.backfill_apply(read)
+    assert sum("cannot be counted" in r.getMessage() for r in caplog.records) == 2
+    held = supports(app, ADDED[:5])
+    assert {k: v for k, v in held.items() if k[1] != "\n"} == {k: v for k, v in expected.items() if k[1] != "\n"}

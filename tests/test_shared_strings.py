@@ -197,3 +197,21 @@ def test_supports_agree_with_exact_integers_and_statistics_list_them():
         for c, _ in attribute.mech.statistics(attribute, report):
             expected_total[c] = expected_total.get(c, 0) + 3
     assert total == expected_total
+
+
+@pytest.mark.parametrize("g", [2, 3, 8, 56, 1000, 65535, 65536])
+def test_bulk_supports_are_exact_at_the_edges_of_the_arithmetic_per_run_and_weighted(g):
+    # a·x + b at its largest (a, x, b = P - 1), hash values 0, 1 and P - 1, powers of two for g:
+    # where a Mersenne fold or a divisibility test that is off by one would show.
+    rng = np.random.default_rng(g)
+    a = np.concatenate([[1, 2, P - 1, P - 2, 2**30, 2**16], rng.integers(1, P, 200)])
+    b = np.concatenate([[0, 1, P - 1, P - 2, 2**30, 0], rng.integers(0, P, 200)])
+    x = np.concatenate([[0, 1, P - 1, P - 2, 2**30], rng.integers(0, P, 30)])
+    h = np.array([[((int(ar) * int(xc) + int(br)) % P) % g for xc in x] for ar, br in zip(a, b)])
+    y = np.where(rng.random(len(a)) < 0.5, h[:, 0], rng.integers(0, g, len(a)))
+    hits = h == y[:, None]
+    assert (olh.supports(a, b, y, x, g) == hits.sum(axis=0)).all()
+    weights = rng.integers(1, 5, len(a))
+    assert (olh.supports(a, b, y, x, g, weights) == (hits * weights[:, None]).sum(axis=0)).all()
+    runs = np.array([0, 3, 3, 100, len(a)])
+    assert (olh.supports(a, b, y, x, g, groups=runs) == [hits[s:e].sum(axis=0) for s, e in zip(runs, runs[1:])]).all()
