@@ -9,7 +9,10 @@ per attribute however many categories it has (DESIGN.md, "Storage").
 :class:`Counting` is built once per app (``create_app``) and given to the store, which applies it,
 whichever backend it is, to the rows it found new, inside the transaction that stores them. So
 counting is one step with one input (stored report rows) and one output (:class:`Increments`),
-and the store itself never runs mechanism math nor decodes a report.
+and the store itself never runs mechanism math nor decodes a report. The back-fill's bulk read is
+the one place the database extracts wire fields, those counting names (:meth:`Counting.columns`),
+as numbers it does not interpret (:class:`WireColumns`): counting checks and counts them
+(:meth:`Counting.backfill_columns`), and decodes any rows it is given into the same columns.
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ class Counting:
         ends = {r.window: r.window_end for r in rows}
         columns = np.array(read, dtype=np.int64).reshape(len(rows), len(fields))
         return self.backfill_columns(WireColumns(
-            rows[0].schema, rows[0].version, attribute.name, tuple(windows), tuple(ends[w] for w in windows),
+            rows[0].schema, rows[0].version, tuple(windows), tuple(ends[w] for w in windows),
             np.array(window, dtype=np.int64), np.array(carried, dtype=bool),
             {f: columns[:, i] for i, f in enumerate(fields)}), batch)
 

@@ -118,7 +118,7 @@ NOT_READ = -1
 
 
 class WireColumns(NamedTuple):
-    """Stored reports of one schema version with one attribute's wire values as integer columns (what
+    """Stored reports of one schema version with an attribute's wire values as integer columns (what
     the back-fill counts, without a Python object per report): per report the index of its window
     in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or its values are
     damaged: no JSON object), and each field counting reads (:meth:`Counts.columns`), or
@@ -126,7 +126,6 @@ class WireColumns(NamedTuple):
 
     schema: str
     version: int
-    attribute: str
     windows: tuple[str, ...]
     ends: tuple[int, ...]
     window: np.ndarray
