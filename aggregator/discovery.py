@@ -2,20 +2,24 @@
 retained reports, and add them as candidates marked ``discovered`` (DESIGN.md, "Strings").
 
 Per published schema version with an attribute that discovers, the job walks the stored reports a
-page at a time (:meth:`Store.reports_after`, never all at once), keeps the prefix reports (level
-1 or more) of each such attribute, at most :data:`MAX_REPORTS` of them (a uniform sample beyond
-that: each report gets a random key and the smallest keys are kept), and runs PEM over them
+page at a time (:meth:`Store.reports_after`, never all at once), at most :data:`MAX_READ` of them
+from a random id on, keeps the prefix reports (level 1 or more) of each such attribute, at most
+:data:`MAX_REPORTS` of them for all the version's discovering attributes together (a uniform
+sample beyond that: each report gets a random key and the smallest keys are kept), and runs PEM over them
 (:func:`...shared.discovery.discover`). The strings that survive become candidates with source
 ``discovered`` (one still holding U+FFFD with ``estimated=False``: no level-0 report supports it);
 the back-fill then counts the new ones over the retained reports, and the refresh estimates them
-from the level-0 reports alone. Only the scheduler runs it, on the leading process (one node at a
-time); its work per run is bounded by :data:`MAX_REPORTS` times the candidates a level tests.
+from the level-0 reports alone. The scheduler runs it on the leading process (one node at a time),
+and an admin may run it at once for one schema version (``POST .../discover``); a run reads at most
+:data:`MAX_READ` stored reports and counts at most :data:`MAX_REPORTS` times the candidates a level
+tests.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,7 @@ from ..shared import discovery
 from ..shared.schema import Attribute, Schema
 from . import context
 from .candidates import CandidateError, add_candidates
+from .store import ReportRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,11 @@ DISCOVERY_INTERVAL = 3600.0  # seconds between runs: the common strings of a day
 # 4 int64 columns and a key per report: about 2 x 40 MB while sampling.
 MAX_REPORTS = 1_000_000
 PAGE = 20_000  # stored reports read at a time
+# Stored reports read in one run, per schema version: twice MAX_REPORTS, as about half are prefix
+# reports; a run reads at most this many whatever is retained (a sample from a random id on).
+MAX_READ = 2 * MAX_REPORTS
+ID_SYMBOLS = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"  # a report id's (url-safe)
+START_SYMBOLS = 8  # of the random id the read starts at
 
 
 def discover_strings(app: Flask, *, seed: int | None = None) -> int:
@@ -60,14 +70,33 @@ def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None =
     return _discover_in(app, schema, attributes, rng or np.random.default_rng()) if attributes else 0
 
 
+def _stored_pages(store: Store, schema: Schema, start: str, budget: int) -> Iterator[list[ReportRow]]:
+    """Pages of the schema version's stored reports in id order from ``start`` on, wrapping round to
+    those before it, at most ``budget`` reports in all. Ids are random tokens, so a random ``start``
+    makes the reports read, when not all of them, a sample that no id a client chose can favour."""
+    after, wrapped, read = start, False, 0
+    while read < budget:
+        asked = min(PAGE, budget - read)
+        rows = store.reports_after(schema.name, schema.version, after, asked)
+        end = len(rows) < asked
+        if wrapped:
+            kept = [r for r in rows if r.id <= start]
+            end, rows = end or len(kept) < len(rows), kept
+        if rows:
+            read, after = read + len(rows), rows[-1].id
+            yield rows
+        if end and wrapped:
+            return
+        if end:
+            wrapped, after = True, ""
+
+
 def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: np.random.Generator) -> int:
-    samples = {a.name: UniformSample(MAX_REPORTS, rng) for a in attributes}
-    store, after = context.store(app), ""
-    while True:
-        rows = store.reports_after(schema.name, schema.version, after, PAGE)
-        if not rows:
-            break
-        after = rows[-1].id
+    # One cap for all of the version's discovering attributes: memory and work per run stay bounded
+    # however many attributes discover.
+    samples = {a.name: UniformSample(MAX_REPORTS // len(attributes), rng) for a in attributes}
+    start = "".join(ID_SYMBOLS[i] for i in rng.integers(0, len(ID_SYMBOLS), size=START_SYMBOLS))
+    for rows in _stored_pages(context.store(app), schema, start, MAX_READ):
         columns: dict[str, list[tuple[int, int, int, int]]] = {a.name: [] for a in attributes}
         for row in rows:
             values: dict[str, Any] = json.loads(row.values)
@@ -80,18 +109,28 @@ def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: n
     added = 0
     for attribute in attributes:
         run = discovery.discover(attribute, *samples[attribute.name].columns())
-        for estimable in (True, False):
-            values = [d.value for d in run.found if d.estimable is estimable]
-            if not values:
-                continue
+        added += _add_found(app, schema, attribute, run.found)
+        log.info("discovery: %s version %s attribute %s: %d found over %d prefix reports", schema.name,
+                 schema.version, attribute.name, len(run.found), sum(run.reports))
+    return added
+
+
+def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[discovery.Discovered]) -> int:
+    """Add the strings found as discovered candidates; how many were new. Near the attribute's
+    10,000 candidates, as many as fit, the most supported first (the rest are logged)."""
+    added = 0
+    for estimable in (True, False):
+        values = [d.value for d in sorted(found, key=lambda d: -d.hits) if d.estimable is estimable]
+        for group in ([values], [[v] for v in values]):  # all at once; one at a time if they do not all fit
             try:
-                added += add_candidates(context.catalog(app), schema.name, schema.version, attribute.name, values,
-                                        source="discovered", estimated=estimable)
+                for some in group:
+                    if some:
+                        added += add_candidates(context.catalog(app), schema.name, schema.version, attribute.name,
+                                                some, source="discovered", estimated=estimable)
+                break
             except CandidateError as exc:  # the attribute's 10,000 candidates are taken: the others go on
                 log.warning("discovery: %s version %s attribute %s: %s", schema.name, schema.version,
                             attribute.name, exc)
-        log.info("discovery: %s version %s attribute %s: %d found over %d prefix reports", schema.name,
-                 schema.version, attribute.name, len(run.found), sum(run.reports))
     return added
 
 

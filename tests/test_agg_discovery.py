@@ -142,3 +142,43 @@ def test_an_admin_runs_discovery_now_over_http(make_app):
     assert sorted((c.value, c.source) for c in store_of(app).candidates("sites", 1)) == [
         ("abc.org", "discovered"), ("xy.net", "discovered")]
     assert client.post(path, headers=ADMIN).get_json() == {"added": 0}  # found again: not new
+
+
+def test_discovery_reads_a_bounded_sample_from_a_random_id_on_and_wraps_round(make_app, monkeypatch):
+    """Every stored report once when the budget allows; else exactly the budget, each at most once
+    (pages of 300, so that the read crosses pages and the wrap falls inside one)."""
+    monkeypatch.setattr(discovery, "PAGE", 300)
+    app = make_app()
+    client = app.test_client()
+    assert client.post("/api/v1/schemas", json=SITES, headers=ADMIN).status_code == 201
+    derived = parse_schema(client.get("/api/v1/schemas/sites/1").get_json())
+    coins = HmacStream(b"test coins", b"pages")
+    reports = [randomize(derived, {"home": "abc.org"}, source=coins) for _ in range(2500)]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    store = store_of(app)
+    store.settle()
+    ids = sorted(r["id"] for r in reports)
+    for start in ("", ids[700], ids[700] + "~", "zzzz"):
+        for budget, expected in ((5000, 2500), (2500, 2500), (1234, 1234)):
+            read = [r.id for page in discovery._stored_pages(store, derived, start, budget) for r in page]
+            assert len(read) == len(set(read)) == expected, (start, budget)
+            if expected < len(ids):  # the ids from the start on, wrapping round
+                first = [i for i in ids if i > start] + [i for i in ids if i <= start]
+                assert read == first[:expected]
+
+
+def test_near_the_limit_discovery_adds_the_most_supported_strings_that_fit(make_app, caplog):
+    nearly = json.loads(json.dumps(SITES))
+    nearly["attributes"][0]["candidates"] = [f"c{i}" for i in range(9_999)]
+    app = make_app()
+    client = app.test_client()
+    assert client.post("/api/v1/schemas", json=nearly, headers=ADMIN).status_code == 201
+    derived = parse_schema(client.get("/api/v1/schemas/sites/1").get_json())
+    coins = HmacStream(b"test coins", b"nearly")
+    reports = [randomize(derived, {"home": "abc.org" if i % 5 < 3 else "xy.net"}, source=coins) for i in range(8000)]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    assert discovery.discover_strings(app, seed=3) == 1  # room for one: the more common string
+    assert [(c.value, c.source) for c in store_of(app).candidates("sites", 1)] == [("abc.org", "discovered")]
+    assert "at most 10000 candidates" in caplog.text
