@@ -181,13 +181,15 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
                             after=readout.cursor_of(schema, query.get("next")))
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
-    added = candidates.sources(context.store().candidates(schema.name, schema.version))
+    # Stored candidates' sources: a string attribute's alone (bounded by its 10,000 candidates).
+    sourced = any(a.kind.candidates_apart for a in schema.attributes)
+    added = candidates.sources(context.store().candidates(schema.name, schema.version)) if sourced else {}
     estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:
         headers["Link"] = f'<{url_for("api.get_estimates", **{**query, "next": page.next})}>; rel="next"'
     if query.get("format", "json") == "csv":
-        return _csv(estimates, headers, any(a.kind.candidates_apart for a in schema.attributes))
+        return _csv(estimates, headers, sourced)
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
                     "estimates": estimates, "next": page.next}), 200, headers
 
