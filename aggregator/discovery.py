@@ -2,10 +2,11 @@
 retained reports, and add them as candidates marked ``discovered`` (DESIGN.md, "Strings").
 
 Per published schema version with an attribute that discovers, the job walks the stored reports a
-page at a time (:meth:`Store.reports_after`, never all at once), at most :data:`MAX_READ` of them
-from a random id on, keeps the prefix reports (level 1 or more) of each such attribute, at most
-:data:`MAX_REPORTS` of them for all the version's discovering attributes together (a uniform
-sample beyond that: each report gets a random key and the smallest keys are kept), and runs PEM over them
+page at a time as each such attribute's wire fields (:meth:`Store.wire_columns`, never all at
+once), one attribute after another, at most :data:`MAX_READ` reports from a random id on for all of
+them together; it keeps their prefix reports (level 1 or more), at most :data:`MAX_REPORTS` for all
+of them together (a uniform sample beyond that: each report gets a random key and the smallest keys
+are kept), and runs PEM over them
 (:func:`...shared.discovery.discover`). The strings that survive become candidates with source
 ``discovered`` (one still holding U+FFFD with ``estimated=False``: no level-0 report supports it);
 the back-fill then counts the new ones over the retained reports, and the refresh estimates them
@@ -17,10 +18,8 @@ tests.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 from flask import Flask
@@ -29,7 +28,7 @@ from ..shared import discovery
 from ..shared.schema import Attribute, Schema
 from . import context
 from .candidates import CandidateError, add_candidates
-from .store import ReportRow, Store
+from .store import Store, WireColumns
 
 log = logging.getLogger(__name__)
 
@@ -70,45 +69,39 @@ def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None =
     return _discover_in(app, schema, attributes, rng or np.random.default_rng()) if attributes else 0
 
 
-def _stored_pages(store: Store, schema: Schema, start: str, budget: int) -> Iterator[list[ReportRow]]:
-    """Pages of the schema version's stored reports in id order from ``start`` on, wrapping round to
-    those before it, at most ``budget`` reports in all. Ids are random tokens, so a random ``start``
-    makes the reports read, when not all of them, a sample that no id a client chose can favour."""
-    after, wrapped, read = start, False, 0
-    while read < budget:
-        asked = min(PAGE, budget - read)
-        rows = store.reports_after(schema.name, schema.version, after, asked)
-        end = len(rows) < asked
-        if wrapped:
-            kept = [r for r in rows if r.id <= start]
-            end, rows = end or len(kept) < len(rows), kept
-        if rows:
-            read, after = read + len(rows), rows[-1].id
-            yield rows
-        if end and wrapped:
-            return
-        if end:
-            wrapped, after = True, ""
+def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: str, budget: int
+                    ) -> Iterator[WireColumns]:
+    """Pages of the schema version's stored reports, as ``attribute``'s wire fields (the store's
+    columnar read: the database extracts them), in id order from ``start`` on, wrapping round to
+    those before it, at most ``budget`` reports in all. Ids are random tokens, so a random
+    ``start`` makes the reports read, when not all of them, a sample that no id a client chose can
+    favour."""
+    fields = attribute.mech.columns(attribute)
+    for after, through in ((start, None), ("", start)):
+        while budget > 0:
+            asked = min(PAGE, budget)
+            read, count, last = store.wire_columns(schema.name, schema.version, attribute.name, fields, after, asked,
+                                                   through)
+            if count:
+                budget, after = budget - count, last
+                yield read
+            if count < asked:
+                break
 
 
 def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: np.random.Generator) -> int:
-    # One cap for all of the version's discovering attributes: memory and work per run stay bounded
-    # however many attributes discover.
-    samples = {a.name: UniformSample(MAX_REPORTS // len(attributes), rng) for a in attributes}
-    start = "".join(ID_SYMBOLS[i] for i in rng.integers(0, len(ID_SYMBOLS), size=START_SYMBOLS))
-    for rows in _stored_pages(context.store(app), schema, start, MAX_READ):
-        columns: dict[str, list[tuple[int, int, int, int]]] = {a.name: [] for a in attributes}
-        for row in rows:
-            values: dict[str, Any] = json.loads(row.values)
-            for name, kept in columns.items():
-                wire = values.get(name)
-                if wire is not None and wire["level"] > 0:
-                    kept.append((wire["a"], wire["b"], wire["y"], wire["level"]))
-        for name, kept in columns.items():
-            samples[name].add(np.array(kept, dtype=np.int64).reshape(-1, 4))
-    added = 0
+    # One budget for all of the version's discovering attributes, taken one after another: memory
+    # and work per run stay bounded however many attributes discover.
+    store, added = context.store(app), 0
     for attribute in attributes:
-        run = discovery.discover(attribute, *samples[attribute.name].columns())
+        sample = UniformSample(MAX_REPORTS // len(attributes), rng)
+        start = "".join(ID_SYMBOLS[i] for i in rng.integers(0, len(ID_SYMBOLS), size=START_SYMBOLS))
+        for read in _stored_columns(store, schema, attribute, start, MAX_READ // len(attributes)):
+            fields = read.fields
+            # Prefix reports (level 1 or more) only; a damaged value (no valid wire value) is left out.
+            kept = read.carried & attribute.mech.valid_columns(attribute, fields) & (fields["level"] > 0)
+            sample.add(np.column_stack([fields[f][kept] for f in ("a", "b", "y", "level")]))
+        run = discovery.discover(attribute, *sample.columns())
         added += _add_found(app, schema, attribute, run.found)
         log.info("discovery: %s version %s attribute %s: %d found over %d prefix reports", schema.name,
                  schema.version, attribute.name, len(run.found), sum(run.reports))
@@ -118,19 +111,22 @@ def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: n
 def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[discovery.Discovered]) -> int:
     """Add the strings found as discovered candidates; how many were new. Near the attribute's
     10,000 candidates, as many as fit, the most supported first (the rest are logged)."""
+    def add(values: list[str], estimable: bool) -> int:
+        return add_candidates(context.catalog(app), schema.name, schema.version, attribute.name, values,
+                              source="discovered", estimated=estimable) if values else 0
+
     added = 0
     for estimable in (True, False):
         values = [d.value for d in sorted(found, key=lambda d: -d.hits) if d.estimable is estimable]
-        for group in ([values], [[v] for v in values]):  # all at once; one at a time if they do not all fit
-            try:
-                for some in group:
-                    if some:
-                        added += add_candidates(context.catalog(app), schema.name, schema.version, attribute.name,
-                                                some, source="discovered", estimated=estimable)
-                break
-            except CandidateError as exc:  # the attribute's 10,000 candidates are taken: the others go on
-                log.warning("discovery: %s version %s attribute %s: %s", schema.name, schema.version,
-                            attribute.name, exc)
+        try:
+            added += add(values, estimable)
+        except CandidateError as exc:  # they do not all fit: one at a time until one does not
+            log.warning("discovery: %s version %s attribute %s: %s", schema.name, schema.version, attribute.name, exc)
+            for value in values:
+                try:
+                    added += add([value], estimable)
+                except CandidateError:
+                    break
     return added
 
 

@@ -158,14 +158,17 @@ def test_discovery_reads_a_bounded_sample_from_a_random_id_on_and_wraps_round(ma
         assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
     store = store_of(app)
     store.settle()
-    ids = sorted(r["id"] for r in reports)
+    by_id = {r["id"]: (r["values"]["home"]["a"], r["values"]["home"]["b"]) for r in reports}
+    ids = sorted(by_id)
+    attribute = derived.attribute("home")
     for start in ("", ids[700], ids[700] + "~", "zzzz"):
         for budget, expected in ((5000, 2500), (2500, 2500), (1234, 1234)):
-            read = [r.id for page in discovery._stored_pages(store, derived, start, budget) for r in page]
+            pages = list(discovery._stored_columns(store, derived, attribute, start, budget))
+            read = [(int(a), int(b)) for page in pages for a, b in zip(page.fields["a"], page.fields["b"])]
             assert len(read) == len(set(read)) == expected, (start, budget)
             if expected < len(ids):  # the ids from the start on, wrapping round
                 first = [i for i in ids if i > start] + [i for i in ids if i <= start]
-                assert read == first[:expected]
+                assert read == [by_id[i] for i in first[:expected]]
 
 
 def test_near_the_limit_discovery_adds_the_most_supported_strings_that_fit(make_app, caplog):

@@ -410,10 +410,13 @@ class Store(ABC):
         """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
 
     @abstractmethod
-    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
-        """The stored reports of one schema version with ids above ``after``, in id order, at most
-        ``limit``: a job reads every retained report a page at a time (``after`` = the last id
-        read, ``""`` first), never all at once."""
+    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str, limit: int,
+                     through: str | None = None) -> tuple[WireColumns, int, str | None]:
+        """The stored reports of one schema version with ids above ``after`` (and at most
+        ``through``), in id order, at most ``limit``, as ``attribute``'s integer ``fields``
+        (:class:`WireColumns`, extracted by the database), with how many were read and the last id:
+        a job reads the retained reports a page at a time (``after`` = the last id read, ``""``
+        first), never all at once, and never as a Python object per report."""
 
     # -- candidates --------------------------------------------------------------------------
 

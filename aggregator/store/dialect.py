@@ -141,13 +141,6 @@ class Dialect:
         pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
         return Activity(carried, windows, computed_at, pending is not None)
 
-    def reports_after(self, conn: Any, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
-        """:meth:`Store.reports_after` read on ``conn``: a walk of the id key (the back-fill's too)."""
-        p = self.param
-        return list(map(ReportRow._make, conn.execute(
-            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id > {p} '
-            f"AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))))
-
     def retention(self, conn: Any) -> Retention:
         """:meth:`Store.retention` read on ``conn``."""
         oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]  # the rollup's is NULL
@@ -328,9 +321,10 @@ class Dialect:
                              {w: int(n) for w, n in zip(read.windows, per_window)})
 
     def wire_columns(self, conn: Any, schema: str, version: int, attribute: str, fields: Sequence[str], after: str,
-                     limit: int) -> tuple[WireColumns, int, str | None, str]:
-        """The stored reports of a schema version after the id ``after``, in id order, at most
-        ``limit``, as ``attribute``'s ``fields`` (:class:`WireColumns`), with how many were read,
+                     limit: int, through: str | None = None) -> tuple[WireColumns, int, str | None, str]:
+        """:meth:`Store.wire_columns` on ``conn``: the stored reports of a schema version after the id
+        ``after`` (and at most ``through``), in id order, at most ``limit``, as ``attribute``'s
+        ``fields`` (:class:`WireColumns`), with how many were read,
         the last id and every id read (separated by spaces). The database extracts the fields and
         joins each report's into one text for all: SQLite's and PostgreSQL's JSON functions run in
         C, and one text of numbers is one numpy parse (measured over 100,000 reports on SQLite,
@@ -341,12 +335,13 @@ class Dialect:
         extracted = [self.json_integer(attribute, f) for f in fields]
         source, source_params = self.json_source(attribute)
         numbers = self.joined(["window_end", carried, *(sql for sql, _ in extracted)])
-        params = [*carried_params, *(v for _, ps in extracted for v in ps), *source_params, after, schema, version,
-                  limit]
+        bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
+        params = [*carried_params, *(v for _, ps in extracted for v in ps), *source_params, after, *bound_params,
+                  schema, version, limit]
         count, last, ids, text = conn.execute(
             f"SELECT count(*), max(id), {self.aggregate}(id, ' '), {self.aggregate}(n, ' ') FROM ("
             f"SELECT id, {numbers} AS n FROM (SELECT id, window_end, {source} AS v FROM reports "
-            f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}) AS r) AS c",
+            f"WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}) AS r) AS c",
             params).fetchone()
         windows = conn.execute(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
                                f"AND schema = {p} AND version = {p} ORDER BY window_end",

@@ -62,7 +62,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (Activity, BackfillChunk, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
-                   Retention, Stale, Store, WindowCounters, estimates_by_window, schema_key_ok)
+                   Retention, Stale, Store, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
 from .dialect import NEXT_GENERATION, POSTGRES, TABLES
 from .errors import StoreBusy, StoreError, StoreUnavailable, translating
 from .groupcommit import GroupCommit
@@ -444,9 +444,12 @@ class PostgresStore(Store):
             return POSTGRES.activity(conn, schema, version)
 
     @_translated
-    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str, limit: int,
+                     through: str | None = None) -> tuple[WireColumns, int, str | None]:
         with self._transaction() as conn:
-            return POSTGRES.reports_after(conn, schema, version, after, limit)
+            read, count, last, _ = POSTGRES.wire_columns(conn, schema, version, attribute, fields, after, limit,
+                                                         through)
+            return read, count, last
 
     # -- candidates --------------------------------------------------------------------------
 

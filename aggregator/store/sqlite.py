@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from sqlite_utils import Database
 
 from .base import (Activity, BackfillChunk, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention,
-                   Stale, Store, WindowCounters, estimates_by_window, first_of_each_id, schema_key_ok)
+                   Stale, Store, WindowCounters, WireColumns, estimates_by_window, first_of_each_id, schema_key_ok)
 from .dialect import NEXT_GENERATION, SQLITE, TABLES
 from .errors import StoreUnavailable
 from .inbox import SETTLE_SECONDS, Inbox
@@ -246,8 +246,11 @@ class SQLiteStore(Store):
         return SQLITE.activity(self._db.conn, schema, version)
 
     @translated
-    def reports_after(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
-        return SQLITE.reports_after(self._db.conn, schema, version, after, limit)
+    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str, limit: int,
+                     through: str | None = None) -> tuple[WireColumns, int, str | None]:
+        read, count, last, _ = SQLITE.wire_columns(self._db.conn, schema, version, attribute, fields, after, limit,
+                                                   through)
+        return read, count, last
 
     # -- candidates --------------------------------------------------------------------------
 
