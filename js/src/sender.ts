@@ -47,7 +47,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let storing: Report[] = []; // being written to storage now (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
-  const inflight = new Set<string>();
+  const inflight = new Map<string, boolean>(); // id -> sent with keepalive (a plain fetch dies with the page)
   let keepaliveBytes = 0;
   let attempt = 0;
   let deliverDue = 0;
@@ -82,16 +82,18 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     },
     // Fresh reports are stored at the same time (an IndexedDB transaction begun now completes), so
     // a page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
+    // Reports in a plain fetch go again with keepalive: a closing page cancels that fetch.
     sendNow() {
       const rows = unacked(mirror);
       const known = new Set(rows.map((r) => r.report.id));
       for (const report of [...storing, ...fresh]) {
         if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: jsonBytes(report) });
       }
+      const going = rows.filter((r) => !inflight.get(r.report.id));
       if (fresh.length) wake();
       for (let at = 0; ;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const rows2 = batch(rows.slice(at), left);
+        const rows2 = batch(going.slice(at), left, true);
         const size = rows2.reduce((a, r) => a + r.bytes + 1, 16);
         if (!rows2.length || size > left) return; // the quota is spent: the rest waits in storage
         at += rows2.length;
@@ -152,22 +154,26 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         if (evicted) log.warn(`outbox full: dropped ${evicted} report(s)`);
       } catch (e) {
         fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
-        throw e;
-      } finally {
         storing = [];
+        throw e;
       }
     }
-    mirror = await store.peek(s.maxBatch);
-    stored = await store.count();
+    try {
+      mirror = await store.peek(s.maxBatch);
+      stored = await store.count();
+    } finally {
+      storing = []; // only now: until the mirror is read, a closing page finds them here
+    }
   }
 
-  /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row). */
-  function batch(rows: Row[], maxBytes: number): Row[] {
+  /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
+   * stopping at one in flight (unless `closing`: those rows were chosen for it). */
+  function batch(rows: Row[], maxBytes: number, closing = false): Row[] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
     for (const row of rows) {
-      if (out.length >= batchLimit || inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
+      if (out.length >= batchLimit || (!closing && inflight.has(row.report.id)) || (out.length && bytes + row.bytes > maxBytes)) break;
       windows.add(row.report.window);
       if (windows.size > MAX_BATCH_WINDOWS) break;
       out.push(row);
@@ -201,7 +207,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
     const ids = rows.map((r) => r.report.id);
-    ids.forEach((id) => inflight.add(id));
+    ids.forEach((id) => inflight.set(id, keepalive));
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
@@ -210,7 +216,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       why = shown((e as Error)?.name);
       return 0;
     } finally {
-      ids.forEach((id) => inflight.delete(id));
+      ids.forEach((id) => inflight.get(id) === keepalive && inflight.delete(id));
     }
     const { status, body: b } = answer as { status: number; body: any };
     const settle = async (done: Row[]) => {

@@ -128,6 +128,41 @@ test("a server that drips its answer or sends too much is cut off, and the repor
   }
 });
 
+// A page closing while a plain fetch carries its report: the browser cancels that fetch, so the
+// report must go again with keepalive (its id makes the second copy harmless). Node has no page:
+// the test gives globalThis the two event targets a page has and fires pagehide itself.
+test("a page closing while its report is in a plain fetch sends it again with keepalive", async () => {
+  const s = await server((req, res) => {
+    if (req.headers["content-type"].startsWith("text/plain")) ack(res); // keepalive: answered
+    // else: a plain fetch, held unanswered, as one the closing page is about to cancel
+  });
+  const page = new EventTarget();
+  const document = Object.assign(new EventTarget(), { visibilityState: "visible" });
+  Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
+  try {
+    const { t, logger } = client(s.url, { lingerMs: 0, requestTimeoutMs: 60_000 });
+    assert.equal(await t.waitForSchema(5000), true);
+    assert.equal(t.record({ flag: true }).queued, true);
+    for (let i = 0; i < 200 && !s.requests.length; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(s.requests.length, 1, "the plain fetch is on its way");
+    page.dispatchEvent(new Event("pagehide"));
+    for (let i = 0; i < 200 && s.requests.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(s.requests.length, 2, logger.lines.join("\n"));
+    const [plain, closing] = s.requests;
+    assert.match(closing.headers["content-type"], /^text\/plain/);
+    assert.deepEqual(JSON.parse(closing.body), JSON.parse(plain.body), "the same report, same id");
+    page.dispatchEvent(new Event("pagehide")); // again: acknowledged, so nothing more goes
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(s.requests.length, 2);
+    await t.close(0);
+  } finally {
+    delete globalThis.addEventListener;
+    delete globalThis.removeEventListener;
+    delete globalThis.document;
+    await s.close();
+  }
+});
+
 test("a 400 naming some reports drops those only; the server's text is escaped in the log", async () => {
   let first = true;
   const s = await server((req, res, body) => {
