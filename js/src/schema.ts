@@ -168,7 +168,7 @@ export function parseSchema(obj: unknown): Schema {
   object(obj, "schema", SCHEMA_FIELDS);
   const name = checkName(obj.name, "name");
   const version = obj.version;
-  if (!(Number.isInteger(version) && version >= 1 && version <= MAX_VERSION)) bad("version", "must be an integer from 1 to 2^31-1");
+  within("version", Number.isInteger(version), version, 1, MAX_VERSION, INTEGER);
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
@@ -177,8 +177,7 @@ export function parseSchema(obj: unknown): Schema {
     bad("description", "must be text of at most 10000 characters");
   }
   if (LDP_FULL) requireText(description, "description");
-  const raw = obj.attributes;
-  if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_ATTRIBUTES) bad("attributes", "must be a list of 1 to 64 attributes");
+  const raw = list(obj.attributes, "attributes", 1, MAX_ATTRIBUTES);
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
   const epsilons = splitBudget(raw, epsilon, split);
   const permanents = permanentBudget(obj, epsilon, epsilons, split);
@@ -307,9 +306,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
 /** A string attribute's own fields, checked as shared/attribute_types.py's String.parse does. */
 function stringFields(raw: Json, where: string, at: (field: string, what: string) => never): StringFields {
   const max_length = get(raw, "max_length", DEFAULT_STRING_LENGTH) as number;
-  if (!(Number.isInteger(max_length) && max_length >= 1 && max_length <= MAX_STRING_LENGTH)) {
-    at("max_length", "must be an integer from 1 to 256");
-  }
+  within(`${where}.max_length`, Number.isInteger(max_length), max_length, 1, MAX_STRING_LENGTH, INTEGER);
   const discover = get(raw, "discover", false);
   if (typeof discover !== "boolean") at("discover", "must be true or false");
   const alphabet = raw.alphabet;
@@ -357,19 +354,21 @@ function derivedLevels(maxLength: number, alphabet: string): number[] {
 
 /** Given levels: increasing prefix lengths from 1, the last `maxLength`, each level within the
  * bound of candidates. The <script> bundle checks only what its encoder reads (integers from 1 to
- * `maxLength`): the rest are the server's rules, which bound its work. */
+ * `maxLength`): the rest are the server's rules, which bound its work (shared/attribute_types.py). */
 function checkLevels(raw: unknown, maxLength: number, alphabet: string, where: string): number[] {
-  const what = "must be increasing prefix lengths from 1, the last max_length";
-  if (!Array.isArray(raw) || !raw.length || raw.length > maxLength) bad(where, what);
-  raw.forEach((length, i) => {
-    const previous = i ? raw[i - 1] : 0;
-    if (!(Number.isInteger(length) && length > (LDP_FULL ? previous : 0) && length <= maxLength) ||
-      (LDP_FULL && i === raw.length - 1 && length !== maxLength)) bad(`${where}[${i}]`, what);
+  const levels = list(raw, where, 1, maxLength);
+  levels.forEach((length, i) => {
+    const field = `${where}[${i}]`;
+    const previous = i ? levels[i - 1] : 0;
+    within(field, Number.isInteger(length), length, 1, maxLength, INTEGER);
+    if (LDP_FULL && !(length > previous && (i < levels.length - 1 || length === maxLength))) {
+      bad(field, "must exceed the level before, the last max_length");
+    }
     if (LDP_FULL && levelCandidates(alphabet, length - previous, !i) > MAX_LEVEL_CANDIDATES) {
-      bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
+      bad(field, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
     }
   });
-  return raw;
+  return levels;
 }
 
 /** At most 10,000 strings, each prepared as a value is, then at most `maxLength` code points and
@@ -406,12 +405,10 @@ function servedLayers(raw: Json, memo: Memo, where: string): Memo {
 }
 
 function increasing(raw: unknown, where: string, least: number, most: number): number[] {
-  if (!Array.isArray(raw) || raw.length < least || raw.length > most) {
-    bad(where, `must be a list of ${least === most ? least : `${least} to ${most}`} increasing numbers`);
-  }
-  const values: number[] = LDP_FULL ? raw.map(num) : raw; // PyFloats only come from parseJson
+  const given = list(raw, where, least, most);
+  const values: number[] = LDP_FULL ? given.map(num) : given; // PyFloats only come from parseJson
   values.forEach((value, i) => {
-    if (!isNumber(value) || (LDP_FULL && !(Math.abs(value) <= MAX_MAGNITUDE))) bad(`${where}[${i}]`, LDP_FULL ? "must be a number in [-1e15, 1e15]" : "must be a number");
+    within(`${where}[${i}]`, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
     // (The <script> bundle only needs them increasing: the least step is the server's rule.)
     const previous = values[i - 1];
     if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
@@ -442,11 +439,13 @@ export function bucket(edges: readonly number[], x: number): number {
 }
 
 function checkCategories(raw: unknown, where: string): string[] {
-  if (!Array.isArray(raw) || raw.length < MIN_CATEGORIES || raw.length > MAX_CATEGORIES) bad(where, "must be a list of 2 to 1024 strings");
+  const categories = list(raw, where, MIN_CATEGORIES, MAX_CATEGORIES);
   const seen = new Set<string>();
-  raw.forEach((c, i) => {
+  categories.forEach((c, i) => {
     const field = `${where}[${i}]`;
-    if (typeof c !== "string" || (LDP_FULL && (!c || [...c].length > MAX_CATEGORY_LENGTH))) bad(field, LDP_FULL ? "must be a string of 1 to 64 characters" : "must be a string");
+    // (The <script> bundle needs strings; their length, text and distinctness are the server's rules.)
+    const string = typeof c === "string";
+    within(field, string, LDP_FULL && string ? [...c].length : 1, 1, MAX_CATEGORY_LENGTH, "a string of length");
     if (!LDP_FULL) return;
     requireText(c, field);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
@@ -454,7 +453,7 @@ function checkCategories(raw: unknown, where: string): string[] {
     if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
     seen.add(normal);
   });
-  return raw;
+  return categories;
 }
 
 /** Text that shows as what it is: no lone surrogate, no control or format character (U+202E...). */
@@ -468,9 +467,23 @@ function checkName(value: unknown, field: string): string {
 }
 
 function checkEpsilon(given: unknown, field: string): number {
-  const value = num(given);
-  if (!isNumber(value) || !(value >= MIN_EPSILON && value <= MAX_EPSILON)) bad(field, "must be a number in [1e-4, 20]");
+  const value = num(given) as number;
+  within(field, isNumber(value), value, MIN_EPSILON, MAX_EPSILON);
   return value;
+}
+
+const INTEGER = "an integer";
+
+/** Refuses `field` unless `ok` and `least <= size <= most`: "<field> must be <what> in [least,
+ * most]", the one message of every bound (a number's, an integer's, a list's length). */
+function within(field: string, ok: unknown, size: number, least: number, most: number, what = "a number"): void {
+  if (!(ok && size >= least && size <= most)) bad(field, `must be ${what} in [${least}, ${most}]`);
+}
+
+/** `raw`, a list of `least` to `most` items. */
+function list(raw: unknown, field: string, least: number, most: number): any[] {
+  within(field, Array.isArray(raw), (raw as any[])?.length, least, most, "a list of length");
+  return raw as any[];
 }
 
 /** `obj` is a JSON object, with no field outside `allowed` (when given). */
