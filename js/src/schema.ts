@@ -136,18 +136,16 @@ const LAYERS = ["permanent", "instantaneous"] as const;
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
 export function attributeDict(a: Attribute, py = false): Json {
-  const f = (x: number) => (py ? new PyFloat(x) : x);
-  const out: Json = { name: a.name, type: a.type };
-  if (a.type === "numeric") out.range = [...a.range!];
-  // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
-  if (a.type === "histogram") out.edges = [...(py ? a.edgesGiven : a.edges)];
-  if (a.categories.length) out.categories = [...a.categories];
-  Object.assign(out, a.strings);
-  Object.assign(out, { epsilon: f(a.epsilon), mechanism: a.mechanism, p: f(a.p), q: f(a.q) });
-  for (const [k, v] of Object.entries(a.params)) out[k] = f(v);
+  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, py ? new PyFloat(v) : v]));
   const m = a.memo;
-  if (m) for (const key of LAYERS) out[key] = Object.fromEntries(Object.entries(m[key]).map(([k, v]) => [k, f(v)]));
-  return out;
+  return {
+    name: a.name, type: a.type, ...(a.range && { range: [...a.range] }),
+    // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
+    ...(a.type === "histogram" && { edges: [...(py ? a.edgesGiven : a.edges)] }),
+    ...(a.categories.length > 0 && { categories: [...a.categories] }), ...a.strings,
+    ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params }),
+    ...(m && { permanent: floats(m.permanent), instantaneous: floats(m.instantaneous) }),
+  };
 }
 
 /** The derived schema as the server serves it (JSON-ready). */
@@ -168,7 +166,9 @@ export function parseSchema(obj: unknown): Schema {
   object(obj, "schema", SCHEMA_FIELDS);
   const name = checkName(obj.name, "name");
   const version = obj.version;
-  within("version", Number.isInteger(version), version, 1, MAX_VERSION, INTEGER);
+  // The version only names the schema in reports: the server checks it (shared/schema.py
+  // parse_schema, and every report's), so the <script> bundle leaves it to the server.
+  if (LDP_FULL) within("version", Number.isInteger(version), version, 1, MAX_VERSION, INTEGER);
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
@@ -182,11 +182,14 @@ export function parseSchema(obj: unknown): Schema {
   const epsilons = splitBudget(raw, epsilon, split);
   const permanents = permanentBudget(obj, epsilon, epsilons, split);
   const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
-  const byName = new Map<string, Attribute>();
-  attributes.forEach((a, i) => {
-    if (byName.has(a.name)) bad(`attributes[${i}].name`, "repeats another attribute's name");
-    byName.set(a.name, a);
-  });
+  // Distinct names are the server's rule (shared/schema.py parse_schema): a device given a
+  // repeated one would only send one randomised value fewer, so the <script> bundle skips it.
+  if (LDP_FULL) {
+    attributes.forEach((a, i) => {
+      if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
+    });
+  }
+  const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
     name, version, epsilon, window, split, description,
     ...(permanents[0] === undefined ? {} : { epsilonPermanent: num(obj.epsilon_permanent) }),
@@ -438,15 +441,14 @@ export function bucket(edges: readonly number[], x: number): number {
   return Math.min(edges.length - 2, Math.max(0, lo - 1));
 }
 
+/** A list of 2 to 1024 categories: in the <script> bundle, what they are is left to the server
+ * (shared/attribute_types.py checks them all), as the device's encoder only picks one of them. */
 function checkCategories(raw: unknown, where: string): string[] {
   const categories = list(raw, where, MIN_CATEGORIES, MAX_CATEGORIES);
   const seen = new Set<string>();
-  categories.forEach((c, i) => {
+  if (LDP_FULL) categories.forEach((c, i) => {
     const field = `${where}[${i}]`;
-    // (The <script> bundle needs strings; their length, text and distinctness are the server's rules.)
-    const string = typeof c === "string";
-    within(field, string, LDP_FULL && string ? [...c].length : 1, 1, MAX_CATEGORY_LENGTH, "a string of length");
-    if (!LDP_FULL) return;
+    within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
     requireText(c, field);
     // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
     const normal = c.normalize("NFC");
