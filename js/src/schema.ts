@@ -254,7 +254,7 @@ function close(served: unknown, derived: number): boolean {
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
   const type = raw.type;
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
-  object(raw, where, ATTRIBUTE_FIELDS);
+  if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
   const name = checkName(raw.name, `${where}.name`);
   if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
   if (LDP_FULL) for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
@@ -272,7 +272,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
       at("categories", "must be the bucket names of edges");
     }
   }
-  if (!(epsilon >= MIN_EPSILON)) at("epsilon", "(its share of epsilon) is under 1e-4");
+  checkEpsilon(epsilon, `${where}.epsilon`); // its share, when not given, may be under 1e-4
   const d = Math.max(2, categories.length); // a boolean has two values
   let mech: Mechanism;
   try {
@@ -445,16 +445,18 @@ export function bucket(edges: readonly number[], x: number): number {
  * (shared/attribute_types.py checks them all), as the device's encoder only picks one of them. */
 function checkCategories(raw: unknown, where: string): string[] {
   const categories = list(raw, where, MIN_CATEGORIES, MAX_CATEGORIES);
-  const seen = new Set<string>();
-  if (LDP_FULL) categories.forEach((c, i) => {
-    const field = `${where}[${i}]`;
-    within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
-    requireText(c, field);
-    // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
-    const normal = c.normalize("NFC");
-    if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
-    seen.add(normal);
-  });
+  if (LDP_FULL) {
+    const seen = new Set<string>();
+    categories.forEach((c, i) => {
+      const field = `${where}[${i}]`;
+      within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
+      requireText(c, field);
+      // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
+      const normal = c.normalize("NFC");
+      if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
+      seen.add(normal);
+    });
+  }
   return categories;
 }
 
@@ -464,7 +466,7 @@ function requireText(text: string, field: string): void {
 }
 
 function checkName(value: unknown, field: string): string {
-  if (typeof value !== "string" || (LDP_FULL && !NAME_RE.test(value))) bad(field, `must match ${NAME_RE.source.slice(1, -1)}`);
+  if (typeof value !== "string" || (LDP_FULL && !NAME_RE.test(value))) bad(field, `must match ${NAME_RE}`);
   return value;
 }
 
