@@ -202,12 +202,12 @@ export function parseSchema(obj: unknown): Schema {
 /** `obj[key]`, one of `choices` (the first by default). */
 function oneOf(obj: Json, key: string, choices: string[]): string {
   const v = get(obj, key, choices[0]) as string;
-  if (!choices.includes(v)) bad(key, `must be ${choices.join(" or ")}`);
+  if (!choices.includes(v)) bad(key, `must be one of ${choices.join(", ")}`);
   return v;
 }
 
 function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
-  if (!has(obj, "epsilon_permanent")) return epsilons.map(() => undefined);
+  if (!has(obj, "epsilon_permanent")) return []; // each undefined
   const total = num(obj.epsilon_permanent);
   const k = epsilons.length;
   if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
@@ -244,11 +244,10 @@ function splitBudget(raw: Json[], total: number, split: string): number[] {
 }
 
 /** A derived number given back agrees with ours: within 1e-9, relative to it when it exceeds 1
- * (C is about 2/ε); a number far from it is refused before any subtraction could overflow. */
+ * (C is about 2/ε). (A difference that overflows is Infinity, no agreement either.) */
 function close(served: unknown, derived: number): boolean {
   const given = num(served);
-  return isNumber(given) && Math.abs(given) <= 2 * Math.abs(derived) + 1 &&
-    Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
+  return isNumber(given) && Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
 
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
@@ -398,7 +397,8 @@ function servedLayers(raw: Json, memo: Memo, where: string): Memo {
     const ours: Record<string, number> = memo[key];
     const fields = Object.keys(ours);
     if (has(raw, key)) {
-      if (!(isObject(given) && Object.keys(given).length === fields.length && fields.every((k) => has(given, k) && close(given[k], ours[k])))) {
+      // Our fields, and no other (epsilon, p, q: a field `given` lacks is undefined, no number).
+      if (!(isObject(given) && Object.keys(given).length === fields.length && fields.every((k) => close(given[k], ours[k])))) {
         bad(`${where}.${key}`, `must be ${JSON.stringify(ours)} (derived)`);
       }
       out[key] = Object.fromEntries(fields.map((k) => [k, num(given[k])]));
