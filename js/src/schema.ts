@@ -130,9 +130,6 @@ function bad(field: string, what: string): never {
   throw new SchemaError(field, what);
 }
 
-/** A memoised attribute's two layers, as served and as Memo holds them. */
-const LAYERS = ["permanent", "instantaneous"] as const;
-
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
 export function attributeDict(a: Attribute, py = false): Json {
@@ -287,21 +284,28 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     ({ p, q } = memo);
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
-  // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit).
-  let derived: Record<string, number> = { p, q, ...mech.shown(epsilon, q) };
+  // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
+  // memoised attribute's layers given back must have our fields, and no other, each ours.
+  const derived: Json = { p, q, ...mech.shown(epsilon, q), ...(memo && { permanent: memo.permanent, instantaneous: memo.instantaneous }) };
   for (const field in derived) {
+    const ours = derived[field];
+    const given = raw[field];
+    const layer = isObject(ours) && Object.keys(ours); // its fields: epsilon, p, q (none of Object.prototype)
     if (has(raw, field)) {
       // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(field === "g" ? num(raw.g) === derived.g : close(raw[field], derived[field]))) at(field, `must be ${derived[field]} (derived)`);
-      derived[field] = num(raw[field]);
+      if (!(layer ? isObject(given) && Object.keys(given).length === layer.length && layer.every((k) => close(given[k], ours[k]))
+        : field === "g" ? num(given) === ours : close(given, ours))) at(field, `must be ${JSON.stringify(ours)} (derived)`);
+      // A layer's fields in our order, which the HMAC message writes.
+      derived[field] = layer ? Object.fromEntries(layer.map((k) => [k, num(given[k])])) : num(given);
     }
   }
   if (LDP_FULL) for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
-  ({ p, q, ...derived } = derived);
-  if (memo) memo = { ...servedLayers(raw, memo, where), p, q };
+  let permanent, instantaneous, params: Record<string, number>;
+  ({ p, q, permanent, instantaneous, ...params } = derived);
+  if (memo) memo = { permanent, instantaneous, p, q };
   return {
     name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, edgesGiven: raw.edges,
-    indexOf: new Map(categories.map((c, i) => [c, i])), params: derived, strings,
+    indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }
 
@@ -387,24 +391,6 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
     seen.add(prepared);
     return prepared;
   });
-}
-
-/** A memoised attribute's layers: ours, or the served ones when they match ours within tolerance. */
-function servedLayers(raw: Json, memo: Memo, where: string): Memo {
-  const out: Json = { ...memo };
-  for (const key of LAYERS) {
-    const given = raw[key];
-    const ours: Record<string, number> = memo[key];
-    const fields = Object.keys(ours);
-    if (has(raw, key)) {
-      // Our fields, and no other (epsilon, p, q: a field `given` lacks is undefined, no number).
-      if (!(isObject(given) && Object.keys(given).length === fields.length && fields.every((k) => close(given[k], ours[k])))) {
-        bad(`${where}.${key}`, `must be ${JSON.stringify(ours)} (derived)`);
-      }
-      out[key] = Object.fromEntries(fields.map((k) => [k, num(given[k])]));
-    }
-  }
-  return out as Memo;
 }
 
 function increasing(raw: unknown, where: string, least: number, most: number): number[] {
