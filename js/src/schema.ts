@@ -228,10 +228,10 @@ function fsum(values: number[]): number {
 }
 
 function splitBudget(raw: Json[], total: number, split: string): number[] {
-  const given = raw.map((r) => r.epsilon ?? undefined);
-  if (given.every((e) => e === undefined)) return raw.map(() => (split === "sample" ? total : total / raw.length));
-  if (given.includes(undefined)) bad("attributes", "must all give epsilon or none");
-  const values = given.map((e, i) => checkEpsilon(e, `attributes[${i}].epsilon`));
+  const given = raw.filter((r) => r.epsilon != null).length; // null is absent, as Python's get() is None
+  if (!given) return raw.map(() => (split === "sample" ? total : total / raw.length));
+  if (given < raw.length) bad("attributes", "must all give epsilon or none");
+  const values = raw.map((r, i) => checkEpsilon(r.epsilon, `attributes[${i}].epsilon`));
   if (split === "sample") {
     values.forEach((e, i) => {
       if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, "must equal epsilon (split sample)");
@@ -286,7 +286,8 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
   // memoised attribute's layers given back must have our fields, and no other, each ours.
-  const derived: Json = { p, q, ...mech.shown(epsilon, q), ...(memo && { permanent: memo.permanent, instantaneous: memo.instantaneous }) };
+  // (memo's p and q are p and q: its layers come last.)
+  const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
     const ours = derived[field];
     const given = raw[field];
