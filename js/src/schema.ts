@@ -76,8 +76,9 @@ export interface Attribute extends Encoded {
   readonly range?: readonly [number, number];
   readonly edges: readonly number[];
   /** A histogram's edges as the schema wrote them (Node, the ES module: 100.0 as a PyFloat), for
-   * memoisation's HMAC message, which writes them as Python does. */
-  readonly edgesGiven: readonly unknown[];
+   * memoisation's HMAC message, which writes them as Python does. Not in the <script> bundle,
+   * whose schemas come from JSON.parse: there they are `edges`. */
+  readonly edgesGiven?: readonly unknown[];
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
   /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
@@ -138,7 +139,7 @@ export function attributeDict(a: Attribute, py = false): Json {
   return {
     name: a.name, type: a.type, ...(a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
-    ...(a.type === "histogram" && { edges: [...(py ? a.edgesGiven : a.edges)] }),
+    ...(a.type === "histogram" && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
     ...(a.categories.length > 0 && { categories: [...a.categories] }), ...a.strings,
     ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params }),
     ...(m && { permanent: floats(m.permanent), instantaneous: floats(m.instantaneous) }),
@@ -189,7 +190,7 @@ export function parseSchema(obj: unknown): Schema {
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
     name, version, epsilon, window, split, description,
-    ...(permanents[0] === undefined ? {} : { epsilonPermanent: num(obj.epsilon_permanent) }),
+    ...(has(obj, "epsilon_permanent") && { epsilonPermanent: num(obj.epsilon_permanent) }),
     attributes, byName,
   };
   PARSED.add(schema);
@@ -305,7 +306,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   ({ p, q, permanent, instantaneous, ...params } = derived);
   if (memo) memo = { permanent, instantaneous, p, q };
   return {
-    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, edgesGiven: raw.edges,
+    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }
