@@ -132,15 +132,17 @@ function bad(field: string, what: string): never {
 }
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
- * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
+ * that {@link pyJson} writes them as Python does (memoisation's HMAC message). The <script>
+ * bundle writes only that message (`py`), of a memoised attribute: a share's, with no range and
+ * no string fields. */
 export function attributeDict(a: Attribute, py = false): Json {
-  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, py ? new PyFloat(v) : v]));
+  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, LDP_FULL && !py ? v : new PyFloat(v)]));
   const m = a.memo;
   return {
-    name: a.name, type: a.type, ...(a.range && { range: [...a.range] }),
+    name: a.name, type: a.type, ...(LDP_FULL && a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
     ...(a.type === "histogram" && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
-    ...(a.categories.length > 0 && { categories: [...a.categories] }), ...a.strings,
+    ...(a.categories.length > 0 && { categories: [...a.categories] }), ...(LDP_FULL && a.strings),
     ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params }),
     ...(m && { permanent: floats(m.permanent), instantaneous: floats(m.instantaneous) }),
   };
