@@ -335,11 +335,12 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
     if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
     levels = has(raw, "levels") ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
   } else if (has(raw, "levels")) at("levels", "need discover: true");
-  return {
-    // The browser's encoder never reads the candidates (the server estimates them).
-    max_length, candidates: LDP_FULL ? checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`) : [], discover,
+  // The fields as served, for attributeDict; the <script> bundle keeps only what its encoder
+  // reads (never the candidates: the server estimates them).
+  return LDP_FULL ? {
+    max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
     ...(has(raw, "alphabet") && { alphabet }), ...(levels && { levels }),
-  };
+  } : { max_length, discover, alphabet, levels } as StringFields;
 }
 
 /** A level's candidates (shared/discovery.py): the first enumerates every prefix of its length,
