@@ -254,7 +254,9 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   const type = raw.type;
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
   if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
-  const name = checkName(raw.name, `${where}.name`);
+  // (The <script> bundle leaves an attribute's name to the server, shared/schema.py _name: the
+  // device only keys its record and report values by it.)
+  const name = LDP_FULL ? checkName(raw.name, `${where}.name`) : raw.name;
   if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
   if (LDP_FULL) for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
