@@ -113,7 +113,7 @@ export function isObject(v: unknown): v is Json {
 }
 
 export function isNumber(v: unknown): v is number {
-  return typeof v === "number" && Number.isFinite(v);
+  return Number.isFinite(v); // (false for what is no number: it does not convert)
 }
 
 /** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default. */
@@ -417,8 +417,7 @@ function increasing(raw: unknown, where: string, least: number, most: number): n
 /** The names of the buckets `edges` make: `[e0, e1)`, ..., `[e(k-1), ek]`. */
 export function bucketNames(edges: readonly number[]): string[] {
   const texts = edges.map(numberText);
-  const last = edges.length - 2;
-  return texts.slice(0, -1).map((a, i) => `[${a}, ${texts[i + 1]}${i === last ? "]" : ")"}`);
+  return texts.slice(1).map((b, i) => `[${texts[i]}, ${b}${i < edges.length - 2 ? ")" : "]"}`);
 }
 
 /** The histogram bucket of `x`, clipped to [e0, ek] (the last bucket is closed). */
