@@ -290,8 +290,8 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
-  // memoised attribute's layers given back must have our fields, and no other, each ours.
-  // (memo's p and q are p and q: its layers come last.)
+  // memoised attribute's layers given back must have our fields, and no other, each ours. (memo
+  // holds its layers and the p and q above: spread last, the layers come last, as served.)
   const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
     const ours = derived[field];
@@ -306,7 +306,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     }
   }
   if (LDP_FULL) for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
-  let permanent, instantaneous, params: Record<string, number>;
+  let permanent: Memo["permanent"], instantaneous: Memo["instantaneous"], params: Record<string, number>;
   ({ p, q, permanent, instantaneous, ...params } = derived);
   if (memo) memo = { permanent, instantaneous, p, q };
   return {
