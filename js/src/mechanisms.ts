@@ -7,7 +7,7 @@
  */
 
 import { pyJson } from "./pyjson.js";
-import { bernoulli, randbelow, threshold, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
+import { bernoulli, randbelow, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
 import { fingerprint, olhHash, P, prefix } from "./strings.js";
 
 /** What an encoder needs of an attribute (the schema module's Attribute has it all). */
@@ -61,7 +61,6 @@ export interface ShareMechanism extends Mechanism {
 }
 
 type Pair = [number, number];
-type Respond = (a: Encoded, value: any, p: number, q: number, source: RandomSource) => unknown;
 
 /** e^ε/(1+e^ε) and 1/(1+e^ε): rr's (p, q), and duchi's. */
 function logistic(epsilon: number): Pair {
@@ -70,25 +69,26 @@ function logistic(epsilon: number): Pair {
 }
 
 /** One randomised-response core for rr, grr and oue (and so for histograms): a response at (p, q)
- * on an internal value, and memoisation (RAPPOR: a permanent response at the attribute's share of
- * ε∞ from the device secret's coins, then an instantaneous one with fresh coins, `keep` solved by
- * bisection so that one report is exactly ε-LDP). The instantaneous layer keeps a value w.p.
- * `keep` and moves it to each of the m-1 others w.p. (1-keep)/(m-1), uninformative at keep = 1/m,
- * with m = d for rr (d = 2) and grr; oue (the one with a `unary` encoding, bit by bit) has m = 2
- * and ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
-function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, respond: Respond,
-  wireBytes: (a: Encoded) => number, wire = (_a: Encoded, value: unknown): unknown => value,
-  unary?: (a: Encoded, truth: unknown) => number[]): ShareMechanism {
-  const internal = unary ?? ((_a: Encoded, truth: unknown): unknown => truth);
+ * on an internal value (an index, rr's 1 for true, or oue's one-hot bits), and memoisation
+ * (RAPPOR: a permanent response at the attribute's share of ε∞ from the device secret's coins,
+ * then an instantaneous one with fresh coins, `keep` solved by bisection so that one report is
+ * exactly ε-LDP). A response keeps a value w.p. p and moves it to each of the m-1 others w.p.
+ * (1-p)/(m-1), with m = 2 for rr and d for grr (the instantaneous layer is uninformative at
+ * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
+ * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
+function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
   const irr = (keep: number, d: number): Pair => [keep, (1 - keep) / ((unary ? 2 : d) - 1)];
   const compose = (p1: number, q1: number, keep: number, d: number): Pair => {
     const [p2, q2] = irr(keep, d);
     return [p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2];
   };
-  const permanentLayer = (a: Encoded, truth: unknown, permanent: RandomSource) =>
-    respond(a, internal(a, truth), a.memo!.permanent.p, a.memo!.permanent.q, permanent);
+  const internal = (a: Encoded, truth: unknown): any => (unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number));
+  const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
+    ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
+    : among(value, a.categories.length || 2, p, source));
+  const wire = (a: Encoded, value: any): unknown => (unary ? value : a.categories[value] ?? value > 0);
   return {
-    name, types, memoisable: true, parameters, wireBytes,
+    name, types, memoisable: true, parameters,
     shown: () => ({}),
     // Wang et al. 2017's q(1-q)/(p-q)^2; an ε so small that p == q carries nothing.
     worstVariance(epsilon, d) {
@@ -113,12 +113,17 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     encode(a, truth, source, permanent) {
       const memo = a.memo;
-      if (!memo) return wire(a, respond(a, internal(a, truth), a.p, a.q, source));
-      if (!permanent) throw new Error("no device secret");
-      return wire(a, respond(a, permanentLayer(a, truth, permanent), memo.instantaneous.p, memo.instantaneous.q, source));
+      let value = internal(a, truth);
+      if (memo) {
+        if (!permanent) throw new Error("no device secret");
+        value = respond(a, value, memo.permanent, permanent);
+      }
+      return wire(a, respond(a, value, memo ? memo.instantaneous : a, source));
     },
     // Only the vectors read it: the <script> bundle leaves it out.
-    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)) : undefined!,
+    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, respond(a, internal(a, truth), a.memo!.permanent, permanent)) : undefined!,
+    // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
+    wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
 }
 
@@ -128,8 +133,6 @@ function among(value: number, d: number, p: number, source: RandomSource): numbe
   const other = randbelow(d - 1, source);
   return other >= value ? other + 1 : other;
 }
-
-const grrRespond: Respond = (a, value, p, _q, source) => among(value, a.categories.length, p, source);
 
 /** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
 export function olhBuckets(epsilon: number): number {
@@ -260,19 +263,15 @@ export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
 export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanism>([
   // Binary randomised response (Warner 1965): the true bit w.p. p = e^ε/(1+e^ε), else its negation.
-  share("rr", ["boolean"], logistic, (_a, value, p, _q, source) => (bernoulli(p, source) ? value : !value), () => 5),
+  share("rr", ["boolean"], logistic),
   // Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly.
   share("grr", ["categorical", "histogram"], (epsilon, d) => {
     const e = Math.exp(epsilon);
     return [e / (e + d - 1), 1 / (e + d - 1)];
-  }, grrRespond, (a) => Math.max(...a.categories.map((c) => pyJson(c).length)), // as Python's json.dumps writes it
-  (a, value) => a.categories[value as number]),
+  }),
   // Optimised unary encoding (Wang et al. 2017): a one-hot vector, the true bit 1 w.p. p = 1/2,
   // every other bit w.p. q = 1/(e^ε+1); one coin per bit, in order.
-  share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], (_a, bits: number[], p, q, source) => {
-    const below = [threshold(q), threshold(p)];
-    return bits.map((bit) => (uniform53(source) < below[bit] ? 1 : 0));
-  }, (a) => 3 * a.categories.length, undefined, (a, truth) => a.categories.map((_, i) => (i === truth ? 1 : 0))),
+  share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], true),
   // Duchi et al.'s one-bit mechanism; wire 0 or 1.
   mean("duchi", logistic, (epsilon, t) => duchiC(epsilon) ** 2 - t * t, (epsilon) => ({ C: duchiC(epsilon) }),
     (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
