@@ -302,24 +302,13 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
     }),
 ].map((m) => [m.name, m]));
 
-export function forType(kind: string): Mechanism[] {
-  return [...REGISTRY.values()].filter((m) => m.types.includes(kind));
-}
-
 /** The mechanism an attribute of type `kind` asked for (a name or `auto`: the lowest worst-case
  * variance, the first on a tie); an Error naming the choices if it cannot randomise `kind`. */
 export function resolve(kind: string, requested: unknown, epsilon: number, d: number): Mechanism {
-  const candidates = forType(kind);
-  if (requested === AUTO) {
-    let best = candidates[0];
-    let bestVariance = best.worstVariance(epsilon, d);
-    for (const m of candidates.slice(1)) {
-      const v = m.worstVariance(epsilon, d);
-      if (v < bestVariance) [best, bestVariance] = [m, v];
-    }
-    return best;
-  }
-  const found = candidates.find((m) => m.name === requested);
+  const candidates = [...REGISTRY.values()].filter((m) => m.types.includes(kind));
+  const found = requested === AUTO
+    ? candidates.reduce((best, m) => (m.worstVariance(epsilon, d) < best.worstVariance(epsilon, d) ? m : best))
+    : candidates.find((m) => m.name === requested);
   if (!found) throw new Error([AUTO, ...candidates.map((m) => m.name)].join(", "));
   return found;
 }

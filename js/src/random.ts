@@ -17,7 +17,6 @@ export interface RandomSource {
   take(n: number): Uint8Array;
 }
 
-const TWO_21 = 2 ** 21;
 export const SCALE = 2 ** 53;
 
 /** Given bytes, handed out in order (test vectors, memoisation's HMAC stream). Running out is an
@@ -59,37 +58,26 @@ export const SYSTEM: RandomSource = new SystemRandom();
  * (hi·2^32 + lo) >> 11 = hi·2^21 + floor(lo / 2^11). */
 export function uniform53(source: RandomSource): number {
   const b = source.take(8);
-  const lo = (b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)) >>> 0;
-  const hi = (b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24)) >>> 0;
-  return hi * TWO_21 + (lo >>> 11);
+  const view = new DataView(b.buffer, b.byteOffset);
+  return view.getUint32(4, true) * 2 ** 21 + (view.getUint32(0, true) >>> 11);
 }
 
-/** The number a 53-bit draw must fall below to be a 1 with `probability` (p·2^53 is exact). */
-export function threshold(probability: number): number {
-  return Math.floor(probability * SCALE);
-}
-
+/** 1 with `probability`: a 53-bit draw below floor(p·2^53) (p·2^53 is exact). */
 export function bernoulli(probability: number, source: RandomSource): boolean {
-  return uniform53(source) < threshold(probability);
+  return uniform53(source) < Math.floor(probability * SCALE);
 }
 
 /** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
 export function randbelow(n: number, source: RandomSource): number {
   if (LDP_FULL && !(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
-  let bits = 0;
-  for (let m = n - 1; m > 0; m = Math.floor(m / 2)) bits++;
-  if (bits === 0) return 0;
-  const size = Math.ceil(bits / 8);
+  if (n < 2) return 0; // no bits to draw
+  const bits = (n - 1).toString(2).length;
   const modulus = 2 ** bits; // keeping the low bits is a remainder by 2^bits (exact below 2^53)
   for (;;) {
-    const b = source.take(size);
-    let value = 0;
-    for (let i = size - 1; i >= 0; i--) value = value * 256 + b[i];
-    value %= modulus;
+    const value = source.take(Math.ceil(bits / 8)).reduceRight((sum, byte) => sum * 256 + byte, 0) % modulus;
     if (value < n) return value;
   }
 }
-
 /** A uniform double in [0, 1): a 53-bit integer over 2^53. */
 export function uniform(source: RandomSource): number {
   return uniform53(source) / SCALE;

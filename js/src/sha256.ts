@@ -31,23 +31,21 @@ export function sha256Words(data: Uint8Array): number[] {
   for (let i = 0; i < length; i++) words[i >> 2] |= data[i] << (24 - 8 * i);
   words[length >> 2] |= 0x80 << (24 - 8 * length);
   words[words.length - 1] = length * 8;
-  const h = H.slice(0, 8);
+  let h = H.slice(0, 8);
   const w = new Int32Array(64);
   for (let block = 0; block < words.length; block += 16) {
-    const v = h.slice();
+    let [a, b, c, d, e, f, g, k] = h;
     for (let t = 0; t < 64; t++) {
       const x = w[t - 15];
       const y = w[t - 2];
       // Int32Array stores every sum modulo 2^32.
       w[t] = t < 16 ? words[block + t]
         : (rotr(x, 7) ^ rotr(x, 18) ^ (x >>> 3)) + w[t - 7] + (rotr(y, 17) ^ rotr(y, 19) ^ (y >>> 10)) + w[t - 16];
-      const [a, b, c, d, e, f, g, k] = v;
       const t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
-      v.unshift((t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0);
-      v.pop();
-      v[4] = (d + t1) | 0;
+      // The working variables move down one place; a and e take the new values.
+      [a, b, c, d, e, f, g, k] = [(t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0, a, b, c, (d + t1) | 0, e, f, g];
     }
-    v.forEach((x, i) => (h[i] = (h[i] + x) | 0));
+    h = [a, b, c, d, e, f, g, k].map((x, i) => (h[i] + x) | 0);
   }
   return h;
 }
