@@ -39,12 +39,10 @@ export function parseJson(text: string): unknown {
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
   if (LDP_FULL && !Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  if (x === 0) return 1 / x < 0 ? "-0.0" : "0.0";
-  const [mantissa, exponent] = x.toExponential().split("e");
-  const e = +exponent;
+  const [mantissa, exponent] = x.toExponential().split("e"); // the exponent signed: "+16", "-7"
   // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation.
-  if (e < -4 || e > 15) return `${mantissa}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
-  const fixed = String(x);
+  if (+exponent < -4 || +exponent > 15) return `${mantissa}e${exponent[0]}${exponent.slice(1).padStart(2, "0")}`;
+  const fixed = Object.is(x, -0) ? "-0" : String(x);
   return fixed.includes(".") ? fixed : `${fixed}.0`;
 }
 
