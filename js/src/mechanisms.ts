@@ -77,11 +77,6 @@ function logistic(epsilon: number): Pair {
  * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
  * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
 function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
-  const irr = (keep: number, d: number): Pair => [keep, (1 - keep) / ((unary ? 2 : d) - 1)];
-  const compose = (p1: number, q1: number, keep: number, d: number): Pair => {
-    const [p2, q2] = irr(keep, d);
-    return [p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2];
-  };
   const internal = (a: Encoded, truth: unknown): any => (unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number));
   const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
     ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
@@ -97,19 +92,22 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     memoise(epsilon, epsilonPermanent, d) {
       const [p1, q1] = parameters(epsilonPermanent, d);
-      let low = 1 / (unary ? 2 : d);
+      const m = unary ? 2 : d;
+      // Both layers and their composition, the instantaneous one keeping a value w.p. `keep`.
+      const layers = (keep: number, other = (1 - keep) / (m - 1)): Memo => ({
+        permanent: { epsilon: epsilonPermanent, p: p1, q: q1 }, instantaneous: { p: keep, q: other },
+        p: p1 * keep + (1 - p1) * other, q: q1 * keep + (1 - q1) * other,
+      });
+      let low = 1 / m;
       let high = 1.0;
-      for (let i = 0; i < 200; i++) {
-        const middle = (low + high) / 2;
-        if (middle === low || middle === high) break;
-        const [p, q] = compose(p1, q1, middle, d);
+      // Bisection down to adjacent doubles (some 60 steps).
+      for (let middle; (middle = (low + high) / 2) !== low && middle !== high;) {
+        const { p, q } = layers(middle);
         if (Math.log(unary ? (p * (1 - q)) / (q * (1 - p)) : p / q) < epsilon) low = middle;
         else high = middle;
       }
       // The lower end is kept: the report's ε never exceeds `epsilon`.
-      const [p, q] = compose(p1, q1, low, d);
-      const [p2, q2] = irr(low, d);
-      return { permanent: { epsilon: epsilonPermanent, p: p1, q: q1 }, instantaneous: { p: p2, q: q2 }, p, q };
+      return layers(low);
     },
     encode(a, truth, source, permanent) {
       const memo = a.memo;
@@ -131,7 +129,7 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
 function among(value: number, d: number, p: number, source: RandomSource): number {
   if (bernoulli(p, source)) return value;
   const other = randbelow(d - 1, source);
-  return other >= value ? other + 1 : other;
+  return other + +(other >= value);
 }
 
 /** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
@@ -161,7 +159,7 @@ export function unit(a: Encoded, x: number): number {
 export function snap(y: number, source: RandomSource): number {
   const scaled = y / GRID;
   const below = Math.floor(scaled);
-  return (below + (bernoulli(scaled - below, source) ? 1 : 0)) * GRID;
+  return (below + +bernoulli(scaled - below, source)) * GRID;
 }
 
 export function pmConstants(epsilon: number): Pair {
@@ -210,7 +208,7 @@ function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, s
 
 /** Duchi et al.'s one bit: 1 w.p. q + (p - q)(t + 1)/2. */
 function duchiBit(t: number, [p, q]: Pair, source: RandomSource): number {
-  return bernoulli(q + (p - q) * ((t + 1) / 2), source) ? 1 : 0;
+  return +bernoulli(q + (p - q) * ((t + 1) / 2), source);
 }
 
 /** A mean mechanism: the value clipped and mapped to t in [-1, 1], then randomised. Every
