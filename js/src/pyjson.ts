@@ -48,7 +48,7 @@ export function floatRepr(x: number): string {
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */
 export function numberText(x: number): string {
-  return Number.isInteger(x) ? String(x === 0 ? 0 : x) : floatRepr(x);
+  return Number.isInteger(x) ? String(x) : floatRepr(x); // String(-0) is "0"
 }
 
 /** `s` as a JSON string in ASCII only: JSON.stringify's escapes (\", \\, \n, \b, ..., \u00XX for

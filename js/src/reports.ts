@@ -38,20 +38,19 @@ export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
-  const values = record as Record<string, unknown>;
-  const unknown = Object.keys(values).filter((k) => !schema.byName.has(k)).sort();
-  if (unknown.length) throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
-  const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(values, a.name));
+  const unknown = Object.keys(record).filter((k) => !schema.byName.has(k)).sort()[0];
+  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is no attribute of the schema");
+  const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
   const truth: Truth = {};
   for (const { name, type, edges, indexOf, strings } of schema.attributes) {
-    const value = values[name];
-    const boolean = type === "boolean";
-    const numeric = type === "numeric";
+    const value = record[name];
     // A boolean, a category's index, a string as prepared (never refused for what it holds), a
     // number (clipped later) or a histogram bucket's index.
+    const boolean = type === "boolean";
+    const numeric = type === "numeric";
     const t = boolean ? (typeof value === "boolean" ? value : undefined)
-      : type === "categorical" ? indexOf.get(value as string)
+      : type === "categorical" ? indexOf.get(value)
       : strings ? (typeof value === "string" ? prepareText(value, strings.max_length) : undefined)
       : isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value)) : undefined;
     if (t === undefined) {
@@ -91,8 +90,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
   const id = newReportId(source);
   let carried = schema.attributes;
   if (schema.split === "sample") carried = [carried[randbelow(carried.length, source)]];
-  const values: Record<string, unknown> = {};
-  for (const a of carried) values[a.name] = a.mech.encode(a, truth[a.name], source, permanent[a.name]);
+  const values = Object.fromEntries(carried.map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])]));
   return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
 }
 
