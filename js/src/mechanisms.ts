@@ -250,8 +250,7 @@ const OLH: Mechanism = {
     const x = fingerprint(level ? prefix(truth as string, levels![level - 1], alphabet!) : (truth as string));
     const seed = 1 + randbelow(P - 1, source);
     const b = randbelow(P, source);
-    const value = { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source) };
-    return discover ? { ...value, level } : value;
+    return { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source), ...(discover && { level }) };
   },
   // {"a": 2147483646, "b": 2147483646, "y": 65535}, and `, "level": L` when discovering.
   wireBytes: (a) => 46 + (a.strings!.discover ? 11 + String(a.strings!.levels!.length).length : 0),

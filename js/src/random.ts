@@ -23,7 +23,7 @@ export const SCALE = 2 ** 53;
  * error, never a wrap. */
 export class FixedBytes implements RandomSource {
   used = 0;
-  constructor(protected data: Uint8Array, private readonly what = "the fixed random bytes") {}
+  constructor(protected data: Uint8Array, private readonly what = "the given random bytes") {}
 
   take(n: number): Uint8Array {
     if (this.used + n > this.data.length) this.refill(n);
@@ -54,12 +54,14 @@ export class SystemRandom extends FixedBytes {
 
 export const SYSTEM: RandomSource = new SystemRandom();
 
-/** A uniform integer in [0, 2^53): 8 bytes little-endian, top 53 bits. Exact in a double:
- * (hi·2^32 + lo) >> 11 = hi·2^21 + floor(lo / 2^11). */
+/** The number `bytes` hold, little-endian (exact up to 6 bytes). */
+const littleEndian = (bytes: Uint8Array) => bytes.reduceRight((sum, byte) => sum * 256 + byte, 0);
+
+/** A uniform integer in [0, 2^53): 8 bytes little-endian, top 53 bits, which are the top 48
+ * (bytes 2 to 7) and the top 5 of byte 1. */
 export function uniform53(source: RandomSource): number {
   const b = source.take(8);
-  const view = new DataView(b.buffer, b.byteOffset);
-  return view.getUint32(4, true) * 2 ** 21 + (view.getUint32(0, true) >>> 11);
+  return littleEndian(b.subarray(2)) * 32 + (b[1] >> 3);
 }
 
 /** 1 with `probability`: a 53-bit draw below floor(p·2^53) (p·2^53 is exact). */
@@ -74,7 +76,7 @@ export function randbelow(n: number, source: RandomSource): number {
   const bits = (n - 1).toString(2).length;
   const modulus = 2 ** bits; // keeping the low bits is a remainder by 2^bits (exact below 2^53)
   for (;;) {
-    const value = source.take(Math.ceil(bits / 8)).reduceRight((sum, byte) => sum * 256 + byte, 0) % modulus;
+    const value = littleEndian(source.take(Math.ceil(bits / 8))) % modulus;
     if (value < n) return value;
   }
 }

@@ -99,7 +99,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
  * out has probability below 2^-64; it would be an error, never a wrap). */
 export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
   const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)), "the HMAC stream");
+  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
 }
 
 /** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */
