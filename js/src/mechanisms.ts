@@ -143,7 +143,7 @@ const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
 // the low bits of a double never leak the input (Mironov, CCS 2012).
 export const GRID = 2 ** -20;
-const ROUNDING_VARIANCE = (GRID * GRID) / 4;
+const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // hm uses pm above this ε (Wang et al. 2019, Eq. 6): ln((-5 + 2∛(6353 - 405√241) + 2∛(6353 + 405√241)) / 27),
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
@@ -197,12 +197,8 @@ function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, s
   const right = left + c - 1;
   const inside = bernoulli(z / (z + 1), source);
   const u = uniform(source);
-  let y: number;
-  if (inside) y = left + (c - 1) * u;
-  else {
-    const s = u * (c + 1); // a point of the two outer pieces laid end to end
-    y = s < left + c ? -c + s : right + (s - (left + c));
-  }
+  const s = u * (c + 1); // outside: a point of the two outer pieces laid end to end
+  const y = inside ? left + (c - 1) * u : s < left + c ? -c + s : right + (s - (left + c));
   return snap(Math.min(c, Math.max(-c, y)), source);
 }
 

@@ -42,11 +42,10 @@ export class SystemRandom extends FixedBytes {
   }
 
   protected refill(n: number): void {
-    const c = globalThis.crypto;
-    if (typeof c?.getRandomValues !== "function") throw new Error("no crypto.getRandomValues");
     const pool = new Uint8Array(Math.max(4096, n));
-    // getRandomValues fills at most 65,536 bytes per call.
-    for (let i = 0; i < pool.length; i += 65536) c.getRandomValues(pool.subarray(i, i + 65536));
+    // getRandomValues fills at most 65,536 bytes per call. Where `crypto` is missing, the
+    // ReferenceError "crypto is not defined" says so: there is no other source of coins.
+    for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
     this.data = pool;
     this.used = 0;
   }
