@@ -172,23 +172,14 @@ export function duchiC(epsilon: number): number {
   return (e + 1) / (e - 1);
 }
 
-function hmAlpha(epsilon: number): number {
-  return epsilon > EPSILON_STAR ? 1 - Math.exp(-epsilon / 2) : 0;
-}
+/** A mean mechanism's numbers at ε: its (p, q), the constants it shows (as DESIGN.md names
+ * them) and its variance at t. */
+type MeanNumbers = [p: number, q: number, shown: Record<string, number>, variance: (t: number) => number];
 
-function pmVariance(epsilon: number, t: number): number {
-  const [z] = pmConstants(epsilon);
-  return (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE;
-}
-
-function pmParameters(epsilon: number): Pair {
-  const [z] = pmConstants(epsilon);
-  return [z / (z + 1), 1 / (z * (z + 1))];
-}
-
-function pmShown(epsilon: number): Record<string, number> {
+/** Wang et al.'s Piecewise Mechanism's numbers. */
+function pmNumbers(epsilon: number): MeanNumbers {
   const [z, C_pm] = pmConstants(epsilon);
-  return { z, C_pm };
+  return [z / (z + 1), 1 / (z * (z + 1)), { z, C_pm }, (t) => (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE];
 }
 
 /** One Piecewise Mechanism output for t, rounded to GRID: the band coin, one uniform, the grid coin. */
@@ -209,12 +200,16 @@ function duchiBit(t: number, [p, q]: Pair, source: RandomSource): number {
 
 /** A mean mechanism: the value clipped and mapped to t in [-1, 1], then randomised. Every
  * variance here is monotone in |t|: the worst is at 0 or 1. */
-function mean(name: string, parameters: (epsilon: number) => Pair, varianceAt: (epsilon: number, t: number) => number,
-  shown: (epsilon: number) => Record<string, number>, randomise: (a: Encoded, t: number, source: RandomSource) => number,
+function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise: (a: Encoded, t: number, source: RandomSource) => number,
   wireBytes = "-2.2250738585072014e-308".length): Mechanism {
   return {
-    name, types: ["numeric"], memoisable: false, parameters, shown,
-    worstVariance: (epsilon) => Math.max(varianceAt(epsilon, 0), varianceAt(epsilon, 1)),
+    name, types: ["numeric"], memoisable: false,
+    parameters: (epsilon) => numbers(epsilon).slice(0, 2) as Pair,
+    shown: (epsilon) => numbers(epsilon)[2],
+    worstVariance(epsilon) {
+      const variance = numbers(epsilon)[3];
+      return Math.max(variance(0), variance(1));
+    },
     encode: (a, truth, source) => randomise(a, unit(a, truth as number), source),
     wireBytes: () => wireBytes,
   };
@@ -266,29 +261,30 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   // every other bit w.p. q = 1/(e^ε+1); one coin per bit, in order.
   share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], true),
   // Duchi et al.'s one-bit mechanism; wire 0 or 1.
-  mean("duchi", logistic, (epsilon, t) => duchiC(epsilon) ** 2 - t * t, (epsilon) => ({ C: duchiC(epsilon) }),
-    (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
+  mean("duchi", (epsilon) => {
+    const C = duchiC(epsilon);
+    return [...logistic(epsilon), { C }, (t) => C ** 2 - t * t];
+  }, (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
   // Wang et al.'s Piecewise Mechanism (ICDE 2019), rounded to GRID.
-  mean("pm", pmParameters, pmVariance, pmShown, (a, t, source) => pmSample(t, a.params, source)),
-  // Wang et al.'s Hybrid Mechanism: pm w.p. α, else duchi's bit written as ±C (not rounded).
+  mean("pm", pmNumbers, (a, t, source) => pmSample(t, a.params, source)),
+  // Wang et al.'s Hybrid Mechanism: pm w.p. alpha, else duchi's bit written as ±C (not rounded);
+  // at ε ≤ EPSILON_STAR alpha is 0: hm is duchi.
   mean("hm", (epsilon) => {
-    const alpha = hmAlpha(epsilon);
-    const [high, far] = pmParameters(epsilon);
+    const [high, far, shown, pmVariance] = pmNumbers(epsilon);
+    const alpha = epsilon > EPSILON_STAR ? 1 - Math.exp(-epsilon / 2) : 0;
+    const C = duchiC(epsilon);
     const e = Math.exp(epsilon);
-    return [alpha * high + ((1 - alpha) * e) / (1 + e), alpha * far + (1 - alpha) / (1 + e)];
-  }, (epsilon, t) => {
-    const alpha = hmAlpha(epsilon);
-    const pmPart = alpha ? pmVariance(epsilon, t) + t * t : 0;
-    return alpha * pmPart + (1 - alpha) * duchiC(epsilon) ** 2 - t * t;
-  }, (epsilon) => ({ ...pmShown(epsilon), C: duchiC(epsilon), alpha: hmAlpha(epsilon) }), (a, t, source) => {
+    return [alpha * high + ((1 - alpha) * e) / (1 + e), alpha * far + (1 - alpha) / (1 + e), { ...shown, C, alpha },
+      (t) => alpha * (alpha ? pmVariance(t) + t * t : 0) + (1 - alpha) * C ** 2 - t * t];
+  }, (a, t, source) => {
     const { alpha, C } = a.params;
     if (bernoulli(alpha, source)) return pmSample(t, a.params, source);
     return duchiBit(t, logistic(a.epsilon), source) ? C : -C;
   }),
   OLH,
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
-  mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2], (epsilon) => 8 / epsilon ** 2 + ROUNDING_VARIANCE,
-    (epsilon) => ({ scale: 2 / epsilon }), (a, t, source) => { // sensitivity 2 over [-1, 1]
+  mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
+    (a, t, source) => { // sensitivity 2 over [-1, 1]
       const negative = bernoulli(0.5, source);
       const noise = a.params.scale * -Math.log((uniform53(source) + 1) / SCALE);
       return snap(negative ? t - noise : t + noise, source);
