@@ -17,14 +17,14 @@ const TAG = "ldp-telemetry/string/v1\0";
  * none given: all of them). The engine's Unicode tables may be newer than Python 3.11's 14.0:
  * only characters newer than that may differ (DESIGN.md), and none of the vectors has one. */
 export function prepareText(text: string, maxLength?: number): string {
-  return Array.from(text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")).slice(0, maxLength).join("");
+  return [...text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")].slice(0, maxLength).join("");
 }
 
 /** The discovery prefix of the prepared `value` at `length` code points (DESIGN.md "Strings"): each
  * code point kept if it is in `alphabet`, else U+FFFD, padded with U+0000 to `length`. Hashed as it
  * is: preparing it again would turn the padding into U+FFFD. */
 export function prefix(value: string, length: number, alphabet: string): string {
-  const kept = Array.from(value).slice(0, length).map((c) => (alphabet.includes(c) ? c : "\ufffd"));
+  const kept = [...value].slice(0, length).map((c) => (alphabet.includes(c) ? c : "\ufffd"));
   return kept.join("") + "\0".repeat(length - kept.length);
 }
 
