@@ -10,7 +10,7 @@ import { FixedBytes, randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, fieldError, isNumber, isObject, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
-import { windowOf, windowStart } from "./windows.js";
+import { startOf, windowOf } from "./windows.js";
 
 export interface Report {
   id: string;
@@ -134,11 +134,7 @@ export async function randomize(schema: unknown, record: unknown, options: Rando
 
 export function resolveWindow(schema: Schema, window: string | Date | undefined): string {
   if (window === undefined || window instanceof Date) return windowOf(window ?? Date.now(), schema.window);
-  try {
-    windowStart(window, schema.window);
-  } catch (e) {
-    throw new RecordError("window", (e as Error).message);
-  }
+  if (isNaN(startOf(window, schema.window))) throw new RecordError("window", `must name a UTC ${schema.window}`);
   return window;
 }
 
