@@ -77,12 +77,10 @@ function logistic(epsilon: number): Pair {
  * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
  * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
 function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
-  const internal = (a: Encoded, truth: unknown): any => (unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number));
   const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
     ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
     : among(value, a.categories.length || 2, p, source));
-  const wire = (a: Encoded, value: any): unknown => (unary ? value : a.categories[value] ?? value > 0);
-  return {
+  const mechanism: ShareMechanism = {
     name, types, memoisable: true, parameters,
     shown: () => ({}),
     // Wang et al. 2017's q(1-q)/(p-q)^2; an ε so small that p == q carries nothing.
@@ -111,19 +109,23 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     encode(a, truth, source, permanent) {
       const memo = a.memo;
-      let value = internal(a, truth);
+      // The internal value: oue's one-hot bits, else the index (rr's 1 for true).
+      let value: any = unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number);
       if (memo) {
         // The <script> bundle's callers always pass it (encodeWithPermanent); encodeReport is public in Node.
         if (LDP_FULL && !permanent) throw new Error("no device secret");
         value = respond(a, value, memo.permanent, permanent!);
       }
-      return wire(a, respond(a, value, memo ? memo.instantaneous : a, source));
+      value = respond(a, value, memo ? memo.instantaneous : a, source);
+      return unary ? value : a.categories[value] ?? value > 0;
     },
-    // Only the vectors read it: the <script> bundle leaves it out.
-    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, respond(a, internal(a, truth), a.memo!.permanent, permanent)) : undefined!,
+    // Only the vectors read it (the <script> bundle leaves it out): the permanent layer alone is
+    // the response of an attribute with its (p, q) and no memoisation, from the permanent coins.
+    permanentResponse: LDP_FULL ? (a, truth, permanent) => mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) : undefined!,
     // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
     wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
+  return mechanism;
 }
 
 /** An index below d's response: itself w.p. p, else a uniform index below d-1 that skips over it. */

@@ -42,8 +42,7 @@ export function validateRecord(schema: Schema, record: unknown): Truth {
   if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is no attribute of the schema");
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
-  const truth: Truth = {};
-  for (const { name, type, edges, indexOf, strings } of schema.attributes) {
+  return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
     const value = record[name];
     // A boolean, a category's index, a string as prepared (never refused for what it holds), a
     // number (clipped later) or a histogram bucket's index.
@@ -57,9 +56,8 @@ export function validateRecord(schema: Schema, record: unknown): Truth {
       throw new RecordError(name, boolean ? "must be true or false" : strings ? "must be a string"
         : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
     }
-    truth[name] = t;
-  }
-  return truth;
+    return [name, t];
+  }));
 }
 
 /** A fresh id (24 bytes of `source`, base64url: 32 characters) that makes retries idempotent. */
