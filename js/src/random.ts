@@ -23,7 +23,7 @@ export const SCALE = 2 ** 53;
  * error, never a wrap. */
 export class FixedBytes implements RandomSource {
   used = 0;
-  constructor(protected data: Uint8Array, private readonly what = "the given random bytes") {}
+  constructor(protected data: Uint8Array, private readonly what = "random bytes") {}
 
   take(n: number): Uint8Array {
     if (this.used + n > this.data.length) this.refill(n);
