@@ -44,17 +44,17 @@ export function validateRecord(schema: Schema, record: unknown): Truth {
   if (missing) throw new RecordError(missing.name, "is missing");
   return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
     const value = record[name];
-    // A boolean, a category's index, a string as prepared (never refused for what it holds), a
-    // number (clipped later) or a histogram bucket's index.
-    const boolean = type === "boolean";
     const numeric = type === "numeric";
-    const t = boolean ? (typeof value === "boolean" ? value : undefined)
-      : type === "categorical" ? indexOf.get(value)
-      : strings ? (typeof value === "string" ? prepareText(value, strings.max_length) : undefined)
-      : isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value)) : undefined;
+    // A category's index; a boolean or a string (whose types typeof names as the schema does), a
+    // string as prepared (never refused for what it holds); a number (clipped later) or a
+    // histogram bucket's index.
+    const t = type === "categorical" ? indexOf.get(value)
+      : typeof value === type ? (strings ? prepareText(value, strings.max_length) : value)
+      : (numeric || type === "histogram") && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
+      : undefined;
     if (t === undefined) {
-      throw new RecordError(name, boolean ? "must be true or false" : strings ? "must be a string"
-        : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
+      throw new RecordError(name, type === "boolean" ? "must be true or false" : strings ? "must be a string"
+        : type === "categorical" ? "must be one of the categories" : "must be a finite number");
     }
     return [name, t];
   }));
