@@ -187,12 +187,11 @@ function pmNumbers(epsilon: number): MeanNumbers {
 
 /** One Piecewise Mechanism output for t, rounded to GRID: the band coin, one uniform, the grid coin. */
 function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, source: RandomSource): number {
-  const left = ((c + 1) / 2) * t - (c - 1) / 2;
-  const right = left + c - 1;
+  const left = ((c + 1) / 2) * t - (c - 1) / 2; // the band is [left, left + c - 1]
   const inside = bernoulli(z / (z + 1), source);
   const u = uniform(source);
   const s = u * (c + 1); // outside: a point of the two outer pieces laid end to end
-  const y = inside ? left + (c - 1) * u : s < left + c ? -c + s : right + (s - (left + c));
+  const y = inside ? left + (c - 1) * u : s < left + c ? -c + s : left + c - 1 + (s - (left + c));
   return snap(Math.min(c, Math.max(-c, y)), source);
 }
 
