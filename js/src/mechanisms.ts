@@ -196,7 +196,7 @@ function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, s
 }
 
 /** Duchi et al.'s one bit: 1 w.p. q + (p - q)(t + 1)/2. */
-function duchiBit(t: number, [p, q]: Pair, source: RandomSource): number {
+function duchiBit(t: number, p: number, q: number, source: RandomSource): number {
   return +bernoulli(q + (p - q) * ((t + 1) / 2), source);
 }
 
@@ -266,7 +266,7 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   mean("duchi", (epsilon) => {
     const C = duchiC(epsilon);
     return [...logistic(epsilon), { C }, (t) => C ** 2 - t * t];
-  }, (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
+  }, (a, t, source) => duchiBit(t, a.p, a.q, source), 1),
   // Wang et al.'s Piecewise Mechanism (ICDE 2019), rounded to GRID.
   mean("pm", pmNumbers, (a, t, source) => pmSample(t, a.params, source)),
   // Wang et al.'s Hybrid Mechanism: pm w.p. alpha, else duchi's bit written as ±C (not rounded);
@@ -281,7 +281,7 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   }, (a, t, source) => {
     const { alpha, C } = a.params;
     if (bernoulli(alpha, source)) return pmSample(t, a.params, source);
-    return duchiBit(t, logistic(a.epsilon), source) ? C : -C;
+    return duchiBit(t, ...logistic(a.epsilon), source) ? C : -C;
   }),
   OLH,
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
