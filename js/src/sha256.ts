@@ -14,7 +14,7 @@ let H: number[];
 const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
 
 /** SHA-256 of `data` (at most 2^29 - 1 bytes: the bit length fits 32 bits) as its eight 32-bit
- * words, big-endian order, each as a signed 32-bit number. */
+ * words, big-endian order, each as an unsigned 32-bit number. */
 export function sha256Words(data: Uint8Array): number[] {
   if (!K) {
     K = [];
@@ -45,7 +45,7 @@ export function sha256Words(data: Uint8Array): number[] {
       // The working variables move down one place; a and e take the new values.
       [a, b, c, d, e, f, g, k] = [(t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0, a, b, c, (d + t1) | 0, e, f, g];
     }
-    h = [a, b, c, d, e, f, g, k].map((x, i) => (h[i] + x) | 0);
+    h = [a, b, c, d, e, f, g, k].map((x, i) => (h[i] + x) >>> 0);
   }
   return h;
 }

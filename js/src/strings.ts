@@ -33,7 +33,7 @@ export function prefix(value: string, length: number, alphabet: string): string 
  * number hi·2^32 + lo is 2·hi + lo mod P, below 2^34: exact in a double. */
 export function fingerprint(text: string): number {
   const [hi, lo] = sha256Words(UTF8.encode(TAG + text));
-  return (2 * (hi >>> 0) + (lo >>> 0)) % P;
+  return (2 * hi + lo) % P;
 }
 
 /** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = ah·2^16 + al, every partial
