@@ -38,7 +38,7 @@ export class FixedBytes implements RandomSource {
 /** Bytes from `crypto.getRandomValues`, fetched 4 KiB at a time (one call serves hundreds of coins). */
 export class SystemRandom extends FixedBytes {
   constructor() {
-    super(new Uint8Array(0));
+    super(new Uint8Array());
   }
 
   protected refill(n: number): void {
