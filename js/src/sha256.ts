@@ -8,22 +8,19 @@
  * checks both lists and known digests).
  */
 
-let K: number[] | undefined;
-let H: number[];
+const K: number[] = [];
+const H: number[] = [];
 
 const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
 
 /** SHA-256 of `data` (at most 2^29 - 1 bytes: the bit length fits 32 bits) as its eight 32-bit
  * words, big-endian order, each as an unsigned 32-bit number. */
 export function sha256Words(data: Uint8Array): number[] {
-  if (!K) {
-    K = [];
-    H = [];
-    for (let n = 2, d; K.length < 64; n++) {
-      for (d = 2; n % d; d++); // n is prime when its least divisor is n
-      // `| 0` keeps the low 32 bits of the integer part: the fraction's first 32 bits.
-      if (d === n) H.push((Math.sqrt(n) * 2 ** 32) | 0), K.push((Math.cbrt(n) * 2 ** 32) | 0);
-    }
+  // The first call fills K and H (later ones find K full).
+  for (let n = 2, d; K.length < 64; n++) {
+    for (d = 2; n % d; d++); // n is prime when its least divisor is n
+    // `| 0` keeps the low 32 bits of the integer part: the fraction's first 32 bits.
+    if (d === n) H.push((Math.sqrt(n) * 2 ** 32) | 0), K.push((Math.cbrt(n) * 2 ** 32) | 0);
   }
   const length = data.length;
   const words = new Int32Array(((length + 72) >> 6) << 4); // the message, 0x80, zeros, 64-bit bit length
