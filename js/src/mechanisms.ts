@@ -7,7 +7,7 @@
  */
 
 import { pyJson } from "./pyjson.js";
-import { bernoulli, randbelow, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
+import { bernoulli, randbelow, uniform53, SCALE, type RandomSource } from "./random.js";
 import { fingerprint, olhHash, P, prefix } from "./strings.js";
 
 /** What an encoder needs of an attribute (the schema module's Attribute has it all). */
@@ -189,7 +189,7 @@ function pmNumbers(epsilon: number): MeanNumbers {
 function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, source: RandomSource): number {
   const left = ((c + 1) / 2) * t - (c - 1) / 2; // the band is [left, left + c - 1]
   const inside = bernoulli(z / (z + 1), source);
-  const u = uniform(source);
+  const u = uniform53(source) / SCALE; // uniform in [0, 1)
   const s = u * (c + 1); // outside: a point of the two outer pieces laid end to end
   const y = inside ? left + (c - 1) * u : s < left + c ? -c + s : left + c - 1 + (s - (left + c));
   return snap(Math.min(c, Math.max(-c, y)), source);

@@ -79,7 +79,3 @@ export function randbelow(n: number, source: RandomSource): number {
     if (value < n) return value;
   }
 }
-/** A uniform double in [0, 1): a 53-bit integer over 2^53. */
-export function uniform(source: RandomSource): number {
-  return uniform53(source) / SCALE;
-}
