@@ -32,8 +32,8 @@ export async function hmacKey(secret: DeviceSecret, extractable = false): Promis
   return subtle().importKey("raw", secret as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, extractable, ["sign"]);
 }
 
-/** The first `blocks` × 32 bytes of the stream for `message` (the counter's bytes wrap as a
- * Uint8Array stores them: its low 8 bits each). */
+/** The first `blocks` × 32 bytes of the stream for `message` (the counter as 4 bytes big-endian:
+ * a Uint8Array keeps the low 8 bits of each shift). */
 export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: number): Promise<Uint8Array> {
   const s = subtle();
   const parts = await Promise.all(Array.from({ length: blocks }, (_, counter) =>
