@@ -32,18 +32,13 @@ export async function hmacKey(secret: DeviceSecret, extractable = false): Promis
   return subtle().importKey("raw", secret as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, extractable, ["sign"]);
 }
 
-/** The first `blocks` × 32 bytes of the stream for `message`. */
+/** The first `blocks` × 32 bytes of the stream for `message` (the counter as 4 bytes big-endian:
+ * a Uint8Array keeps the low 8 bits of each shift). */
 export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: number): Promise<Uint8Array> {
   const s = subtle();
-  const parts = await Promise.all(Array.from({ length: blocks }, (_, counter) => {
-    const data = new Uint8Array(message.length + 4);
-    data.set(message);
-    new DataView(data.buffer).setUint32(message.length, counter, false);
-    return s.sign("HMAC", key, data);
-  }));
-  const out = new Uint8Array(blocks * 32);
-  parts.forEach((p, i) => out.set(new Uint8Array(p), i * 32));
-  return out;
+  const parts = await Promise.all(Array.from({ length: blocks }, (_, counter) =>
+    s.sign("HMAC", key, new Uint8Array([...message, counter >> 24, counter >> 16, counter >> 8, counter]))));
+  return new Uint8Array(await new Blob(parts).arrayBuffer());
 }
 
 /** The HMAC stream's bytes, handed out in order; running out is an error, never a wrap. */

@@ -7,7 +7,7 @@
  */
 
 import { pyJson } from "./pyjson.js";
-import { bernoulli, randbelow, threshold, uniform, uniform53, SCALE, type RandomSource } from "./random.js";
+import { bernoulli, randbelow, uniform53, SCALE, type RandomSource } from "./random.js";
 import { fingerprint, olhHash, P, prefix } from "./strings.js";
 
 /** What an encoder needs of an attribute (the schema module's Attribute has it all). */
@@ -61,7 +61,6 @@ export interface ShareMechanism extends Mechanism {
 }
 
 type Pair = [number, number];
-type Respond = (a: Encoded, value: any, p: number, q: number, source: RandomSource) => unknown;
 
 /** e^ε/(1+e^ε) and 1/(1+e^ε): rr's (p, q), and duchi's. */
 function logistic(epsilon: number): Pair {
@@ -70,25 +69,19 @@ function logistic(epsilon: number): Pair {
 }
 
 /** One randomised-response core for rr, grr and oue (and so for histograms): a response at (p, q)
- * on an internal value, and memoisation (RAPPOR: a permanent response at the attribute's share of
- * ε∞ from the device secret's coins, then an instantaneous one with fresh coins, `keep` solved by
- * bisection so that one report is exactly ε-LDP). The instantaneous layer keeps a value w.p.
- * `keep` and moves it to each of the m-1 others w.p. (1-keep)/(m-1), uninformative at keep = 1/m,
- * with m = d for rr (d = 2) and grr; oue (the one with a `unary` encoding, bit by bit) has m = 2
- * and ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
-function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, respond: Respond,
-  wireBytes: (a: Encoded) => number, wire = (_a: Encoded, value: unknown): unknown => value,
-  unary?: (a: Encoded, truth: unknown) => number[]): ShareMechanism {
-  const internal = unary ?? ((_a: Encoded, truth: unknown): unknown => truth);
-  const irr = (keep: number, d: number): Pair => [keep, (1 - keep) / ((unary ? 2 : d) - 1)];
-  const compose = (p1: number, q1: number, keep: number, d: number): Pair => {
-    const [p2, q2] = irr(keep, d);
-    return [p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2];
-  };
-  const permanentLayer = (a: Encoded, truth: unknown, permanent: RandomSource) =>
-    respond(a, internal(a, truth), a.memo!.permanent.p, a.memo!.permanent.q, permanent);
-  return {
-    name, types, memoisable: true, parameters, wireBytes,
+ * on an internal value (an index, rr's 1 for true, or oue's one-hot bits), and memoisation
+ * (RAPPOR: a permanent response at the attribute's share of ε∞ from the device secret's coins,
+ * then an instantaneous one with fresh coins, `keep` solved by bisection so that one report is
+ * exactly ε-LDP). A response keeps a value w.p. p and moves it to each of the m-1 others w.p.
+ * (1-p)/(m-1), with m = 2 for rr and d for grr (the instantaneous layer is uninformative at
+ * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
+ * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
+function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
+  const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
+    ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
+    : among(value, a.categories.length || 2, p, source));
+  const mechanism: ShareMechanism = {
+    name, types, memoisable: true, parameters,
     shown: () => ({}),
     // Wang et al. 2017's q(1-q)/(p-q)^2; an ε so small that p == q carries nothing.
     worstVariance(epsilon, d) {
@@ -97,39 +90,50 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     memoise(epsilon, epsilonPermanent, d) {
       const [p1, q1] = parameters(epsilonPermanent, d);
-      let low = 1 / (unary ? 2 : d);
+      const m = unary ? 2 : d;
+      // Both layers and their composition, the instantaneous one keeping a value w.p. `keep`.
+      const layers = (keep: number, other = (1 - keep) / (m - 1)): Memo => ({
+        permanent: { epsilon: epsilonPermanent, p: p1, q: q1 }, instantaneous: { p: keep, q: other },
+        p: p1 * keep + (1 - p1) * other, q: q1 * keep + (1 - q1) * other,
+      });
+      let low = 1 / m;
       let high = 1.0;
-      for (let i = 0; i < 200; i++) {
-        const middle = (low + high) / 2;
-        if (middle === low || middle === high) break;
-        const [p, q] = compose(p1, q1, middle, d);
+      // Bisection down to adjacent doubles (some 60 steps).
+      for (let middle; (middle = (low + high) / 2) !== low && middle !== high;) {
+        const { p, q } = layers(middle);
         if (Math.log(unary ? (p * (1 - q)) / (q * (1 - p)) : p / q) < epsilon) low = middle;
         else high = middle;
       }
       // The lower end is kept: the report's ε never exceeds `epsilon`.
-      const [p, q] = compose(p1, q1, low, d);
-      const [p2, q2] = irr(low, d);
-      return { permanent: { epsilon: epsilonPermanent, p: p1, q: q1 }, instantaneous: { p: p2, q: q2 }, p, q };
+      return layers(low);
     },
     encode(a, truth, source, permanent) {
       const memo = a.memo;
-      if (!memo) return wire(a, respond(a, internal(a, truth), a.p, a.q, source));
-      if (!permanent) throw new Error("no device secret");
-      return wire(a, respond(a, permanentLayer(a, truth, permanent), memo.instantaneous.p, memo.instantaneous.q, source));
+      // The internal value: oue's one-hot bits, else the index (rr's 1 for true).
+      let value: any = unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number);
+      if (memo) {
+        // The <script> bundle's callers always pass it (encodeWithPermanent); encodeReport is public in Node.
+        if (LDP_FULL && !permanent) throw new Error("no device secret");
+        value = respond(a, value, memo.permanent, permanent!);
+      }
+      value = respond(a, value, memo ? memo.instantaneous : a, source);
+      return unary ? value : a.categories[value] ?? value > 0;
     },
-    // Only the vectors read it: the <script> bundle leaves it out.
-    permanentResponse: LDP_FULL ? (a, truth, permanent) => wire(a, permanentLayer(a, truth, permanent)) : undefined!,
+    // Only the vectors read it (the <script> bundle leaves it out): the permanent layer alone is
+    // the response of an attribute with its (p, q) and no memoisation, from the permanent coins.
+    permanentResponse: LDP_FULL ? (a, truth, permanent) => mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) : undefined!,
+    // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
+    wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
+  return mechanism;
 }
 
 /** An index below d's response: itself w.p. p, else a uniform index below d-1 that skips over it. */
 function among(value: number, d: number, p: number, source: RandomSource): number {
   if (bernoulli(p, source)) return value;
   const other = randbelow(d - 1, source);
-  return other >= value ? other + 1 : other;
+  return other + +(other >= value);
 }
-
-const grrRespond: Respond = (a, value, p, _q, source) => among(value, a.categories.length, p, source);
 
 /** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
 export function olhBuckets(epsilon: number): number {
@@ -142,7 +146,7 @@ const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
 // the low bits of a double never leak the input (Mironov, CCS 2012).
 export const GRID = 2 ** -20;
-const ROUNDING_VARIANCE = (GRID * GRID) / 4;
+const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // hm uses pm above this ε (Wang et al. 2019, Eq. 6): ln((-5 + 2∛(6353 - 405√241) + 2∛(6353 + 405√241)) / 27),
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
@@ -158,7 +162,7 @@ export function unit(a: Encoded, x: number): number {
 export function snap(y: number, source: RandomSource): number {
   const scaled = y / GRID;
   const below = Math.floor(scaled);
-  return (below + (bernoulli(scaled - below, source) ? 1 : 0)) * GRID;
+  return (below + +bernoulli(scaled - below, source)) * GRID;
 }
 
 export function pmConstants(epsilon: number): Pair {
@@ -171,53 +175,43 @@ export function duchiC(epsilon: number): number {
   return (e + 1) / (e - 1);
 }
 
-function hmAlpha(epsilon: number): number {
-  return epsilon > EPSILON_STAR ? 1 - Math.exp(-epsilon / 2) : 0;
-}
+/** A mean mechanism's numbers at ε: its (p, q), the constants it shows (as DESIGN.md names
+ * them) and its variance at t. */
+type MeanNumbers = [p: number, q: number, shown: Record<string, number>, variance: (t: number) => number];
 
-function pmVariance(epsilon: number, t: number): number {
-  const [z] = pmConstants(epsilon);
-  return (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE;
-}
-
-function pmParameters(epsilon: number): Pair {
-  const [z] = pmConstants(epsilon);
-  return [z / (z + 1), 1 / (z * (z + 1))];
-}
-
-function pmShown(epsilon: number): Record<string, number> {
+/** Wang et al.'s Piecewise Mechanism's numbers. */
+function pmNumbers(epsilon: number): MeanNumbers {
   const [z, C_pm] = pmConstants(epsilon);
-  return { z, C_pm };
+  return [z / (z + 1), 1 / (z * (z + 1)), { z, C_pm }, (t) => (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE];
 }
 
 /** One Piecewise Mechanism output for t, rounded to GRID: the band coin, one uniform, the grid coin. */
 function pmSample(t: number, { z, C_pm: c }: Readonly<Record<string, number>>, source: RandomSource): number {
-  const left = ((c + 1) / 2) * t - (c - 1) / 2;
-  const right = left + c - 1;
+  const left = ((c + 1) / 2) * t - (c - 1) / 2; // the band is [left, left + c - 1]
   const inside = bernoulli(z / (z + 1), source);
-  const u = uniform(source);
-  let y: number;
-  if (inside) y = left + (c - 1) * u;
-  else {
-    const s = u * (c + 1); // a point of the two outer pieces laid end to end
-    y = s < left + c ? -c + s : right + (s - (left + c));
-  }
+  const u = uniform53(source) / SCALE; // uniform in [0, 1)
+  const s = u * (c + 1); // outside: a point of the two outer pieces laid end to end
+  const y = inside ? left + (c - 1) * u : s < left + c ? -c + s : left + c - 1 + (s - (left + c));
   return snap(Math.min(c, Math.max(-c, y)), source);
 }
 
 /** Duchi et al.'s one bit: 1 w.p. q + (p - q)(t + 1)/2. */
-function duchiBit(t: number, [p, q]: Pair, source: RandomSource): number {
-  return bernoulli(q + (p - q) * ((t + 1) / 2), source) ? 1 : 0;
+function duchiBit(t: number, p: number, q: number, source: RandomSource): number {
+  return +bernoulli(q + (p - q) * ((t + 1) / 2), source);
 }
 
 /** A mean mechanism: the value clipped and mapped to t in [-1, 1], then randomised. Every
  * variance here is monotone in |t|: the worst is at 0 or 1. */
-function mean(name: string, parameters: (epsilon: number) => Pair, varianceAt: (epsilon: number, t: number) => number,
-  shown: (epsilon: number) => Record<string, number>, randomise: (a: Encoded, t: number, source: RandomSource) => number,
+function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise: (a: Encoded, t: number, source: RandomSource) => number,
   wireBytes = "-2.2250738585072014e-308".length): Mechanism {
   return {
-    name, types: ["numeric"], memoisable: false, parameters, shown,
-    worstVariance: (epsilon) => Math.max(varianceAt(epsilon, 0), varianceAt(epsilon, 1)),
+    name, types: ["numeric"], memoisable: false,
+    parameters: (epsilon) => numbers(epsilon).slice(0, 2) as Pair,
+    shown: (epsilon) => numbers(epsilon)[2],
+    worstVariance(epsilon) {
+      const variance = numbers(epsilon)[3];
+      return Math.max(variance(0), variance(1));
+    },
     encode: (a, truth, source) => randomise(a, unit(a, truth as number), source),
     wireBytes: () => wireBytes,
   };
@@ -249,8 +243,7 @@ const OLH: Mechanism = {
     const x = fingerprint(level ? prefix(truth as string, levels![level - 1], alphabet!) : (truth as string));
     const seed = 1 + randbelow(P - 1, source);
     const b = randbelow(P, source);
-    const value = { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source) };
-    return discover ? { ...value, level } : value;
+    return { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source), ...(discover && { level }) };
   },
   // {"a": 2147483646, "b": 2147483646, "y": 65535}, and `, "level": L` when discovering.
   wireBytes: (a) => 46 + (a.strings!.discover ? 11 + String(a.strings!.levels!.length).length : 0),
@@ -260,67 +253,53 @@ export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
 export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanism>([
   // Binary randomised response (Warner 1965): the true bit w.p. p = e^ε/(1+e^ε), else its negation.
-  share("rr", ["boolean"], logistic, (_a, value, p, _q, source) => (bernoulli(p, source) ? value : !value), () => 5),
+  share("rr", ["boolean"], logistic),
   // Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly.
   share("grr", ["categorical", "histogram"], (epsilon, d) => {
     const e = Math.exp(epsilon);
     return [e / (e + d - 1), 1 / (e + d - 1)];
-  }, grrRespond, (a) => Math.max(...a.categories.map((c) => pyJson(c).length)), // as Python's json.dumps writes it
-  (a, value) => a.categories[value as number]),
+  }),
   // Optimised unary encoding (Wang et al. 2017): a one-hot vector, the true bit 1 w.p. p = 1/2,
   // every other bit w.p. q = 1/(e^ε+1); one coin per bit, in order.
-  share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], (_a, bits: number[], p, q, source) => {
-    const below = [threshold(q), threshold(p)];
-    return bits.map((bit) => (uniform53(source) < below[bit] ? 1 : 0));
-  }, (a) => 3 * a.categories.length, undefined, (a, truth) => a.categories.map((_, i) => (i === truth ? 1 : 0))),
+  share("oue", ["categorical", "histogram"], (epsilon) => [0.5, 1 / (Math.exp(epsilon) + 1)], true),
   // Duchi et al.'s one-bit mechanism; wire 0 or 1.
-  mean("duchi", logistic, (epsilon, t) => duchiC(epsilon) ** 2 - t * t, (epsilon) => ({ C: duchiC(epsilon) }),
-    (a, t, source) => duchiBit(t, [a.p, a.q], source), 1),
+  mean("duchi", (epsilon) => {
+    const C = duchiC(epsilon);
+    return [...logistic(epsilon), { C }, (t) => C ** 2 - t * t];
+  }, (a, t, source) => duchiBit(t, a.p, a.q, source), 1),
   // Wang et al.'s Piecewise Mechanism (ICDE 2019), rounded to GRID.
-  mean("pm", pmParameters, pmVariance, pmShown, (a, t, source) => pmSample(t, a.params, source)),
-  // Wang et al.'s Hybrid Mechanism: pm w.p. α, else duchi's bit written as ±C (not rounded).
+  mean("pm", pmNumbers, (a, t, source) => pmSample(t, a.params, source)),
+  // Wang et al.'s Hybrid Mechanism: pm w.p. alpha, else duchi's bit written as ±C (not rounded);
+  // at ε ≤ EPSILON_STAR alpha is 0: hm is duchi.
   mean("hm", (epsilon) => {
-    const alpha = hmAlpha(epsilon);
-    const [high, far] = pmParameters(epsilon);
+    const [high, far, shown, pmVariance] = pmNumbers(epsilon);
+    const alpha = epsilon > EPSILON_STAR ? 1 - Math.exp(-epsilon / 2) : 0;
+    const C = duchiC(epsilon);
     const e = Math.exp(epsilon);
-    return [alpha * high + ((1 - alpha) * e) / (1 + e), alpha * far + (1 - alpha) / (1 + e)];
-  }, (epsilon, t) => {
-    const alpha = hmAlpha(epsilon);
-    const pmPart = alpha ? pmVariance(epsilon, t) + t * t : 0;
-    return alpha * pmPart + (1 - alpha) * duchiC(epsilon) ** 2 - t * t;
-  }, (epsilon) => ({ ...pmShown(epsilon), C: duchiC(epsilon), alpha: hmAlpha(epsilon) }), (a, t, source) => {
+    return [alpha * high + ((1 - alpha) * e) / (1 + e), alpha * far + (1 - alpha) / (1 + e), { ...shown, C, alpha },
+      (t) => alpha * (alpha ? pmVariance(t) + t * t : 0) + (1 - alpha) * C ** 2 - t * t];
+  }, (a, t, source) => {
     const { alpha, C } = a.params;
     if (bernoulli(alpha, source)) return pmSample(t, a.params, source);
-    return duchiBit(t, logistic(a.epsilon), source) ? C : -C;
+    return duchiBit(t, ...logistic(a.epsilon), source) ? C : -C;
   }),
   OLH,
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
-  mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2], (epsilon) => 8 / epsilon ** 2 + ROUNDING_VARIANCE,
-    (epsilon) => ({ scale: 2 / epsilon }), (a, t, source) => { // sensitivity 2 over [-1, 1]
+  mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
+    (a, t, source) => { // sensitivity 2 over [-1, 1]
       const negative = bernoulli(0.5, source);
       const noise = a.params.scale * -Math.log((uniform53(source) + 1) / SCALE);
       return snap(negative ? t - noise : t + noise, source);
     }),
 ].map((m) => [m.name, m]));
 
-export function forType(kind: string): Mechanism[] {
-  return [...REGISTRY.values()].filter((m) => m.types.includes(kind));
-}
-
 /** The mechanism an attribute of type `kind` asked for (a name or `auto`: the lowest worst-case
  * variance, the first on a tie); an Error naming the choices if it cannot randomise `kind`. */
 export function resolve(kind: string, requested: unknown, epsilon: number, d: number): Mechanism {
-  const candidates = forType(kind);
-  if (requested === AUTO) {
-    let best = candidates[0];
-    let bestVariance = best.worstVariance(epsilon, d);
-    for (const m of candidates.slice(1)) {
-      const v = m.worstVariance(epsilon, d);
-      if (v < bestVariance) [best, bestVariance] = [m, v];
-    }
-    return best;
-  }
-  const found = candidates.find((m) => m.name === requested);
+  const candidates = [...REGISTRY.values()].filter((m) => m.types.includes(kind));
+  const found = requested === AUTO
+    ? candidates.reduce((best, m) => (m.worstVariance(epsilon, d) < best.worstVariance(epsilon, d) ? m : best))
+    : candidates.find((m) => m.name === requested);
   if (!found) throw new Error([AUTO, ...candidates.map((m) => m.name)].join(", "));
   return found;
 }

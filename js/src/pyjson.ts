@@ -39,18 +39,16 @@ export function parseJson(text: string): unknown {
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
   if (LDP_FULL && !Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  if (x === 0) return 1 / x < 0 ? "-0.0" : "0.0";
-  const [mantissa, exponent] = x.toExponential().split("e");
-  const e = +exponent;
+  const [mantissa, exponent] = x.toExponential().split("e"); // the exponent signed: "+16", "-7"
   // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation.
-  if (e < -4 || e > 15) return `${mantissa}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
-  const fixed = String(x);
-  return fixed.includes(".") ? fixed : `${fixed}.0`;
+  if (+exponent < -4 || +exponent > 15) return `${mantissa}e${exponent[0]}${exponent.slice(1).padStart(2, "0")}`;
+  // A whole number with ".0" (-0 too, which String() writes "0").
+  return Number.isInteger(x) ? `${Object.is(x, -0) ? "-0" : x}.0` : String(x);
 }
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */
 export function numberText(x: number): string {
-  return Number.isInteger(x) ? String(x === 0 ? 0 : x) : floatRepr(x);
+  return Number.isInteger(x) ? String(x) : floatRepr(x); // String(-0) is "0"
 }
 
 /** `s` as a JSON string in ASCII only: JSON.stringify's escapes (\", \\, \n, \b, ..., \u00XX for

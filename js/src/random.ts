@@ -17,14 +17,13 @@ export interface RandomSource {
   take(n: number): Uint8Array;
 }
 
-const TWO_21 = 2 ** 21;
 export const SCALE = 2 ** 53;
 
 /** Given bytes, handed out in order (test vectors, memoisation's HMAC stream). Running out is an
  * error, never a wrap. */
 export class FixedBytes implements RandomSource {
   used = 0;
-  constructor(protected data: Uint8Array, private readonly what = "the fixed random bytes") {}
+  constructor(protected data: Uint8Array, private readonly what = "random bytes") {}
 
   take(n: number): Uint8Array {
     if (this.used + n > this.data.length) this.refill(n);
@@ -39,15 +38,14 @@ export class FixedBytes implements RandomSource {
 /** Bytes from `crypto.getRandomValues`, fetched 4 KiB at a time (one call serves hundreds of coins). */
 export class SystemRandom extends FixedBytes {
   constructor() {
-    super(new Uint8Array(0));
+    super(new Uint8Array());
   }
 
   protected refill(n: number): void {
-    const c = globalThis.crypto;
-    if (typeof c?.getRandomValues !== "function") throw new Error("no crypto.getRandomValues");
     const pool = new Uint8Array(Math.max(4096, n));
-    // getRandomValues fills at most 65,536 bytes per call.
-    for (let i = 0; i < pool.length; i += 65536) c.getRandomValues(pool.subarray(i, i + 65536));
+    // getRandomValues fills at most 65,536 bytes per call. Where `crypto` is missing, the
+    // ReferenceError "crypto is not defined" says so: there is no other source of coins.
+    for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
     this.data = pool;
     this.used = 0;
   }
@@ -55,42 +53,29 @@ export class SystemRandom extends FixedBytes {
 
 export const SYSTEM: RandomSource = new SystemRandom();
 
-/** A uniform integer in [0, 2^53): 8 bytes little-endian, top 53 bits. Exact in a double:
- * (hi·2^32 + lo) >> 11 = hi·2^21 + floor(lo / 2^11). */
+/** The number `bytes` hold, little-endian (exact up to 6 bytes). */
+const littleEndian = (bytes: Uint8Array) => bytes.reduceRight((sum, byte) => sum * 256 + byte, 0);
+
+/** A uniform integer in [0, 2^53): 8 bytes little-endian, top 53 bits, which are the top 48
+ * (bytes 2 to 7) and the top 5 of byte 1. */
 export function uniform53(source: RandomSource): number {
   const b = source.take(8);
-  const lo = (b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)) >>> 0;
-  const hi = (b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24)) >>> 0;
-  return hi * TWO_21 + (lo >>> 11);
+  return littleEndian(b.subarray(2)) * 32 + (b[1] >> 3);
 }
 
-/** The number a 53-bit draw must fall below to be a 1 with `probability` (p·2^53 is exact). */
-export function threshold(probability: number): number {
-  return Math.floor(probability * SCALE);
-}
-
+/** 1 with `probability`: a 53-bit draw below floor(p·2^53) (p·2^53 is exact). */
 export function bernoulli(probability: number, source: RandomSource): boolean {
-  return uniform53(source) < threshold(probability);
+  return uniform53(source) < Math.floor(probability * SCALE);
 }
 
 /** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
 export function randbelow(n: number, source: RandomSource): number {
   if (LDP_FULL && !(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
-  let bits = 0;
-  for (let m = n - 1; m > 0; m = Math.floor(m / 2)) bits++;
-  if (bits === 0) return 0;
-  const size = Math.ceil(bits / 8);
+  if (n < 2) return 0; // no bits to draw
+  const bits = (n - 1).toString(2).length;
   const modulus = 2 ** bits; // keeping the low bits is a remainder by 2^bits (exact below 2^53)
   for (;;) {
-    const b = source.take(size);
-    let value = 0;
-    for (let i = size - 1; i >= 0; i--) value = value * 256 + b[i];
-    value %= modulus;
+    const value = littleEndian(source.take(Math.ceil(bits / 8))) % modulus;
     if (value < n) return value;
   }
-}
-
-/** A uniform double in [0, 1): a 53-bit integer over 2^53. */
-export function uniform(source: RandomSource): number {
-  return uniform53(source) / SCALE;
 }

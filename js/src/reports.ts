@@ -10,7 +10,7 @@ import { FixedBytes, randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, fieldError, isNumber, isObject, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
 import { prepareText } from "./strings.js";
-import { windowOf, windowStart } from "./windows.js";
+import { startOf, windowOf } from "./windows.js";
 
 export interface Report {
   id: string;
@@ -38,34 +38,31 @@ export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
-  const values = record as Record<string, unknown>;
-  const unknown = Object.keys(values).filter((k) => !schema.byName.has(k)).sort();
-  if (unknown.length) throw new RecordError(unknown[0].slice(0, 80), "is no attribute of the schema");
-  const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(values, a.name));
+  const unknown = Object.keys(record).filter((k) => !schema.byName.has(k)).sort()[0];
+  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is no attribute of the schema");
+  const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
-  const truth: Truth = {};
-  for (const { name, type, edges, indexOf, strings } of schema.attributes) {
-    const value = values[name];
-    const boolean = type === "boolean";
+  return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
+    const value = record[name];
     const numeric = type === "numeric";
-    // A boolean, a category's index, a string as prepared (never refused for what it holds), a
-    // number (clipped later) or a histogram bucket's index.
-    const t = boolean ? (typeof value === "boolean" ? value : undefined)
-      : type === "categorical" ? indexOf.get(value as string)
-      : strings ? (typeof value === "string" ? prepareText(value, strings.max_length) : undefined)
-      : isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value)) : undefined;
+    // A category's index; a boolean or a string (whose types typeof names as the schema does), a
+    // string as prepared (never refused for what it holds); a number (clipped later) or a
+    // histogram bucket's index.
+    const t = type === "categorical" ? indexOf.get(value)
+      : typeof value === type ? (strings ? prepareText(value, strings.max_length) : value)
+      : (numeric || type === "histogram") && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
+      : undefined;
     if (t === undefined) {
-      throw new RecordError(name, boolean ? "must be true or false" : strings ? "must be a string"
-        : numeric || type === "histogram" ? "must be a finite number" : "must be one of the categories");
+      throw new RecordError(name, type === "boolean" ? "must be true or false" : strings ? "must be a string"
+        : type === "categorical" ? "must be one of the categories" : "must be a finite number");
     }
-    truth[name] = t;
-  }
-  return truth;
+    return [name, t];
+  }));
 }
 
 /** A fresh id (24 bytes of `source`, base64url: 32 characters) that makes retries idempotent. */
 export function newReportId(source: RandomSource = SYSTEM): string {
-  return btoa(String.fromCharCode(...source.take(24))).replace(/[+/]/g, (c) => (c === "+" ? "-" : "_"));
+  return btoa(String.fromCharCode(...source.take(24))).replace(/\+/g, "-").replace(/\//g, "_");
 }
 
 /** Memoisation's HMAC message for `a`'s permanent response to `truth`: compact JSON (sorted
@@ -91,8 +88,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
   const id = newReportId(source);
   let carried = schema.attributes;
   if (schema.split === "sample") carried = [carried[randbelow(carried.length, source)]];
-  const values: Record<string, unknown> = {};
-  for (const a of carried) values[a.name] = a.mech.encode(a, truth[a.name], source, permanent[a.name]);
+  const values = Object.fromEntries(carried.map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])]));
   return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
 }
 
@@ -101,7 +97,7 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
  * out has probability below 2^-64; it would be an error, never a wrap). */
 export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
   const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)), "the HMAC stream");
+  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
 }
 
 /** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */
@@ -136,11 +132,7 @@ export async function randomize(schema: unknown, record: unknown, options: Rando
 
 export function resolveWindow(schema: Schema, window: string | Date | undefined): string {
   if (window === undefined || window instanceof Date) return windowOf(window ?? Date.now(), schema.window);
-  try {
-    windowStart(window, schema.window);
-  } catch (e) {
-    throw new RecordError("window", (e as Error).message);
-  }
+  if (isNaN(startOf(window, schema.window))) throw new RecordError("window", `must name a UTC ${schema.window}`);
   return window;
 }
 

@@ -8,22 +8,19 @@
  * checks both lists and known digests).
  */
 
-let K: number[] | undefined;
-let H: number[];
+const K: number[] = [];
+const H: number[] = [];
 
 const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
 
 /** SHA-256 of `data` (at most 2^29 - 1 bytes: the bit length fits 32 bits) as its eight 32-bit
- * words, big-endian order, each as a signed 32-bit number. */
+ * words, big-endian order, each as an unsigned 32-bit number. */
 export function sha256Words(data: Uint8Array): number[] {
-  if (!K) {
-    K = [];
-    H = [];
-    for (let n = 2, d; K.length < 64; n++) {
-      for (d = 2; n % d; d++); // n is prime when its least divisor is n
-      // `| 0` keeps the low 32 bits of the integer part: the fraction's first 32 bits.
-      if (d === n) H.push((Math.sqrt(n) * 2 ** 32) | 0), K.push((Math.cbrt(n) * 2 ** 32) | 0);
-    }
+  // The first call fills K and H (later ones find K full).
+  for (let n = 2, d; K.length < 64; n++) {
+    for (d = 2; n % d; d++); // n is prime when its least divisor is n
+    // `| 0` keeps the low 32 bits of the integer part: the fraction's first 32 bits.
+    if (d === n) H.push((Math.sqrt(n) * 2 ** 32) | 0), K.push((Math.cbrt(n) * 2 ** 32) | 0);
   }
   const length = data.length;
   const words = new Int32Array(((length + 72) >> 6) << 4); // the message, 0x80, zeros, 64-bit bit length
@@ -31,23 +28,21 @@ export function sha256Words(data: Uint8Array): number[] {
   for (let i = 0; i < length; i++) words[i >> 2] |= data[i] << (24 - 8 * i);
   words[length >> 2] |= 0x80 << (24 - 8 * length);
   words[words.length - 1] = length * 8;
-  const h = H.slice(0, 8);
+  let h = H.slice(0, 8);
   const w = new Int32Array(64);
   for (let block = 0; block < words.length; block += 16) {
-    const v = h.slice();
+    let [a, b, c, d, e, f, g, k] = h;
     for (let t = 0; t < 64; t++) {
       const x = w[t - 15];
       const y = w[t - 2];
       // Int32Array stores every sum modulo 2^32.
       w[t] = t < 16 ? words[block + t]
         : (rotr(x, 7) ^ rotr(x, 18) ^ (x >>> 3)) + w[t - 7] + (rotr(y, 17) ^ rotr(y, 19) ^ (y >>> 10)) + w[t - 16];
-      const [a, b, c, d, e, f, g, k] = v;
       const t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
-      v.unshift((t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0);
-      v.pop();
-      v[4] = (d + t1) | 0;
+      // The working variables move down one place; a and e take the new values.
+      [a, b, c, d, e, f, g, k] = [(t1 + (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0, a, b, c, (d + t1) | 0, e, f, g];
     }
-    v.forEach((x, i) => (h[i] = (h[i] + x) | 0));
+    h = [a, b, c, d, e, f, g, k].map((x, i) => (h[i] + x) >>> 0);
   }
   return h;
 }

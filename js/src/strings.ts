@@ -17,14 +17,14 @@ const TAG = "ldp-telemetry/string/v1\0";
  * none given: all of them). The engine's Unicode tables may be newer than Python 3.11's 14.0:
  * only characters newer than that may differ (DESIGN.md), and none of the vectors has one. */
 export function prepareText(text: string, maxLength?: number): string {
-  return Array.from(text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")).slice(0, maxLength).join("");
+  return [...text.replace(/[\p{Cs}\p{Cc}\p{Cf}]/gu, "\ufffd").normalize("NFC")].slice(0, maxLength).join("");
 }
 
 /** The discovery prefix of the prepared `value` at `length` code points (DESIGN.md "Strings"): each
  * code point kept if it is in `alphabet`, else U+FFFD, padded with U+0000 to `length`. Hashed as it
  * is: preparing it again would turn the padding into U+FFFD. */
 export function prefix(value: string, length: number, alphabet: string): string {
-  const kept = Array.from(value).slice(0, length).map((c) => (alphabet.includes(c) ? c : "\ufffd"));
+  const kept = [...value].slice(0, length).map((c) => (alphabet.includes(c) ? c : "\ufffd"));
   return kept.join("") + "\0".repeat(length - kept.length);
 }
 
@@ -33,7 +33,7 @@ export function prefix(value: string, length: number, alphabet: string): string 
  * number hi·2^32 + lo is 2·hi + lo mod P, below 2^34: exact in a double. */
 export function fingerprint(text: string): number {
   const [hi, lo] = sha256Words(UTF8.encode(TAG + text));
-  return (2 * (hi >>> 0) + (lo >>> 0)) % P;
+  return (2 * hi + lo) % P;
 }
 
 /** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = ah·2^16 + al, every partial

@@ -14,13 +14,19 @@ export function windowOf(moment: Date | number, kind: WindowKind): string {
   return new Date(moment).toISOString().slice(0, kind === "hour" ? 13 : 10);
 }
 
-/** The UTC start of the window called `name` (ms since the epoch); a RangeError if it is none. */
-export function windowStart(name: unknown, kind: WindowKind): number {
-  if (LDP_FULL && !LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
+/** The UTC start of the window called `name` (ms since the epoch), NaN if it is none. */
+export function startOf(name: unknown, kind: WindowKind): number {
   // Read as an ISO time (a day alone, or the hour with ":00Z"); a window's name is what its start is
   // called, so anything else (2026-02-29, 2026-11-21T5, an hour for a day, non-ASCII digits) is none.
   const t = typeof name === "string" ? Date.parse(name.length > 10 ? `${name}:00Z` : name) : NaN;
-  if (!(t === t && windowOf(t, kind) === name)) throw new RangeError(`window must name a UTC ${kind}`);
+  return t === t && windowOf(t, kind) === name ? t : NaN;
+}
+
+/** The UTC start of the window called `name` (ms since the epoch); a RangeError if it is none. */
+export function windowStart(name: unknown, kind: WindowKind): number {
+  if (LDP_FULL && !LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
+  const t = startOf(name, kind);
+  if (t !== t) throw new RangeError(`window must name a UTC ${kind}`);
   return t;
 }
 
