@@ -61,6 +61,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let why = "";
   const log = s.logger;
   const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
+  const dropped = (n: number, why: string) => log.warn(`dropped ${n} report(s): ${why}`);
   const unacked = (rows: Row[]) => rows.filter((r) => !acked.has(r.report.id));
 
   const self: Sender = {
@@ -148,10 +149,10 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
-          log.warn(`dropped ${refused.length} report(s): ${refused[0]}`);
+          dropped(refused.length, refused[0]);
           ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
-        if (evicted) log.warn(`outbox full: dropped ${evicted} report(s)`);
+        if (evicted) dropped(evicted, "outbox full");
       } catch (e) {
         fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
         storing = [];
@@ -233,18 +234,18 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       return retryAfter(answer.headers) ?? 0;
     }
     // A 400 naming details[].index: those reports, with the server's reasons (escaped).
-    const bad = new Map<number, string>();
+    const bad = new Map<Row, string>();
     for (const d of Array.isArray(b?.details) ? b.details : []) {
       const i = d?.index;
-      if (Number.isInteger(i) && i >= 0 && i < rows.length) bad.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+      if (Number.isInteger(i) && rows[i]) bad.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
     }
     if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
       batchLimit = Math.max(1, rows.length >> 1);
       return;
     }
-    const dropped = bad.size ? [...bad.keys()].map((i) => rows[i]) : rows;
-    await settle(dropped);
-    log.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
+    const gone = bad.size ? [...bad.keys()] : rows;
+    await settle(gone);
+    dropped(gone.length, `HTTP ${status}: ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
   }
 
   return self;
