@@ -8,8 +8,10 @@
 // A Retry-After beyond a day is more likely a bug than a plan; it never silences a device.
 const MAX_RETRY_AFTER_MS = 86_400_000;
 
+/** True for an answer that settles nothing, below 400 included: one its caller did not take (a 2xx
+ * without the aggregator's acknowledgement, from a captive portal or a proxy; a redirect not followed). */
 export function isRetryable(status: number): boolean {
-  return status === 408 || status === 429 || (status >= 401 && status <= 405 && status !== 402) || status >= 500;
+  return status < 400 || status > 499 || [401, 403, 404, 405, 408, 429].includes(status);
 }
 
 /** Full jitter. Math.random is fine here: the wait is no secret (the coins never use it). */
@@ -17,16 +19,9 @@ export function backoffDelay(attempt: number, baseMs: number, capMs: number): nu
   return Math.random() * Math.min(capMs, baseMs * 2 ** Math.min(attempt, 60));
 }
 
-/** The server's Retry-After (seconds or an HTTP date) in ms from `now`; undefined when absent or unreadable. */
-export function retryAfter(headers: Headers, now = Date.now()): number | undefined {
-  const value = headers.get("retry-after")?.trim();
-  if (!value) return undefined;
-  let ms: number;
-  if (/^[0-9]+$/.test(value)) ms = Number(value) * 1000;
-  else {
-    const when = Date.parse(value);
-    if (Number.isNaN(when)) return undefined;
-    ms = when - now;
-  }
-  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+/** The server's Retry-After (seconds or an HTTP date) in ms from `now`; 0 when absent or unreadable. */
+export function retryAfter(headers: Headers, now = Date.now()): number {
+  const value = headers.get("retry-after")?.trim() ?? "";
+  const ms = /^[0-9]+$/.test(value) ? Number(value) * 1000 : Date.parse(value) - now;
+  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS) || 0; // NaN (unreadable) is 0
 }

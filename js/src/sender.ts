@@ -228,10 +228,9 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       await settle(rows);
       return;
     }
-    if (isRetryable(status) || status < 400) {
-      // A 2xx without the aggregator's acknowledgement (a captive portal, a proxy) proves nothing either.
+    if (isRetryable(status)) {
       why = `HTTP ${status}`;
-      return retryAfter(answer.headers) ?? 0;
+      return retryAfter(answer.headers);
     }
     // A 400 naming details[].index: those reports, with the server's reasons (escaped).
     const bad = new Map<Row, string>();
