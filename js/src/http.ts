@@ -72,7 +72,7 @@ export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const timer = setTimeout(() => controller.abort(), o.timeoutMs);
   const send = (target: string) => o.fetch(target, {
     method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
-    referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
+    referrerPolicy: "no-referrer", cache: "no-store", keepalive: !!o.keepalive,
     headers: o.contentType ? { "Content-Type": o.contentType } : {},
   });
   try {
@@ -84,13 +84,11 @@ export async function request(url: string, o: RequestOptions): Promise<Answer> {
       response = await send((target = next));
     }
     const text = await readBounded(response, controller.signal);
-    let body: unknown;
+    let body: unknown; // undefined for an empty or unreadable answer
     try {
       // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-      body = text ? (LDP_FULL ? parseJson(text) : JSON.parse(text)) : undefined;
-    } catch {
-      body = undefined;
-    }
+      body = (LDP_FULL ? parseJson : JSON.parse)(text);
+    } catch {}
     return { status: response.status, headers: response.headers, body, text };
   } finally {
     clearTimeout(timer);
