@@ -57,7 +57,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running = false;
   let wakeAt = Infinity; // when a wake() during a turn asked for the next one
-  let stored = -1; // rows in storage as last counted; -1 before the first count
+  let stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
   let why = "";
   const log = s.logger;
   const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
@@ -161,7 +161,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     }
     try {
       mirror = await store.peek(s.maxBatch);
-      stored = await store.count();
+      stored = mirror.length;
     } finally {
       storing = []; // only now: until the mirror is read, a closing page finds them here
     }

@@ -101,14 +101,10 @@ export function appendTo(state: State, reports: Report[], limits: Limits): Appen
  * shorter in the browser bundle than a class's members). */
 export const MemoryStore = function (): Store {
   const state = emptyState();
-  const secret = new Uint8Array(32);
-  let made = false;
+  let secret: Uint8Array | undefined;
   return {
     kind: "memory",
-    async deviceSecret() {
-      if (!made) globalThis.crypto.getRandomValues(secret), (made = true);
-      return secret;
-    },
+    deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
     cachedSchema: async (name) => state.schemas[name],
     async cacheSchema(name, derived) {
       state.schemas[name] = derived;

@@ -33,8 +33,7 @@ export const IndexedDbStore = {
   async open(): Promise<Store> {
     const request = indexedDB.open(DB, 1);
     request.onupgradeneeded = () => {
-      for (const name of [SECRET, SCHEMAS, LEDGER]) request.result.createObjectStore(name);
-      request.result.createObjectStore(OUTBOX, { autoIncrement: true });
+      for (const name of [SECRET, SCHEMAS, LEDGER, OUTBOX]) request.result.createObjectStore(name, { autoIncrement: name === OUTBOX });
     };
     const db = await done(request);
     const read = (name: string) => db.transaction(name).objectStore(name);
