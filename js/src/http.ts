@@ -70,9 +70,9 @@ export interface RequestOptions {
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), o.timeoutMs);
+  // The options are fetch's own (method, body, keepalive), with ours, which fetch ignores.
   const send = (target: string) => o.fetch(target, {
-    method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
-    referrerPolicy: "no-referrer", cache: "no-store", keepalive: !!o.keepalive,
+    ...o, signal: controller.signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
     headers: o.contentType ? { "Content-Type": o.contentType } : {},
   });
   try {
