@@ -58,7 +58,6 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let running = false;
   let wakeAt = Infinity; // when a wake() during a turn asked for the next one
   let stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
-  let why = "";
   const log = s.logger;
   const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
   const dropped = (n: number, why: string) => log.warn(`dropped ${n} report(s): ${why}`);
@@ -94,12 +93,11 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       if (fresh.length) wake();
       for (let at = 0; ;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const rows2 = batch(going.slice(at), left, true);
-        const size = rows2.reduce((a, r) => a + r.bytes + 1, 16);
-        if (!rows2.length || size > left) return; // the quota is spent: the rest waits in storage
-        at += rows2.length;
+        const [part, size] = batch(going.slice(at), left, true);
+        if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
+        at += part.length;
         keepaliveBytes += size;
-        send(rows2, true).finally(() => (keepaliveBytes -= size));
+        send(part, true).finally(() => (keepaliveBytes -= size));
       }
     },
   };
@@ -144,22 +142,20 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   async function persist(store: Store): Promise<void> {
     const reports = (storing = fresh);
     fresh = [];
-    if (reports.length) {
-      try {
-        const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
+    try {
+      if (reports.length) {
+        const limits = { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay };
+        const { refused, evicted } = await store.append(reports, limits).catch((e) => {
+          fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
+          throw e;
+        });
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
           dropped(refused.length, refused[0]);
           ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
         if (evicted) dropped(evicted, "outbox full");
-      } catch (e) {
-        fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
-        storing = [];
-        throw e;
       }
-    }
-    try {
       mirror = await store.peek(s.maxBatch);
       stored = mirror.length;
     } finally {
@@ -168,8 +164,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
-   * stopping at one in flight (unless `closing`: those rows were chosen for it). */
-  function batch(rows: Row[], maxBytes: number, closing = false): Row[] {
+   * stopping at one in flight (unless `closing`: those rows were chosen for it); and its size. */
+  function batch(rows: Row[], maxBytes: number, closing = false): [Row[], number] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
@@ -180,33 +176,39 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       out.push(row);
       bytes += row.bytes + 1;
     }
-    return out;
+    return [out, bytes];
   }
 
   async function deliver(store: Store): Promise<void> {
-    const done = mirror.filter((r) => acked.has(r.report.id));
-    if (done.length) await store.remove(done.map((r) => r.seq));
-    const rows = batch(unacked(mirror), s.maxBatchBytes);
-    if (rows.length) {
-      const floor = await send(rows, false);
-      if (floor === undefined) attempt = 0;
-      else {
-        const wait = Math.max(floor, delay(attempt++));
-        deliverDue = Date.now() + wait;
-        log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
-      }
-    }
+    await settle(mirror.filter((r) => acked.has(r.report.id)));
+    const [rows] = batch(unacked(mirror), s.maxBatchBytes);
+    if (rows.length) await send(rows, false);
     await persist(store);
   }
 
-  /** Post one batch: undefined when it is settled; else the least ms to wait before a retry.
-   * `keepalive`: the page is closing (text/plain, no preflight; a plain fetch if the quota says no). */
-  async function send(rows: Row[], keepalive: boolean): Promise<number | undefined> {
+  /** Rows settled: never sent again, and gone from storage (a fresh report has no row yet: it goes
+   * when the mirror shows it). */
+  async function settle(rows: Row[]): Promise<void> {
+    rows.forEach((r) => acked.add(r.report.id));
+    const seqs = rows.map((r) => r.seq).filter((seq) => seq >= 0);
+    if (seqs.length) await (await storeP).remove(seqs);
+  }
+
+  /** Post one batch and act on the answer. `keepalive`: the page is closing (text/plain, no
+   * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
+  async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
     const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
       method: "POST", body, contentType: keepalive ? "text/plain;charset=UTF-8" : "application/json",
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
+    /** The next try after full-jitter backoff, never sooner than `floor` ms (the server's Retry-After). */
+    const retry = (why: string, floor = 0) => {
+      if (keepalive) return;
+      const wait = Math.max(floor, delay(attempt++));
+      deliverDue = Date.now() + wait;
+      log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
+    };
     const ids = rows.map((r) => r.report.id);
     ids.forEach((id) => inflight.set(id, keepalive));
     let answer: Answer;
@@ -214,37 +216,29 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
       answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
     } catch (e) {
-      why = shown((e as Error)?.name);
-      return 0;
+      return retry(shown((e as Error)?.name));
     } finally {
       ids.forEach((id) => inflight.get(id) === keepalive && inflight.delete(id));
     }
     const { status, body: b } = answer as { status: number; body: any };
-    const settle = async (done: Row[]) => {
-      done.forEach((r) => acked.add(r.report.id)); // settled: never sent again
-      await (await storeP).remove(done.map((r) => r.seq).filter((seq) => seq >= 0)); // a fresh report has no row yet
-    };
-    if (status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates)) {
-      await settle(rows);
-      return;
+    if (!(status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
+      if (isRetryable(status)) return retry(`HTTP ${status}`, retryAfter(answer.headers));
+      // A 400 naming details[].index: those reports, with the server's reasons (escaped).
+      const bad = new Map<Row, string>();
+      for (const d of Array.isArray(b?.details) ? b.details : []) {
+        const i = d?.index;
+        if (Number.isInteger(i) && rows[i]) bad.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+      }
+      if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
+        batchLimit = rows.length >> 1; // the batch may be what is too big: halved, sent again
+        rows = [];
+      } else {
+        rows = bad.size ? [...bad.keys()] : rows;
+        dropped(rows.length, `HTTP ${status}: ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
+      }
     }
-    if (isRetryable(status)) {
-      why = `HTTP ${status}`;
-      return retryAfter(answer.headers);
-    }
-    // A 400 naming details[].index: those reports, with the server's reasons (escaped).
-    const bad = new Map<Row, string>();
-    for (const d of Array.isArray(b?.details) ? b.details : []) {
-      const i = d?.index;
-      if (Number.isInteger(i) && rows[i]) bad.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
-    }
-    if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
-      batchLimit = Math.max(1, rows.length >> 1);
-      return;
-    }
-    const gone = bad.size ? [...bad.keys()] : rows;
-    await settle(gone);
-    dropped(gone.length, `HTTP ${status}: ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
+    attempt = 0; // the server answered
+    await settle(rows);
   }
 
   return self;
