@@ -17,7 +17,7 @@
 import { request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
 import type { Report } from "./reports.js";
-import { backoffDelay, isRetryable, retryAfter } from "./retry.js";
+import { isRetryable, retryAfter } from "./retry.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Settings } from "./options.js";
 import { jsonBytes, type Row, type Store } from "./storage.js";
@@ -59,9 +59,9 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let wakeAt = Infinity; // when a wake() during a turn asked for the next one
   let stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
   const log = s.logger;
-  const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
+  // Full jitter (retry.ts). Math.random is fine here: the wait is no secret (the coins never use it).
+  const delay = (attempt: number) => Math.random() * Math.min(s.backoffCapMs, s.backoffBaseMs * 2 ** Math.min(attempt, 60));
   const dropped = (n: number, why: string) => log.warn(`dropped ${n} report(s): ${why}`);
-  const unacked = (rows: Row[]) => rows.filter((r) => !acked.has(r.report.id));
 
   const self: Sender = {
     busy: 0,
@@ -84,12 +84,10 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     // a page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
     // Reports in a plain fetch go again with keepalive: a closing page cancels that fetch.
     sendNow() {
-      const rows = unacked(mirror);
-      const known = new Set(rows.map((r) => r.report.id));
-      for (const report of [...storing, ...fresh]) {
-        if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: jsonBytes(report) });
-      }
-      const going = rows.filter((r) => !inflight.get(r.report.id));
+      // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
+      const seen = new Set<string>();
+      const going = mirror.concat([...storing, ...fresh].map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
+        .filter(({ report: { id } }) => !(acked.has(id) || inflight.get(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
       for (let at = 0; ;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
@@ -181,7 +179,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
 
   async function deliver(store: Store): Promise<void> {
     await settle(mirror.filter((r) => acked.has(r.report.id)));
-    const [rows] = batch(unacked(mirror), s.maxBatchBytes);
+    const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
     if (rows.length) await send(rows, false);
     await persist(store);
   }
