@@ -41,19 +41,16 @@ async function readBounded(response: Response, signal: AbortSignal): Promise<str
   if (!response.body) return "";
   const reader = response.body.getReader();
   const parts: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    if (signal.aborted) throw new Error("deadline");
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.length;
-    if (size > MAX_RESPONSE_BYTES) {
+  for (let size = 0; ;) {
+    if (signal.aborted || size > MAX_RESPONSE_BYTES) {
       await reader.cancel().catch(() => undefined);
-      throw new Error("answer too big");
+      throw new Error("answer too slow or too big");
     }
+    const { done, value } = await reader.read();
+    if (done) return new Blob(parts as BlobPart[]).text();
+    size += value.length;
     parts.push(value);
   }
-  return new Blob(parts as BlobPart[]).text();
 }
 
 export interface RequestOptions {
