@@ -43,8 +43,7 @@ export interface Sender {
 
 /** The sender, as a closure: its state is local variables (shorter in the browser bundle than members). */
 export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP: Promise<Store>, beforeTurn: () => void): Sender {
-  let fresh: Report[] = []; // made, not yet in storage
-  let storing: Report[] = []; // being written to storage now (a closing page must still see them)
+  let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
   const inflight = new Map<string, boolean>(); // id -> sent with keepalive (a plain fetch dies with the page)
@@ -74,7 +73,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     async waitSettled(ms) {
       const deadline = Date.now() + ms;
       wake();
-      while (self.busy || fresh.length || storing.length || stored || running) {
+      while (self.busy || fresh.length || stored || running) {
         if (Date.now() >= deadline) return false;
         await sleep(Math.min(20, deadline - Date.now()));
       }
@@ -86,7 +85,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     sendNow() {
       // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
       const seen = new Set<string>();
-      const going = mirror.concat([...storing, ...fresh].map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
+      const going = mirror.concat(fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
         .filter(({ report: { id } }) => !(acked.has(id) || inflight.get(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
       for (let at = 0; ;) {
@@ -138,15 +137,14 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   }
 
   async function persist(store: Store): Promise<void> {
-    const reports = (storing = fresh);
-    fresh = [];
+    // The reports stored now stay in `fresh` until the mirror is read: a closing page finds them there.
+    const count = fresh.length;
+    let appended = !count;
     try {
-      if (reports.length) {
-        const limits = { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay };
-        const { refused, evicted } = await store.append(reports, limits).catch((e) => {
-          fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
-          throw e;
-        });
+      if (count) {
+        const reports = fresh.slice(0, count);
+        const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
+        appended = true;
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
           dropped(refused.length, refused[0]);
@@ -157,7 +155,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       mirror = await store.peek(s.maxBatch);
       stored = mirror.length;
     } finally {
-      storing = []; // only now: until the mirror is read, a closing page finds them here
+      // Kept if the append failed (e.g. storage full: retried), within the outbox's bound.
+      fresh = fresh.slice(appended ? count : -s.maxOutbox);
     }
   }
 
