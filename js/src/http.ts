@@ -1,6 +1,6 @@
 /**
  * How the client talks HTTP, trusting no server (as client/transport.py): an overall deadline
- * for each request (an AbortController: a server dripping a byte at a time cannot hold it), a
+ * for each request (AbortSignal.timeout: a server dripping a byte at a time cannot hold it), a
  * redirect followed only to the same origin (fetch's `redirect: "manual"`; a browser hides a
  * redirect's target, so there a redirect is simply not followed), at most MAX_RESPONSE_BYTES of an
  * answer read, no cookies and no referrer (a page's URL would link a report to what its user was
@@ -65,31 +65,26 @@ export interface RequestOptions {
 /** One request within its deadline. Throws for a network failure, a deadline, an oversized
  * answer; any HTTP status is an answer. */
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), o.timeoutMs);
+  const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
   // The options are fetch's own (method, body, keepalive), with ours, which fetch ignores.
   const send = (target: string) => o.fetch(target, {
-    ...o, signal: controller.signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
+    ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
     headers: o.contentType ? { "Content-Type": o.contentType } : {},
   });
-  try {
-    let target = url;
-    let response = await send(target);
-    // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
-    for (let hop = 0, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
-      await response.body?.cancel().catch(() => undefined);
-      response = await send((target = next));
-    }
-    const text = await readBounded(response, controller.signal);
-    let body: unknown; // undefined for an empty or unreadable answer
-    try {
-      // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-      body = (LDP_FULL ? parseJson : JSON.parse)(text);
-    } catch {}
-    return { status: response.status, headers: response.headers, body, text };
-  } finally {
-    clearTimeout(timer);
+  let target = url;
+  let response = await send(target);
+  // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
+  for (let hop = 0, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
+    await response.body?.cancel().catch(() => undefined);
+    response = await send((target = next));
   }
+  const text = await readBounded(response, signal);
+  let body: unknown; // undefined for an empty or unreadable answer
+  try {
+    // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
+    body = (LDP_FULL ? parseJson : JSON.parse)(text);
+  } catch {}
+  return { status: response.status, headers: response.headers, body, text };
 }
 
 /** Where a redirect to follow points: a 3xx from `target` with a Location on the origin of `url`
