@@ -53,12 +53,13 @@ async function readBounded(response: Response, signal: AbortSignal): Promise<str
   }
 }
 
+/** fetch's own options (passed on as they are), and the deadline and the fetch to use. */
 export interface RequestOptions {
   method: "GET" | "POST";
   body?: string;
-  contentType?: string;
-  timeoutMs: number;
+  headers?: Record<string, string>;
   keepalive?: boolean;
+  timeoutMs: number;
   fetch: Fetch;
 }
 
@@ -66,10 +67,9 @@ export interface RequestOptions {
  * answer; any HTTP status is an answer. */
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
-  // The options are fetch's own (method, body, keepalive), with ours, which fetch ignores.
+  // Ours among the options (timeoutMs, fetch) are no names of fetch's: it ignores them.
   const send = (target: string) => o.fetch(target, {
     ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
-    headers: o.contentType ? { "Content-Type": o.contentType } : {},
   });
   let target = url;
   let response = await send(target);

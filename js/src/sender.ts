@@ -196,7 +196,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
     const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
-      method: "POST", body, contentType: keepalive ? "text/plain;charset=UTF-8" : "application/json",
+      method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
     /** The next try after full-jitter backoff, never sooner than `floor` ms (the server's Retry-After). */
