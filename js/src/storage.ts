@@ -81,11 +81,11 @@ export function spendEach(ledger: State["ledger"], reports: Report[], perDay: nu
   return refused;
 }
 
-/** How many of the oldest rows (their `bytes`, oldest first) must go for the outbox to be within its limits. */
+/** How many of the oldest rows (their `bytes`, oldest first) must go for the outbox to be within its
+ * limits: all but the newest that fit. */
 export function overflow(rows: { bytes: number }[], limits: Limits): number {
-  let bytes = rows.reduce((a, r) => a + r.bytes, 0);
-  let n = 0;
-  while (n < rows.length && (rows.length - n > limits.maxReports || bytes > limits.maxBytes)) bytes -= rows[n++].bytes;
+  let n = rows.length;
+  for (let bytes = 0; n && rows.length - n < limits.maxReports && (bytes += rows[n - 1].bytes) <= limits.maxBytes; n--);
   return n;
 }
 
