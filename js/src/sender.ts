@@ -25,8 +25,6 @@ import { jsonBytes, type Row, type Store } from "./storage.js";
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
 export const KEEPALIVE_BUDGET = 60 * 1024;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** What the client sees of its sender. */
 export interface Sender {
   /** Work the client does outside the sender (pending records, memoised encodings). */
@@ -75,7 +73,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       wake();
       while (self.busy || fresh.length || stored || running) {
         if (Date.now() >= deadline) return false;
-        await sleep(Math.min(20, deadline - Date.now()));
+        await new Promise((r) => setTimeout(r, Math.min(20, deadline - Date.now())));
       }
       return true;
     },
