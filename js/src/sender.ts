@@ -121,7 +121,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         beforeTurn();
         await persist(store);
       }
-      if (stored > 0 && Date.now() >= deliverDue) await deliver(store);
+      if (stored > 0 && Date.now() >= deliverDue) {
+        // Rows acknowledged while not yet stored (sent fresh by a closing page) go first.
+        await settle(mirror.filter((r) => acked.has(r.report.id)));
+        const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
+        if (rows.length) await send(rows, false);
+        await persist(store);
+      }
     } catch (e) {
       // A bug or a broken store must never reach the app; reports wait in storage.
       log.error(shown((e as Error)?.message ?? e));
@@ -172,13 +178,6 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       bytes += row.bytes + 1;
     }
     return [out, bytes];
-  }
-
-  async function deliver(store: Store): Promise<void> {
-    await settle(mirror.filter((r) => acked.has(r.report.id)));
-    const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
-    if (rows.length) await send(rows, false);
-    await persist(store);
   }
 
   /** Rows settled: never sent again, and gone from storage (a fresh report has no row yet: it goes
