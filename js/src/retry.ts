@@ -14,9 +14,9 @@ export function isRetryable(status: number): boolean {
   return status < 400 || status > 499 || [401, 403, 404, 405, 408, 429].includes(status);
 }
 
-/** The server's Retry-After (seconds or an HTTP date) in ms from `now`; 0 when absent or unreadable. */
-export function retryAfter(headers: Headers, now = Date.now()): number {
-  const value = headers.get("retry-after")?.trim() ?? "";
-  const ms = /^[0-9]+$/.test(value) ? Number(value) * 1000 : Date.parse(value) - now;
+/** The server's Retry-After (seconds or an HTTP date) in ms from now; 0 when absent or unreadable. */
+export function retryAfter(headers: Headers): number {
+  const value = `${headers.get("retry-after")}`.trim(); // "null" when absent: unreadable like any other
+  const ms = /^\d+$/.test(value) ? +value * 1000 : Date.parse(value) - Date.now();
   return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS) || 0; // NaN (unreadable) is 0
 }
