@@ -71,10 +71,9 @@ export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const send = (target: string) => o.fetch(target, {
     ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
   });
-  let target = url;
-  let response = await send(target);
+  let response = await send(url);
   // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
-  for (let hop = 0, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
+  for (let hop = 0, target = url, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
     await response.body?.cancel().catch(() => undefined);
     response = await send((target = next));
   }
