@@ -142,13 +142,12 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
 
   async function persist(store: Store): Promise<void> {
     // The reports stored now stay in `fresh` until the mirror is read: a closing page finds them there.
-    const count = fresh.length;
-    let appended = !count;
+    const reports = fresh.slice();
+    let appended = 0;
     try {
-      if (count) {
-        const reports = fresh.slice(0, count);
+      if (reports.length) {
         const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
-        appended = true;
+        appended = reports.length;
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
           dropped(refused.length, refused[0]);
@@ -159,8 +158,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       mirror = await store.peek(s.maxBatch);
       stored = mirror.length;
     } finally {
-      // Kept if the append failed (e.g. storage full: retried), within the outbox's bound.
-      fresh = fresh.slice(appended ? count : -s.maxOutbox);
+      // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
+      fresh = fresh.slice(appended || -s.maxOutbox);
     }
   }
 
