@@ -137,7 +137,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? deliverDue : Infinity,
       self.busy ? Date.now() + 1000 : Infinity);
     wakeAt = Infinity;
-    if (next < Infinity) wake(Math.max(0, next - Date.now()));
+    if (next < Infinity) wake(next - Date.now()); // one past due: setTimeout takes a negative delay as 0
   }
 
   async function persist(store: Store): Promise<void> {
