@@ -1,6 +1,6 @@
 /**
  * How the client talks HTTP, trusting no server (as client/transport.py): an overall deadline
- * for each request (an AbortController: a server dripping a byte at a time cannot hold it), a
+ * for each request (AbortSignal.timeout: a server dripping a byte at a time cannot hold it), a
  * redirect followed only to the same origin (fetch's `redirect: "manual"`; a browser hides a
  * redirect's target, so there a redirect is simply not followed), at most MAX_RESPONSE_BYTES of an
  * answer read, no cookies and no referrer (a page's URL would link a report to what its user was
@@ -41,60 +41,49 @@ async function readBounded(response: Response, signal: AbortSignal): Promise<str
   if (!response.body) return "";
   const reader = response.body.getReader();
   const parts: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    if (signal.aborted) throw new Error("deadline");
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.length;
-    if (size > MAX_RESPONSE_BYTES) {
+  for (let size = 0; ;) {
+    if (signal.aborted || size > MAX_RESPONSE_BYTES) {
       await reader.cancel().catch(() => undefined);
-      throw new Error("answer too big");
+      throw new Error("answer too slow or too big");
     }
+    const { done, value } = await reader.read();
+    if (done) return new Blob(parts as BlobPart[]).text();
+    size += value.length;
     parts.push(value);
   }
-  return new Blob(parts as BlobPart[]).text();
 }
 
+/** fetch's own options (passed on as they are), and the deadline and the fetch to use. */
 export interface RequestOptions {
   method: "GET" | "POST";
   body?: string;
-  contentType?: string;
-  timeoutMs: number;
+  headers?: Record<string, string>;
   keepalive?: boolean;
+  timeoutMs: number;
   fetch: Fetch;
 }
 
 /** One request within its deadline. Throws for a network failure, a deadline, an oversized
  * answer; any HTTP status is an answer. */
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), o.timeoutMs);
+  const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
+  // Ours among the options (timeoutMs, fetch) are no names of fetch's: it ignores them.
   const send = (target: string) => o.fetch(target, {
-    method: o.method, body: o.body, signal: controller.signal, redirect: "manual", credentials: "omit",
-    referrerPolicy: "no-referrer", cache: "no-store", keepalive: o.keepalive ?? false,
-    headers: o.contentType ? { "Content-Type": o.contentType } : {},
+    ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
   });
-  try {
-    let target = url;
-    let response = await send(target);
-    // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
-    for (let hop = 0, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
-      await response.body?.cancel().catch(() => undefined);
-      response = await send((target = next));
-    }
-    const text = await readBounded(response, controller.signal);
-    let body: unknown;
-    try {
-      // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-      body = text ? (LDP_FULL ? parseJson(text) : JSON.parse(text)) : undefined;
-    } catch {
-      body = undefined;
-    }
-    return { status: response.status, headers: response.headers, body, text };
-  } finally {
-    clearTimeout(timer);
+  let response = await send(url);
+  // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
+  for (let hop = 0, target = url, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
+    await response.body?.cancel().catch(() => undefined);
+    response = await send((target = next));
   }
+  const text = await readBounded(response, signal);
+  let body: unknown; // undefined for an empty or unreadable answer
+  try {
+    // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
+    body = (LDP_FULL ? parseJson : JSON.parse)(text);
+  } catch {}
+  return { status: response.status, headers: response.headers, body, text };
 }
 
 /** Where a redirect to follow points: a 3xx from `target` with a Location on the origin of `url`

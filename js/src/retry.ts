@@ -2,31 +2,21 @@
  * When to retry a request and how long to wait first (posthog's policy with full jitter, as
  * client/retry.py): network errors, 5xx, 408, 429 (and 401, 403, 404, 405: no verdict on the
  * reports, a wrong endpoint or a proxy) are retried after uniform(0, min(cap, base·2^attempt)),
- * never sooner than the server's Retry-After; any other 4xx is final.
+ * never sooner than the server's Retry-After; any other 4xx is final. (The wait: sender.ts's delay.)
  */
 
 // A Retry-After beyond a day is more likely a bug than a plan; it never silences a device.
 const MAX_RETRY_AFTER_MS = 86_400_000;
 
+/** True for an answer that settles nothing, below 400 included: one its caller did not take (a 2xx
+ * without the aggregator's acknowledgement, from a captive portal or a proxy; a redirect not followed). */
 export function isRetryable(status: number): boolean {
-  return status === 408 || status === 429 || (status >= 401 && status <= 405 && status !== 402) || status >= 500;
+  return status < 400 || status > 499 || [401, 403, 404, 405, 408, 429].includes(status);
 }
 
-/** Full jitter. Math.random is fine here: the wait is no secret (the coins never use it). */
-export function backoffDelay(attempt: number, baseMs: number, capMs: number): number {
-  return Math.random() * Math.min(capMs, baseMs * 2 ** Math.min(attempt, 60));
-}
-
-/** The server's Retry-After (seconds or an HTTP date) in ms from `now`; undefined when absent or unreadable. */
-export function retryAfter(headers: Headers, now = Date.now()): number | undefined {
-  const value = headers.get("retry-after")?.trim();
-  if (!value) return undefined;
-  let ms: number;
-  if (/^[0-9]+$/.test(value)) ms = Number(value) * 1000;
-  else {
-    const when = Date.parse(value);
-    if (Number.isNaN(when)) return undefined;
-    ms = when - now;
-  }
-  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+/** The server's Retry-After (seconds or an HTTP date) in ms from now; 0 when absent or unreadable. */
+export function retryAfter(headers: Headers): number {
+  const value = `${headers.get("retry-after")}`.trim(); // "null" when absent: unreadable like any other
+  const ms = /^\d+$/.test(value) ? +value * 1000 : Date.parse(value) - Date.now();
+  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS) || 0; // NaN (unreadable) is 0
 }

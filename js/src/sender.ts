@@ -17,15 +17,13 @@
 import { request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
 import type { Report } from "./reports.js";
-import { backoffDelay, isRetryable, retryAfter } from "./retry.js";
+import { isRetryable, retryAfter } from "./retry.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Settings } from "./options.js";
 import { jsonBytes, type Row, type Store } from "./storage.js";
 
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
 export const KEEPALIVE_BUDGET = 60 * 1024;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** What the client sees of its sender. */
 export interface Sender {
@@ -43,8 +41,7 @@ export interface Sender {
 
 /** The sender, as a closure: its state is local variables (shorter in the browser bundle than members). */
 export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP: Promise<Store>, beforeTurn: () => void): Sender {
-  let fresh: Report[] = []; // made, not yet in storage
-  let storing: Report[] = []; // being written to storage now (a closing page must still see them)
+  let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
   const inflight = new Map<string, boolean>(); // id -> sent with keepalive (a plain fetch dies with the page)
@@ -57,11 +54,11 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running = false;
   let wakeAt = Infinity; // when a wake() during a turn asked for the next one
-  let stored = -1; // rows in storage as last counted; -1 before the first count
-  let why = "";
+  let stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
   const log = s.logger;
-  const delay = (n: number) => backoffDelay(n, s.backoffBaseMs, s.backoffCapMs);
-  const unacked = (rows: Row[]) => rows.filter((r) => !acked.has(r.report.id));
+  // Full jitter (retry.ts). Math.random is fine here: the wait is no secret (the coins never use it).
+  const delay = (attempt: number) => Math.random() * Math.min(s.backoffCapMs, s.backoffBaseMs * 2 ** Math.min(attempt, 60));
+  const dropped = (n: number, why: string) => log.warn(`dropped ${n} report(s): ${why}`);
 
   const self: Sender = {
     busy: 0,
@@ -74,9 +71,9 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     async waitSettled(ms) {
       const deadline = Date.now() + ms;
       wake();
-      while (self.busy || fresh.length || storing.length || stored || running) {
+      while (self.busy || fresh.length || stored || running) {
         if (Date.now() >= deadline) return false;
-        await sleep(Math.min(20, deadline - Date.now()));
+        await new Promise((r) => setTimeout(r, Math.min(20, deadline - Date.now())));
       }
       return true;
     },
@@ -84,21 +81,18 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     // a page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
     // Reports in a plain fetch go again with keepalive: a closing page cancels that fetch.
     sendNow() {
-      const rows = unacked(mirror);
-      const known = new Set(rows.map((r) => r.report.id));
-      for (const report of [...storing, ...fresh]) {
-        if (!known.has(report.id)) rows.push({ seq: -1, report, bytes: jsonBytes(report) });
-      }
-      const going = rows.filter((r) => !inflight.get(r.report.id));
+      // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
+      const seen = new Set<string>();
+      const going = mirror.concat(fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
+        .filter(({ report: { id } }) => !(acked.has(id) || inflight.get(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
       for (let at = 0; ;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const rows2 = batch(going.slice(at), left, true);
-        const size = rows2.reduce((a, r) => a + r.bytes + 1, 16);
-        if (!rows2.length || size > left) return; // the quota is spent: the rest waits in storage
-        at += rows2.length;
+        const [part, size] = batch(going.slice(at), left, true);
+        if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
+        at += part.length;
         keepaliveBytes += size;
-        send(rows2, true).finally(() => (keepaliveBytes -= size));
+        send(part, true).finally(() => (keepaliveBytes -= size));
       }
     },
   };
@@ -127,7 +121,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         beforeTurn();
         await persist(store);
       }
-      if (stored > 0 && Date.now() >= deliverDue) await deliver(store);
+      if (stored > 0 && Date.now() >= deliverDue) {
+        // Rows acknowledged while not yet stored (sent fresh by a closing page) go first.
+        await settle(mirror.filter((r) => acked.has(r.report.id)));
+        const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
+        if (rows.length) await send(rows, false);
+        await persist(store);
+      }
     } catch (e) {
       // A bug or a broken store must never reach the app; reports wait in storage.
       log.error(shown((e as Error)?.message ?? e));
@@ -137,38 +137,35 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? deliverDue : Infinity,
       self.busy ? Date.now() + 1000 : Infinity);
     wakeAt = Infinity;
-    if (next < Infinity) wake(Math.max(0, next - Date.now()));
+    if (next < Infinity) wake(next - Date.now()); // one past due: setTimeout takes a negative delay as 0
   }
 
   async function persist(store: Store): Promise<void> {
-    const reports = (storing = fresh);
-    fresh = [];
-    if (reports.length) {
-      try {
+    // The reports stored now stay in `fresh` until the mirror is read: a closing page finds them there.
+    const reports = fresh.slice();
+    let appended = 0;
+    try {
+      if (reports.length) {
         const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
+        appended = reports.length;
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
-          log.warn(`dropped ${refused.length} report(s): ${refused[0]}`);
+          dropped(refused.length, refused[0]);
           ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
-        if (evicted) log.warn(`outbox full: dropped ${evicted} report(s)`);
-      } catch (e) {
-        fresh = reports.concat(fresh).slice(-s.maxOutbox); // e.g. storage full: kept, retried
-        storing = [];
-        throw e;
+        if (evicted) dropped(evicted, "outbox full");
       }
-    }
-    try {
       mirror = await store.peek(s.maxBatch);
-      stored = await store.count();
+      stored = mirror.length;
     } finally {
-      storing = []; // only now: until the mirror is read, a closing page finds them here
+      // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
+      fresh = fresh.slice(appended || -s.maxOutbox);
     }
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
-   * stopping at one in flight (unless `closing`: those rows were chosen for it). */
-  function batch(rows: Row[], maxBytes: number, closing = false): Row[] {
+   * stopping at one in flight (unless `closing`: those rows were chosen for it); and its size. */
+  function batch(rows: Row[], maxBytes: number, closing = false): [Row[], number] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
@@ -179,33 +176,32 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       out.push(row);
       bytes += row.bytes + 1;
     }
-    return out;
+    return [out, bytes];
   }
 
-  async function deliver(store: Store): Promise<void> {
-    const done = mirror.filter((r) => acked.has(r.report.id));
-    if (done.length) await store.remove(done.map((r) => r.seq));
-    const rows = batch(unacked(mirror), s.maxBatchBytes);
-    if (rows.length) {
-      const floor = await send(rows, false);
-      if (floor === undefined) attempt = 0;
-      else {
-        const wait = Math.max(floor, delay(attempt++));
-        deliverDue = Date.now() + wait;
-        log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
-      }
-    }
-    await persist(store);
+  /** Rows settled: never sent again, and gone from storage (a fresh report has no row yet: it goes
+   * when the mirror shows it). */
+  async function settle(rows: Row[]): Promise<void> {
+    rows.forEach((r) => acked.add(r.report.id));
+    const seqs = rows.map((r) => r.seq).filter((seq) => seq >= 0);
+    if (seqs.length) await (await storeP).remove(seqs);
   }
 
-  /** Post one batch: undefined when it is settled; else the least ms to wait before a retry.
-   * `keepalive`: the page is closing (text/plain, no preflight; a plain fetch if the quota says no). */
-  async function send(rows: Row[], keepalive: boolean): Promise<number | undefined> {
+  /** Post one batch and act on the answer. `keepalive`: the page is closing (text/plain, no
+   * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
+  async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
     const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
-      method: "POST", body, contentType: keepalive ? "text/plain;charset=UTF-8" : "application/json",
+      method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
+    /** The next try after full-jitter backoff, never sooner than `floor` ms (the server's Retry-After). */
+    const retry = (why: string, floor = 0) => {
+      if (keepalive) return;
+      const wait = Math.max(floor, delay(attempt++));
+      deliverDue = Date.now() + wait;
+      log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
+    };
     const ids = rows.map((r) => r.report.id);
     ids.forEach((id) => inflight.set(id, keepalive));
     let answer: Answer;
@@ -213,38 +209,30 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
       answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
     } catch (e) {
-      why = shown((e as Error)?.name);
-      return 0;
+      return retry(shown((e as Error)?.name));
     } finally {
       ids.forEach((id) => inflight.get(id) === keepalive && inflight.delete(id));
     }
     const { status, body: b } = answer as { status: number; body: any };
-    const settle = async (done: Row[]) => {
-      done.forEach((r) => acked.add(r.report.id)); // settled: never sent again
-      await (await storeP).remove(done.map((r) => r.seq).filter((seq) => seq >= 0)); // a fresh report has no row yet
-    };
-    if (status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates)) {
-      await settle(rows);
-      return;
+    // Anything but the aggregator's acknowledgement (a 2xx from a captive portal or a proxy proves nothing).
+    if (!(status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
+      if (isRetryable(status)) return retry(`HTTP ${status}`, retryAfter(answer.headers));
+      // A 400 naming details[].index: those reports, with the server's reasons (escaped).
+      const bad = new Map<Row, string>();
+      for (const d of Array.isArray(b?.details) ? b.details : []) {
+        const i = d?.index;
+        if (Number.isInteger(i) && rows[i]) bad.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+      }
+      if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
+        batchLimit = rows.length >> 1; // the batch may be what is too big: halved, sent again
+        rows = [];
+      } else {
+        rows = bad.size ? [...bad.keys()] : rows;
+        dropped(rows.length, `HTTP ${status}: ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
+      }
     }
-    if (isRetryable(status) || status < 400) {
-      // A 2xx without the aggregator's acknowledgement (a captive portal, a proxy) proves nothing either.
-      why = `HTTP ${status}`;
-      return retryAfter(answer.headers) ?? 0;
-    }
-    // A 400 naming details[].index: those reports, with the server's reasons (escaped).
-    const bad = new Map<number, string>();
-    for (const d of Array.isArray(b?.details) ? b.details : []) {
-      const i = d?.index;
-      if (Number.isInteger(i) && i >= 0 && i < rows.length) bad.set(i, `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
-    }
-    if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
-      batchLimit = Math.max(1, rows.length >> 1);
-      return;
-    }
-    const dropped = bad.size ? [...bad.keys()].map((i) => rows[i]) : rows;
-    await settle(dropped);
-    log.warn(`HTTP ${status}: dropped ${dropped.length} report(s): ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
+    attempt = 0; // the server answered
+    await settle(rows);
   }
 
   return self;

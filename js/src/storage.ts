@@ -81,11 +81,11 @@ export function spendEach(ledger: State["ledger"], reports: Report[], perDay: nu
   return refused;
 }
 
-/** How many of the oldest rows (their `bytes`, oldest first) must go for the outbox to be within its limits. */
+/** How many of the oldest rows (their `bytes`, oldest first) must go for the outbox to be within its
+ * limits: all but the newest that fit. */
 export function overflow(rows: { bytes: number }[], limits: Limits): number {
-  let bytes = rows.reduce((a, r) => a + r.bytes, 0);
-  let n = 0;
-  while (n < rows.length && (rows.length - n > limits.maxReports || bytes > limits.maxBytes)) bytes -= rows[n++].bytes;
+  let n = rows.length;
+  for (let bytes = 0; n && rows.length - n < limits.maxReports && (bytes += rows[n - 1].bytes) <= limits.maxBytes; n--);
   return n;
 }
 
@@ -101,14 +101,10 @@ export function appendTo(state: State, reports: Report[], limits: Limits): Appen
  * shorter in the browser bundle than a class's members). */
 export const MemoryStore = function (): Store {
   const state = emptyState();
-  const secret = new Uint8Array(32);
-  let made = false;
+  let secret: Uint8Array | undefined;
   return {
     kind: "memory",
-    async deviceSecret() {
-      if (!made) globalThis.crypto.getRandomValues(secret), (made = true);
-      return secret;
-    },
+    deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
     cachedSchema: async (name) => state.schemas[name],
     async cacheSchema(name, derived) {
       state.schemas[name] = derived;
