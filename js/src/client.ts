@@ -37,10 +37,8 @@ export interface RecordResult {
 interface Pending {
   values: unknown;
   made: number;
-  expires: number;
 }
 
-const CLOSED = "the client is closed";
 let memoryWarned = false;
 
 function isNode(): boolean {
@@ -133,20 +131,21 @@ export class TelemetryClient {
 
     /** Called by the sender each turn: randomise pending records once the schema is known, drop expired ones. */
     const resolvePending = (): void => {
-      const now = Date.now();
+      const oldest = Date.now() - s.pendingTimeoutMs;
       const kept: Pending[] = [];
       let expired = 0;
       for (const p of pending) {
-        if (now >= p.expires) expired++;
-        else if (usable()) {
+        // (usable() implies neither a refusal nor a failure.)
+        if (p.made <= oldest || source.refusal || failure) expired++;
+        else if (!usable()) kept.push(p);
+        else {
           try {
             const result = make(p.values, p.made);
             if (!result.queued) log.info?.(result.reason);
           } catch (e) {
             log.warn(`dropped a pending record: ${(e as Error).message}`);
           }
-        } else if (source.refusal || failure) expired++;
-        else kept.push(p);
+        }
       }
       out.busy -= pending.length - kept.length;
       pending = kept; // the others' true values are gone from here on
@@ -173,7 +172,7 @@ export class TelemetryClient {
       if (source.current) source.fitting(values); // a schema given in code: the app hears now
       if (pending.length >= s.maxPending) return refused("maxPending records already pending");
       // A shallow copy, in memory only: the app may change its object afterwards.
-      pending.push({ values: { ...values }, made: Date.now(), expires: Date.now() + s.pendingTimeoutMs });
+      pending.push({ values: { ...values }, made: Date.now() });
       out.busy++;
       out.wake();
       return { queued: false, pending: true, reason: "pending: waiting in memory for the schema" };
