@@ -12,7 +12,7 @@ import type { Logger } from "./options.js";
 import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
-import { isObject, NAME_RE, parseSchema, type Schema } from "./schema.js";
+import { isObject, parseSchema, type Schema } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface SchemaSource {
@@ -42,8 +42,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
     return schema;
   };
-  const fetched = typeof spec === "string";
-  if (fetched && !NAME_RE.test(spec)) throw new TypeError("schema must be a schema name");
+  const fetched = typeof spec === "string"; // a name, checked with the other settings
   // Given in code: the app hears at once.
   const current = fetched ? undefined : check(parseSchema(spec));
   const self: SchemaSource = {
@@ -86,25 +85,19 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
     },
     async refresh(endpoint, fetch, timeoutMs, store) {
-      let answer;
-      try {
-        answer = await request(`${endpoint}/api/v1/schemas/${encodeURIComponent(self.name)}`, { method: "GET", timeoutMs, fetch });
-      } catch (e) {
-        log.info?.(shown((e as Error).name));
-        return false;
-      }
+      // The name matches NAME_RE: nothing in it to escape in a URL.
+      const answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch })
+        .catch((e: Error) => log.info?.(shown(e.name)));
+      if (!answer) return false;
       const { status, body } = answer;
-      if (status !== 200) {
-        log.warn(`schema: HTTP ${status}`);
-        return !(isRetryable(status) || status < 400);
+      if (status === 200 && isObject(body)) {
+        // Cached as served: it was just checked, and is checked again when read back.
+        if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
+        return true;
       }
-      if (!isObject(body)) {
-        log.warn("schema: no JSON object");
-        return false;
-      }
-      // Cached as served: it was just checked, and is checked again when read back.
-      if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
-      return true;
+      log.warn(`schema: HTTP ${status} without a schema object`);
+      // A 200 without a schema object is retried soon, as a retryable status is.
+      return !(isRetryable(status) || status < 400);
     },
   };
   return self;
