@@ -206,14 +206,17 @@ export class TelemetryClient {
     this.privacyStatement = () => {
       const schema = source.current;
       if (!schema) return "No schema yet: nothing was sent.";
-      const days = Object.values(ledger.spent()[schema.name] ?? {});
-      const windows = days.reduce((a, d) => a + Object.keys(d.windows).length, 0);
-      const spent = days.reduce((a, d) => a + d.epsilon, 0);
+      let windows = 0;
+      let spent = 0;
+      for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
+        windows += Object.keys(day.windows).length;
+        spent += day.epsilon;
+      }
       const e = schema.epsilonPermanent;
       // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
       return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
         (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
-          : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, however often it reports it.`) +
+          : `; memoised: the server learns at most epsilon ${e} about any value it holds, however often it is reported.`) +
         (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
     };
   }
