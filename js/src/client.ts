@@ -13,7 +13,7 @@ import { shown } from "./http.js";
 import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
-import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
+import { encodeWithPermanent, RecordError } from "./reports.js";
 import { isObject, type Schema } from "./schema.js";
 import { schemaSource } from "./schema-source.js";
 import { sender } from "./sender.js";
@@ -115,17 +115,15 @@ export class TelemetryClient {
       const window = windowOf(made, schema.window);
       const reason = ledger.claim(schema.name, window, schema.epsilon);
       if (reason) return refused(reason, window);
-      if (schema.epsilonPermanent === undefined) out.put(encodeReport(schema, truth, window, SYSTEM));
-      else {
-        // A memoised report waits for Web Crypto's HMAC (microseconds); its true values stay in memory meanwhile.
-        out.busy++;
-        encodeWithPermanent(schema, truth, window, SYSTEM, secret)
-          .then(out.put, (e) => {
-            ledger.release(schema.name, window);
-            log.error(shown((e as Error)?.message ?? e));
-          })
-          .finally(() => out.busy--);
-      }
+      // A memoised report waits for Web Crypto's HMAC (microseconds), its true values in memory meanwhile;
+      // any other is randomised here, at once, and queued a microtask later.
+      out.busy++;
+      encodeWithPermanent(schema, truth, window, SYSTEM, secret)
+        .then(out.put, (e) => {
+          ledger.release(schema.name, window);
+          log.error(shown((e as Error)?.message ?? e));
+        })
+        .finally(() => out.busy--);
       return { queued: true, pending: false, reason: "queued", window };
     };
 
