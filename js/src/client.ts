@@ -127,14 +127,16 @@ export class TelemetryClient {
       return { queued: true, pending: false, reason: "queued", window };
     };
 
-    /** Called by the sender each turn: randomise pending records once the schema is known, drop expired ones. */
+    /** Called by the sender each turn, and by close(): randomise pending records once the schema is
+     * known; drop expired ones, and all of them once there can be no schema (refused, no storage,
+     * or the client stopped before one came). */
     const resolvePending = (): void => {
       const oldest = Date.now() - s.pendingTimeoutMs;
       const kept: Pending[] = [];
       let expired = 0;
       for (const p of pending) {
         // (usable() implies neither a refusal nor a failure.)
-        if (p.made <= oldest || source.refusal || failure) expired++;
+        if (p.made <= oldest || source.refusal || failure || out.stopped) expired++;
         else if (!usable()) kept.push(p);
         else {
           try {
@@ -194,11 +196,7 @@ export class TelemetryClient {
       }
       await out.waitSettled(timeoutMs);
       out.stopped = true;
-      if (pending.length) {
-        log.warn(`dropped ${pending.length} pending record(s): closed`);
-        out.busy -= pending.length;
-        pending = [];
-      }
+      resolvePending();
     };
     this.privacySpent = () => ledger.spent();
     this.privacyStatement = () => {
