@@ -80,7 +80,8 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       return true;
     },
     async loadCached(store) {
-      const cached = fetched && !self.current && (await store.cachedSchema(self.name));
+      // (A schema given in code is current from the start.)
+      const cached = !self.current && (await store.cachedSchema(self.name));
       // Node and the ES module cache the served text, so that its floats keep their spelling.
       if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
     },
