@@ -53,7 +53,7 @@ async function openStore(s: Settings, schema: string): Promise<Store> {
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB or files: the ledger is in memory only");
+    s.logger.warn("ldp-telemetry: no IndexedDB or files: ledger in memory only");
   }
   return new MemoryStore();
 }
@@ -175,7 +175,7 @@ export class TelemetryClient {
       pending.push({ values: { ...values }, made: Date.now() });
       out.busy++;
       out.wake();
-      return { queued: false, pending: true, reason: "pending: waiting in memory for the schema" };
+      return { queued: false, pending: true, reason: "pending until the schema is known" };
     };
     this.waitForSchema = async (timeoutMs) => {
       const deadline = Date.now() + timeoutMs;

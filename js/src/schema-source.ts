@@ -96,7 +96,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
         return true;
       }
-      log.warn(`schema: HTTP ${status} without a schema object`);
+      log.warn(`schema: HTTP ${status}, no schema`);
       // A 200 without a schema object is retried soon, as a retryable status is.
       return !(isRetryable(status) || status < 400);
     },
