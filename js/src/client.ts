@@ -132,12 +132,12 @@ export class TelemetryClient {
      * or the client stopped before one came). */
     const resolvePending = (): void => {
       const oldest = Date.now() - s.pendingTimeoutMs;
-      const kept: Pending[] = [];
       let expired = 0;
-      for (const p of pending) {
+      // Those not kept are done with (their true values gone from here on): one less for the sender to wait for.
+      pending = pending.filter((p) => {
         // (usable() implies neither a refusal nor a failure.)
         if (p.made <= oldest || source.refusal || failure || out.stopped) expired++;
-        else if (!usable()) kept.push(p);
+        else if (!usable()) return true;
         else {
           try {
             const result = make(p.values, p.made);
@@ -146,9 +146,8 @@ export class TelemetryClient {
             log.warn(`dropped a pending record: ${(e as Error).message}`);
           }
         }
-      }
-      out.busy -= pending.length - kept.length;
-      pending = kept; // the others' true values are gone from here on
+        out.busy--;
+      });
       if (expired) log.warn(`dropped ${expired} pending record(s): no usable schema`);
     };
 
@@ -211,7 +210,7 @@ export class TelemetryClient {
       const e = schema.epsilonPermanent;
       // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
       return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-        (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
+        (e === undefined ? `: epsilon ${spent} in all.`
           : `; memoised: the server learns at most epsilon ${e} about any value it holds, however often it is reported.`) +
         (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
     };
