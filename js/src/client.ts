@@ -153,13 +153,12 @@ export class TelemetryClient {
 
     const out = sender(s, source, ledger, open(), resolvePending);
     out.wake();
-    const w = globalThis as { addEventListener?: typeof addEventListener; removeEventListener?: typeof removeEventListener; document?: Document };
-    // pagehide, or the page hidden: it may be closing.
-    const onHide = (e: Event) => (e.type === "pagehide" || w.document!.visibilityState === "hidden") && out.sendNow();
-    const listen = typeof w.addEventListener === "function" && w.document;
-    if (listen) {
-      w.addEventListener!("pagehide", onHide);
-      w.document!.addEventListener("visibilitychange", onHide);
+    // In a page (a document and the global's listeners): pagehide, or the page hidden: it may be closing.
+    const page = typeof addEventListener === "function" && (globalThis as { document?: Document }).document;
+    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).visibilityState === "hidden") && out.sendNow();
+    if (page) {
+      addEventListener("pagehide", onHide);
+      page.addEventListener("visibilitychange", onHide);
     }
 
     Object.defineProperty(this, "schema", { get: () => source.current });
@@ -189,9 +188,9 @@ export class TelemetryClient {
     this.close = async (timeoutMs = s.closeTimeoutMs) => {
       if (closed) return;
       closed = true;
-      if (listen) {
-        w.removeEventListener!("pagehide", onHide);
-        w.document!.removeEventListener("visibilitychange", onHide);
+      if (page) {
+        removeEventListener("pagehide", onHide);
+        page.removeEventListener("visibilitychange", onHide);
       }
       await out.waitSettled(timeoutMs);
       out.stopped = true;
