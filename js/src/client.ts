@@ -53,7 +53,7 @@ async function openStore(s: Settings, schema: string): Promise<Store> {
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB or files: ledger in memory only");
+    s.logger.warn("no storage for a ledger: it is in memory only");
   }
   return new MemoryStore();
 }
