@@ -33,22 +33,11 @@ export interface SchemaSource {
 
 export function schemaSource(spec: string | object, maxEpsilon: number, maxReport: number, log: Logger): SchemaSource {
   let previous: Schema | undefined; // the version in use before current: records may still fit it
-  const check = (schema: Schema): Schema => {
-    if (schema.epsilon > maxEpsilon) throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
-    // Outside a secure context (HTTPS, localhost) there is no HMAC for the permanent responses:
-    // the schema is refused at once rather than every record failing later.
-    if (schema.epsilonPermanent !== undefined) subtle();
-    const size = maxReportBytes(schema);
-    if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
-    return schema;
-  };
   const fetched = typeof spec === "string"; // a name, checked with the other settings
-  // Given in code: the app hears at once.
-  const current = fetched ? undefined : check(parseSchema(spec));
   const self: SchemaSource = {
-    name: current?.name ?? (spec as string),
+    // Given in code, the schema names itself (parseSchema checks that name).
+    name: fetched ? spec : (spec as { name: string }).name,
     fetched,
-    current,
     fitting(values) {
       const schema = self.current!;
       try {
@@ -65,9 +54,16 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     offer(definition) {
       let schema: Schema;
       try {
-        schema = check(parseSchema(definition));
+        schema = parseSchema(definition);
+        if (schema.epsilon > maxEpsilon) throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
+        // Outside a secure context (HTTPS, localhost) there is no HMAC for the permanent responses:
+        // the schema is refused at once rather than every record failing later.
+        if (schema.epsilonPermanent !== undefined) subtle();
+        const size = maxReportBytes(schema);
+        if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
         if (schema.name !== self.name) throw new Error("another name");
       } catch (e) {
+        if (!fetched) throw e; // given in code: the app hears at once, from the constructor
         // The complaint may quote the server's text: escaped, since the app may log it.
         const reason = `schema ${self.name} refused: ${shown((e as Error).message, 500)}`;
         log.error(reason);
@@ -101,5 +97,6 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       return !(isRetryable(status) || status < 400);
     },
   };
+  if (!fetched) self.offer(spec);
   return self;
 }
