@@ -34,10 +34,8 @@ export interface RecordResult {
   window?: string;
 }
 
-interface Pending {
-  values: unknown;
-  made: number;
-}
+/** A record waiting for its schema: make()'s arguments (the true values, when it was made). */
+type Pending = [values: unknown, made: number];
 
 let memoryWarned = false;
 
@@ -134,13 +132,13 @@ export class TelemetryClient {
       const oldest = Date.now() - s.pendingTimeoutMs;
       let expired = 0;
       // Those not kept are done with (their true values gone from here on): one less for the sender to wait for.
-      pending = pending.filter((p) => {
+      pending = pending.filter(([values, made]) => {
         // (usable() implies neither a refusal nor a failure.)
-        if (p.made <= oldest || source.refusal || failure || out.stopped) expired++;
+        if (made <= oldest || source.refusal || failure || out.stopped) expired++;
         else if (!usable()) return true;
         else {
           try {
-            const result = make(p.values, p.made);
+            const result = make(values, made);
             if (!result.queued) log.info?.(result.reason);
           } catch (e) {
             log.warn(`dropped a pending record: ${(e as Error).message}`);
@@ -170,7 +168,7 @@ export class TelemetryClient {
       if (source.current) source.fitting(values); // a schema given in code: the app hears now
       if (pending.length >= s.maxPending) return refused("maxPending records already pending");
       // A shallow copy, in memory only: the app may change its object afterwards.
-      pending.push({ values: { ...values }, made: Date.now() });
+      pending.push([{ ...values }, Date.now()]);
       out.busy++;
       out.wake();
       return { queued: false, pending: true, reason: "pending until the schema is known" };
