@@ -178,7 +178,7 @@ export class TelemetryClient {
       while (!usable()) {
         if (source.refusal || failure || Date.now() >= deadline) return false;
         out.wake();
-        await new Promise((r) => setTimeout(r, Math.min(50, Math.max(1, deadline - Date.now()))));
+        await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
       }
       return true;
     };
