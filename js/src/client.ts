@@ -166,7 +166,7 @@ export class TelemetryClient {
       if (source.refusal) return refused(source.refusal);
       if (!isObject(values)) throw new RecordError("record", "must be an object");
       if (source.current) source.fitting(values); // a schema given in code: the app hears now
-      if (pending.length >= s.maxPending) return refused("maxPending records already pending");
+      if (pending.length >= s.maxPending) return refused("maxPending reached");
       // A shallow copy, in memory only: the app may change its object afterwards.
       pending.push([{ ...values }, Date.now()]);
       out.busy++;
