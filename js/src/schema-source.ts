@@ -84,7 +84,9 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     async refresh(endpoint, fetch, timeoutMs, store) {
       // The name matches NAME_RE: nothing in it to escape in a URL.
       const answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch })
-        .catch((e: Error) => log.info?.(shown(e.name)));
+        .catch((e: Error) => {
+          log.info?.(shown(e.name)); // (whatever a logger returns, the answer is undefined)
+        });
       if (!answer) return false;
       const { status, body } = answer;
       if (status === 200 && isObject(body)) {
