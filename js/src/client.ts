@@ -160,56 +160,58 @@ export class TelemetryClient {
     }
 
     Object.defineProperty(this, "schema", { get: () => source.current });
-    this.record = (values) => {
-      if (closed || failure) return refused(failure ?? "the client is closed");
-      if (usable()) return make(values, Date.now());
-      if (source.refusal) return refused(source.refusal);
-      if (!isObject(values)) throw new RecordError("record", "must be an object");
-      if (source.current) source.fitting(values); // a schema given in code: the app hears now
-      if (pending.length >= s.maxPending) return refused("maxPending reached");
-      // A shallow copy, in memory only: the app may change its object afterwards.
-      pending.push([{ ...values }, Date.now()]);
-      out.busy++;
-      out.wake();
-      return { queued: false, pending: true, reason: "pending until the schema is known" };
-    };
-    this.waitForSchema = async (timeoutMs) => {
-      const deadline = Date.now() + timeoutMs;
-      while (!usable()) {
-        if (source.refusal || failure || Date.now() >= deadline) return false;
+    Object.assign(this, {
+      record: (values) => {
+        if (closed || failure) return refused(failure ?? "the client is closed");
+        if (usable()) return make(values, Date.now());
+        if (source.refusal) return refused(source.refusal);
+        if (!isObject(values)) throw new RecordError("record", "must be an object");
+        if (source.current) source.fitting(values); // a schema given in code: the app hears now
+        if (pending.length >= s.maxPending) return refused("maxPending reached");
+        // A shallow copy, in memory only: the app may change its object afterwards.
+        pending.push([{ ...values }, Date.now()]);
+        out.busy++;
         out.wake();
-        await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
-      }
-      return true;
-    };
-    this.flush = (timeoutMs = 10_000) => out.waitSettled(timeoutMs);
-    this.close = async (timeoutMs = s.closeTimeoutMs) => {
-      if (closed) return;
-      closed = true;
-      if (page) {
-        removeEventListener("pagehide", onHide);
-        page.removeEventListener("visibilitychange", onHide);
-      }
-      await out.waitSettled(timeoutMs);
-      out.stopped = true;
-      resolvePending();
-    };
-    this.privacySpent = () => ledger.spent();
-    this.privacyStatement = () => {
-      const schema = source.current;
-      if (!schema) return "No schema yet: nothing was sent.";
-      let windows = 0;
-      let spent = 0;
-      for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
-        windows += Object.keys(day.windows).length;
-        spent += day.epsilon;
-      }
-      const e = schema.epsilonPermanent;
-      // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-      return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-        (e === undefined ? `: epsilon ${spent} in all.`
-          : `; memoised: the server learns at most epsilon ${e} about any value it holds, however often it is reported.`) +
-        (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
-    };
+        return { queued: false, pending: true, reason: "pending until the schema is known" };
+      },
+      waitForSchema: async (timeoutMs) => {
+        const deadline = Date.now() + timeoutMs;
+        while (!usable()) {
+          if (source.refusal || failure || Date.now() >= deadline) return false;
+          out.wake();
+          await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+        }
+        return true;
+      },
+      flush: (timeoutMs = 10_000) => out.waitSettled(timeoutMs),
+      close: async (timeoutMs = s.closeTimeoutMs) => {
+        if (closed) return;
+        closed = true;
+        if (page) {
+          removeEventListener("pagehide", onHide);
+          page.removeEventListener("visibilitychange", onHide);
+        }
+        await out.waitSettled(timeoutMs);
+        out.stopped = true;
+        resolvePending();
+      },
+      privacySpent: () => ledger.spent(),
+      privacyStatement: () => {
+        const schema = source.current;
+        if (!schema) return "No schema yet: nothing was sent.";
+        let windows = 0;
+        let spent = 0;
+        for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
+          windows += Object.keys(day.windows).length;
+          spent += day.epsilon;
+        }
+        const e = schema.epsilonPermanent;
+        // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
+        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
+          (e === undefined ? `: epsilon ${spent} in all.`
+            : `; memoised: the server learns at most epsilon ${e} about any value it holds, however often it is reported.`) +
+          (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
+      },
+    } satisfies Omit<TelemetryClient, "schema">);
   }
 }
