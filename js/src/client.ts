@@ -209,7 +209,7 @@ export class TelemetryClient {
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
         return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
           (e === undefined ? `: epsilon ${spent} in all.`
-            : `; memoised: the server learns at most epsilon ${e} about any value it holds, however often it is reported.`) +
+            : `; memoised: the server learns at most epsilon ${e} per value it holds, however often it is reported.`) +
           (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
       },
     } satisfies Omit<TelemetryClient, "schema">);
