@@ -28,7 +28,7 @@ export interface SchemaSource {
   loadCached(store: Store): Promise<void>;
   /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
    * false to retry soon (network error, retryable status, 404: it may be published soon). */
-  refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store?: Store): Promise<boolean>;
+  refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store: Store): Promise<boolean>;
 }
 
 export function schemaSource(spec: string | object, maxEpsilon: number, maxReport: number, log: Logger): SchemaSource {
@@ -91,7 +91,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       const { status, body } = answer;
       if (status === 200 && isObject(body)) {
         // Cached as served: it was just checked, and is checked again when read back.
-        if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
+        if (self.offer(body)) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
         return true;
       }
       log.warn(`schema: HTTP ${status}, no schema`);
