@@ -13,7 +13,7 @@ import { shown } from "./http.js";
 import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
-import { encodeReport, encodeWithPermanent, RecordError } from "./reports.js";
+import { encodeWithPermanent, RecordError } from "./reports.js";
 import { isObject, type Schema } from "./schema.js";
 import { schemaSource } from "./schema-source.js";
 import { sender } from "./sender.js";
@@ -34,13 +34,9 @@ export interface RecordResult {
   window?: string;
 }
 
-interface Pending {
-  values: unknown;
-  made: number;
-  expires: number;
-}
+/** A record waiting for its schema: make()'s arguments (the true values, when it was made). */
+type Pending = [values: unknown, made: number];
 
-const CLOSED = "the client is closed";
 let memoryWarned = false;
 
 function isNode(): boolean {
@@ -55,7 +51,7 @@ async function openStore(s: Settings, schema: string): Promise<Store> {
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
   if (!memoryWarned) {
     memoryWarned = true;
-    s.logger.warn("ldp-telemetry: no IndexedDB or files: the ledger is in memory only");
+    s.logger.warn("no storage for a ledger: it is in memory only");
   }
   return new MemoryStore();
 }
@@ -117,105 +113,105 @@ export class TelemetryClient {
       const window = windowOf(made, schema.window);
       const reason = ledger.claim(schema.name, window, schema.epsilon);
       if (reason) return refused(reason, window);
-      if (schema.epsilonPermanent === undefined) out.put(encodeReport(schema, truth, window, SYSTEM));
-      else {
-        // A memoised report waits for Web Crypto's HMAC (microseconds); its true values stay in memory meanwhile.
-        out.busy++;
-        encodeWithPermanent(schema, truth, window, SYSTEM, secret)
-          .then(out.put, (e) => {
-            ledger.release(schema.name, window);
-            log.error(shown((e as Error)?.message ?? e));
-          })
-          .finally(() => out.busy--);
-      }
+      // A memoised report waits for Web Crypto's HMAC (microseconds), its true values in memory meanwhile;
+      // any other is randomised here, at once, and queued a microtask later.
+      out.busy++;
+      encodeWithPermanent(schema, truth, window, SYSTEM, secret)
+        .then(out.put, (e) => {
+          ledger.release(schema.name, window);
+          log.error(shown((e as Error)?.message ?? e));
+        })
+        .finally(() => out.busy--);
       return { queued: true, pending: false, reason: "queued", window };
     };
 
-    /** Called by the sender each turn: randomise pending records once the schema is known, drop expired ones. */
+    /** Called by the sender each turn, and by close(): randomise pending records once the schema is
+     * known; drop expired ones, and all of them once there can be no schema (refused, no storage,
+     * or the client stopped before one came). */
     const resolvePending = (): void => {
-      const now = Date.now();
-      const kept: Pending[] = [];
+      const oldest = Date.now() - s.pendingTimeoutMs;
       let expired = 0;
-      for (const p of pending) {
-        if (now >= p.expires) expired++;
-        else if (usable()) {
+      // Those not kept are done with (their true values gone from here on): one less for the sender to wait for.
+      pending = pending.filter(([values, made]) => {
+        // (usable() implies neither a refusal nor a failure.)
+        if (made <= oldest || source.refusal || failure || out.stopped) expired++;
+        else if (!usable()) return true;
+        else {
           try {
-            const result = make(p.values, p.made);
+            const result = make(values, made);
             if (!result.queued) log.info?.(result.reason);
           } catch (e) {
             log.warn(`dropped a pending record: ${(e as Error).message}`);
           }
-        } else if (source.refusal || failure) expired++;
-        else kept.push(p);
-      }
-      out.busy -= pending.length - kept.length;
-      pending = kept; // the others' true values are gone from here on
+        }
+        out.busy--;
+      });
       if (expired) log.warn(`dropped ${expired} pending record(s): no usable schema`);
     };
 
     const out = sender(s, source, ledger, open(), resolvePending);
     out.wake();
-    const w = globalThis as { addEventListener?: typeof addEventListener; removeEventListener?: typeof removeEventListener; document?: Document };
-    // pagehide, or the page hidden: it may be closing.
-    const onHide = (e: Event) => (e.type === "pagehide" || w.document!.visibilityState === "hidden") && out.sendNow();
-    const listen = typeof w.addEventListener === "function" && w.document;
-    if (listen) {
-      w.addEventListener!("pagehide", onHide);
-      w.document!.addEventListener("visibilitychange", onHide);
+    // In a page (a document and the global's listeners): pagehide, or the page hidden: it may be closing.
+    const page = typeof addEventListener === "function" && (globalThis as { document?: Document }).document;
+    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).visibilityState === "hidden") && out.sendNow();
+    if (page) {
+      addEventListener("pagehide", onHide);
+      page.addEventListener("visibilitychange", onHide);
     }
 
     Object.defineProperty(this, "schema", { get: () => source.current });
-    this.record = (values) => {
-      if (closed || failure) return refused(failure ?? "the client is closed");
-      if (usable()) return make(values, Date.now());
-      if (source.refusal) return refused(source.refusal);
-      if (!isObject(values)) throw new RecordError("record", "must be an object");
-      if (source.current) source.fitting(values); // a schema given in code: the app hears now
-      if (pending.length >= s.maxPending) return refused("maxPending records already pending");
-      // A shallow copy, in memory only: the app may change its object afterwards.
-      pending.push({ values: { ...values }, made: Date.now(), expires: Date.now() + s.pendingTimeoutMs });
-      out.busy++;
-      out.wake();
-      return { queued: false, pending: true, reason: "pending: waiting in memory for the schema" };
-    };
-    this.waitForSchema = async (timeoutMs) => {
-      const deadline = Date.now() + timeoutMs;
-      while (!usable()) {
-        if (source.refusal || failure || Date.now() >= deadline) return false;
+    Object.assign(this, {
+      record: (values) => {
+        if (closed || failure) return refused(failure ?? "the client is closed");
+        if (usable()) return make(values, Date.now());
+        if (source.refusal) return refused(source.refusal);
+        if (!isObject(values)) throw new RecordError("record", "must be an object");
+        if (source.current) source.fitting(values); // a schema given in code: the app hears now
+        if (pending.length >= s.maxPending) return refused("maxPending reached");
+        // A shallow copy, in memory only: the app may change its object afterwards.
+        pending.push([{ ...values }, Date.now()]);
+        out.busy++;
         out.wake();
-        await new Promise((r) => setTimeout(r, Math.min(50, Math.max(1, deadline - Date.now()))));
-      }
-      return true;
-    };
-    this.flush = (timeoutMs = 10_000) => out.waitSettled(timeoutMs);
-    this.close = async (timeoutMs = s.closeTimeoutMs) => {
-      if (closed) return;
-      closed = true;
-      if (listen) {
-        w.removeEventListener!("pagehide", onHide);
-        w.document!.removeEventListener("visibilitychange", onHide);
-      }
-      await out.waitSettled(timeoutMs);
-      out.stopped = true;
-      if (pending.length) {
-        log.warn(`dropped ${pending.length} pending record(s): closed`);
-        out.busy -= pending.length;
-        pending = [];
-      }
-    };
-    this.privacySpent = () => ledger.spent();
-    this.privacyStatement = () => {
-      const schema = source.current;
-      if (!schema) return "No schema yet: nothing was sent.";
-      const days = Object.values(ledger.spent()[schema.name] ?? {});
-      const windows = days.reduce((a, d) => a + Object.keys(d.windows).length, 0);
-      const spent = days.reduce((a, d) => a + d.epsilon, 0);
-      const e = schema.epsilonPermanent;
-      // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-      return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-        (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
-          : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, however often it reports it.`) +
-        (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
-    };
+        return { queued: false, pending: true, reason: "pending until the schema is known" };
+      },
+      waitForSchema: async (timeoutMs) => {
+        const deadline = Date.now() + timeoutMs;
+        while (!usable()) {
+          if (source.refusal || failure || Date.now() >= deadline) return false;
+          out.wake();
+          await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+        }
+        return true;
+      },
+      flush: (timeoutMs = 10_000) => out.waitSettled(timeoutMs),
+      close: async (timeoutMs = s.closeTimeoutMs) => {
+        if (closed) return;
+        closed = true;
+        if (page) {
+          removeEventListener("pagehide", onHide);
+          page.removeEventListener("visibilitychange", onHide);
+        }
+        await out.waitSettled(timeoutMs);
+        out.stopped = true;
+        resolvePending();
+      },
+      privacySpent: () => ledger.spent(),
+      privacyStatement: () => {
+        const schema = source.current;
+        if (!schema) return "No schema yet: nothing was sent.";
+        let windows = 0;
+        let spent = 0;
+        for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
+          windows += Object.keys(day.windows).length;
+          spent += day.epsilon;
+        }
+        const e = schema.epsilonPermanent;
+        // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
+        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
+          (e === undefined ? `: epsilon ${spent} in all.`
+            : `; memoised: the server learns at most epsilon ${e} per value it holds, however often it is reported.`) +
+          (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
+      },
+    } satisfies Omit<TelemetryClient, "schema">);
   }
 }

@@ -4,6 +4,7 @@
  */
 
 import type { Fetch } from "./http.js";
+import { NAME_RE } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface Logger {
@@ -54,28 +55,24 @@ const DEFAULTS = {
   requestTimeoutMs: 10_000, schemaRefreshMs: 3_600_000, lingerMs: 50, closeTimeoutMs: 5000,
 };
 
-/** The settings: the defaults overridden by what is given, each given number checked. */
+/** The settings: the defaults overridden by what is given, each number checked (the defaults too:
+ * one loop over one list of names). */
 export function settings(o: ClientOptions): Settings {
   const bad = (name: string): never => {
     throw new TypeError(`invalid option ${name}`);
   };
   if (!(typeof o?.endpoint === "string" && /^https?:\/\//.test(o.endpoint))) bad("endpoint");
-  if (!(typeof o.schema === "string" || (typeof o.schema === "object" && o.schema))) bad("schema");
-  const out: Record<string, unknown> = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon };
-  for (const [name, v] of Object.entries(o)) {
-    if (name in out || name === "maxEpsilon") {
-      // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
-      const ok = typeof v === "number" && v < Infinity && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
-        ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1));
-      if (!ok) bad(name);
-      out[name] = v;
-    }
+  if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : typeof o.schema === "object" && o.schema)) bad("schema");
+  const s = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon, ...o, endpoint: o.endpoint.replace(/\/+$/, ""),
+    fetch: o.fetch ?? globalThis.fetch?.bind(globalThis), logger: o.logger ?? console } as Settings;
+  for (const name of ["maxEpsilon", "maxEpsilonPerDay", ...Object.keys(DEFAULTS)]) {
+    const v = s[name as keyof Settings];
+    // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
+    if (!(typeof v === "number" && v < Infinity && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
+      ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1)))) bad(name);
   }
-  if (o.maxEpsilon === undefined) bad("maxEpsilon");
-  if ((out.maxReportBytes as number) > (out.maxBatchBytes as number)) bad("maxReportBytes (over maxBatchBytes)");
-  const f = o.fetch ?? globalThis.fetch?.bind(globalThis);
-  if (typeof f !== "function") bad("fetch");
+  if (s.maxReportBytes > s.maxBatchBytes) bad("maxReportBytes (over maxBatchBytes)");
+  if (typeof s.fetch !== "function") bad("fetch");
   if (LDP_FULL && o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
-  return { ...(out as typeof DEFAULTS & { maxEpsilonPerDay: number }), endpoint: o.endpoint.replace(/\/+$/, ""), schema: o.schema,
-    maxEpsilon: o.maxEpsilon, dataDir: o.dataDir, store: o.store, fetch: f!, logger: o.logger ?? console };
+  return s;
 }

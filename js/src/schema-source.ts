@@ -12,7 +12,7 @@ import type { Logger } from "./options.js";
 import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
-import { isObject, NAME_RE, parseSchema, type Schema } from "./schema.js";
+import { isObject, parseSchema, type Schema } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface SchemaSource {
@@ -28,28 +28,16 @@ export interface SchemaSource {
   loadCached(store: Store): Promise<void>;
   /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
    * false to retry soon (network error, retryable status, 404: it may be published soon). */
-  refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store?: Store): Promise<boolean>;
+  refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store: Store): Promise<boolean>;
 }
 
 export function schemaSource(spec: string | object, maxEpsilon: number, maxReport: number, log: Logger): SchemaSource {
   let previous: Schema | undefined; // the version in use before current: records may still fit it
-  const check = (schema: Schema): Schema => {
-    if (schema.epsilon > maxEpsilon) throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
-    // Outside a secure context (HTTPS, localhost) there is no HMAC for the permanent responses:
-    // the schema is refused at once rather than every record failing later.
-    if (schema.epsilonPermanent !== undefined) subtle();
-    const size = maxReportBytes(schema);
-    if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
-    return schema;
-  };
-  const fetched = typeof spec === "string";
-  if (fetched && !NAME_RE.test(spec)) throw new TypeError("schema must be a schema name");
-  // Given in code: the app hears at once.
-  const current = fetched ? undefined : check(parseSchema(spec));
+  const fetched = typeof spec === "string"; // a name, checked with the other settings
   const self: SchemaSource = {
-    name: current?.name ?? (spec as string),
+    // Given in code, the schema names itself (parseSchema checks that name).
+    name: fetched ? spec : (spec as { name: string }).name,
     fetched,
-    current,
     fitting(values) {
       const schema = self.current!;
       try {
@@ -66,9 +54,16 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     offer(definition) {
       let schema: Schema;
       try {
-        schema = check(parseSchema(definition));
+        schema = parseSchema(definition);
+        if (schema.epsilon > maxEpsilon) throw new Error(`epsilon ${schema.epsilon} is over maxEpsilon`);
+        // Outside a secure context (HTTPS, localhost) there is no HMAC for the permanent responses:
+        // the schema is refused at once rather than every record failing later.
+        if (schema.epsilonPermanent !== undefined) subtle();
+        const size = maxReportBytes(schema);
+        if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
         if (schema.name !== self.name) throw new Error("another name");
       } catch (e) {
+        if (!fetched) throw e; // given in code: the app hears at once, from the constructor
         // The complaint may quote the server's text: escaped, since the app may log it.
         const reason = `schema ${self.name} refused: ${shown((e as Error).message, 500)}`;
         log.error(reason);
@@ -81,31 +76,29 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       return true;
     },
     async loadCached(store) {
-      const cached = fetched && !self.current && (await store.cachedSchema(self.name));
+      // (A schema given in code is current from the start.)
+      const cached = !self.current && (await store.cachedSchema(self.name));
       // Node and the ES module cache the served text, so that its floats keep their spelling.
       if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
     },
     async refresh(endpoint, fetch, timeoutMs, store) {
-      let answer;
-      try {
-        answer = await request(`${endpoint}/api/v1/schemas/${encodeURIComponent(self.name)}`, { method: "GET", timeoutMs, fetch });
-      } catch (e) {
-        log.info?.(shown((e as Error).name));
-        return false;
-      }
+      // The name matches NAME_RE: nothing in it to escape in a URL.
+      const answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch })
+        .catch((e: Error) => {
+          log.info?.(shown(e.name)); // (whatever a logger returns, the answer is undefined)
+        });
+      if (!answer) return false;
       const { status, body } = answer;
-      if (status !== 200) {
-        log.warn(`schema: HTTP ${status}`);
-        return !(isRetryable(status) || status < 400);
+      if (status === 200 && isObject(body)) {
+        // Cached as served: it was just checked, and is checked again when read back.
+        if (self.offer(body)) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
+        return true;
       }
-      if (!isObject(body)) {
-        log.warn("schema: no JSON object");
-        return false;
-      }
-      // Cached as served: it was just checked, and is checked again when read back.
-      if (self.offer(body) && store) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
-      return true;
+      log.warn(`schema: HTTP ${status}, no schema`);
+      // A 200 without a schema object is retried soon, as a retryable status is.
+      return !(isRetryable(status) || status < 400);
     },
   };
+  if (!fetched) self.offer(spec);
   return self;
 }
