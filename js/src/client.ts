@@ -208,8 +208,8 @@ export class TelemetryClient {
         const e = schema.epsilonPermanent;
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
         return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-          (e === undefined ? `: epsilon ${spent} in all.`
-            : `; memoised: the server learns at most epsilon ${e} per value it holds, however often it is reported.`) +
+          (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
+            : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, and each other value it comes to hold can cost up to ${e} more.`) +
           (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
       },
     } satisfies Omit<TelemetryClient, "schema">);
