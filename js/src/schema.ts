@@ -116,13 +116,11 @@ export function isNumber(v: unknown): v is number {
   return Number.isFinite(v); // (false for what is no number: it does not convert)
 }
 
-/** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default. */
-function has(obj: object, key: string): boolean {
-  return Object.prototype.hasOwnProperty.call(obj, key);
-}
-
+/** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default.
+ * (`key in obj` here and below: no field name of a schema is one of Object.prototype's, and
+ * JSON.parse makes even "__proto__" an own field.) */
 function get(obj: Json, key: string, fallback: unknown): unknown {
-  return has(obj, key) ? obj[key] : fallback;
+  return key in obj ? obj[key] : fallback;
 }
 
 /** Throws a SchemaError for `field`: "<field> <what>". Messages are short (they cost bytes in
@@ -192,7 +190,7 @@ export function parseSchema(obj: unknown): Schema {
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
     name, version, epsilon, window, split, description,
-    ...(has(obj, "epsilon_permanent") && { epsilonPermanent: num(obj.epsilon_permanent) }),
+    ...("epsilon_permanent" in obj && { epsilonPermanent: num(obj.epsilon_permanent) }),
     attributes, byName,
   };
   PARSED.add(schema);
@@ -207,7 +205,7 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
 }
 
 function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
-  if (!has(obj, "epsilon_permanent")) return []; // each undefined
+  if (!("epsilon_permanent" in obj)) return []; // each undefined
   const total = num(obj.epsilon_permanent);
   const k = epsilons.length;
   if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
@@ -258,7 +256,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   // device only keys its record and report values by it.)
   const name = LDP_FULL ? checkName(raw.name, `${where}.name`) : raw.name;
   if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
-  if (LDP_FULL) for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
+  if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
@@ -269,7 +267,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
-    if (LDP_FULL && has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
+    if (LDP_FULL && "categories" in raw && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
       at("categories", "must be the bucket names of edges");
     }
   }
@@ -297,7 +295,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     const ours = derived[field];
     const given = raw[field];
     const layer = isObject(ours) && Object.keys(ours); // its fields: epsilon, p, q (none of Object.prototype)
-    if (has(raw, field)) {
+    if (field in raw) {
       // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
       if (!(layer ? isObject(given) && Object.keys(given).length === layer.length && layer.every((k) => close(given[k], ours[k]))
         : field === "g" ? num(given) === ours : close(given, ours))) at(field, `must be ${JSON.stringify(ours)} (derived)`);
@@ -305,7 +303,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
       derived[field] = layer ? Object.fromEntries(layer.map((k) => [k, num(given[k])])) : num(given);
     }
   }
-  if (LDP_FULL) for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
+  if (LDP_FULL) for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
   let permanent: Memo["permanent"], instantaneous: Memo["instantaneous"], params: Record<string, number>;
   ({ p, q, permanent, instantaneous, ...params } = derived);
   if (memo) memo = { permanent, instantaneous, p, q };
@@ -322,7 +320,7 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   const discover = get(raw, "discover", false);
   if (typeof discover !== "boolean") at("discover", "must be true or false");
   const alphabet = raw.alphabet;
-  if (LDP_FULL && has(raw, "alphabet")) {
+  if (LDP_FULL && "alphabet" in raw) {
     const points = [...(typeof alphabet === "string" ? alphabet : "")];
     // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
     // format character: exactly the text that preparation leaves as it is, without U+FFFD.
@@ -335,13 +333,13 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   if (discover) {
     // The code points a discovered string may hold (others are found as U+FFFD).
     if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
-    levels = has(raw, "levels") ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
-  } else if (has(raw, "levels")) at("levels", "need discover: true");
+    levels = "levels" in raw ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
+  } else if ("levels" in raw) at("levels", "need discover: true");
   // The fields as served, for attributeDict; the <script> bundle keeps only what its encoder
   // reads (never the candidates: the server estimates them).
   return LDP_FULL ? {
     max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
-    ...(has(raw, "alphabet") && { alphabet }), ...(levels && { levels }),
+    ...("alphabet" in raw && { alphabet }), ...(levels && { levels }),
   } : { max_length, discover, alphabet, levels } as StringFields;
 }
 
