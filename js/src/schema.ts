@@ -207,13 +207,14 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
 function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
   if (!("epsilon_permanent" in obj)) return []; // each undefined
   const total = num(obj.epsilon_permanent);
-  const k = epsilons.length;
-  if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
-    bad("epsilon_permanent", "must be a number in (epsilon, 50]");
+  // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
+  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1).
+  const sample = split === "sample";
+  const k = sample ? epsilons.length : 1;
+  if (!(isNumber(total) && total <= MAX_EPSILON_PERMANENT && epsilon < total / k)) {
+    bad("epsilon_permanent", "must be a number in (epsilon, 50] (split sample: over epsilon per attribute)");
   }
-  // Under split 'sample' a device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
-  if (split === "sample" && !(epsilon < total / k)) bad("epsilon_permanent", "/ attributes must exceed epsilon (split sample)");
-  return epsilons.map((e) => (split === "sample" ? total / k : (total * e) / epsilon));
+  return epsilons.map((e) => (sample ? total / k : (total * e) / epsilon));
 }
 
 /** An exactly rounded sum, as Python's math.fsum (Neumaier's compensation suffices for a few terms). */
