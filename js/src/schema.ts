@@ -289,8 +289,10 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
-  // memoised attribute's layers given back must have our fields, and no other, each ours. (memo
-  // holds its layers and the p and q above: spread last, the layers come last, as served.)
+  // memoised attribute's layers given back must have our fields, each ours; and no other field,
+  // a rule of the server's (shared/schema.py _check_derived compares them whole) that the <script>
+  // bundle leaves to it: only our fields are kept. (memo holds its layers and the p and q above:
+  // spread last, the layers come last, as served.)
   const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
     const ours = derived[field];
@@ -298,16 +300,18 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     const layer = isObject(ours) && Object.keys(ours); // its fields: epsilon, p, q (none of Object.prototype)
     if (field in raw) {
       // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(layer ? isObject(given) && Object.keys(given).length === layer.length && layer.every((k) => close(given[k], ours[k]))
+      if (!(layer ? (!LDP_FULL || (isObject(given) && Object.keys(given).length === layer.length)) && layer.every((k) => close(given?.[k], ours[k]))
         : field === "g" ? num(given) === ours : close(given, ours))) at(field, `must be ${JSON.stringify(ours)} (derived)`);
       // A layer's fields in our order, which the HMAC message writes.
       derived[field] = layer ? Object.fromEntries(layer.map((k) => [k, num(given[k])])) : num(given);
     }
   }
   if (LDP_FULL) for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
-  let permanent: Memo["permanent"], instantaneous: Memo["instantaneous"], params: Record<string, number>;
+  // params: the other parameters, all but p, q and the layers. A memoised attribute has none (a
+  // share shows none): its derived numbers are its memo, the layers, p and q.
+  let permanent, instantaneous, params: Record<string, number>;
   ({ p, q, permanent, instantaneous, ...params } = derived);
-  if (memo) memo = { permanent, instantaneous, p, q };
+  if (memo) memo = derived as Memo;
   return {
     name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
