@@ -134,15 +134,15 @@ function bad(field: string, what: string): never {
  * bundle writes only that message (`py`), of a memoised attribute: a share's, with no range and
  * no string fields. */
 export function attributeDict(a: Attribute, py = false): Json {
-  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, LDP_FULL && !py ? v : new PyFloat(v)]));
-  const m = a.memo;
+  // (A copy of o whose numbers are marked, a layer's too.)
+  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, isObject(v) ? floats(v) : LDP_FULL && !py ? v : new PyFloat(v)]));
   return {
     name: a.name, type: a.type, ...(LDP_FULL && a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
     ...(a.type === "histogram" && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
     ...(a.categories.length > 0 && { categories: [...a.categories] }), ...(LDP_FULL && a.strings),
-    ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params }),
-    ...(m && { permanent: floats(m.permanent), instantaneous: floats(m.instantaneous) }),
+    // A memoised attribute's memo adds its layers (its p and q are the attribute's).
+    ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params, ...a.memo }),
   };
 }
 
