@@ -368,22 +368,20 @@ function derivedLevels(maxLength: number, alphabet: string): number[] {
   return levels;
 }
 
-/** Given levels: increasing prefix lengths from 1, the last `maxLength`, each level within the
- * bound of candidates. The <script> bundle checks only what its encoder reads (integers from 1 to
- * `maxLength`): the rest are the server's rules, which bound its work (shared/attribute_types.py). */
+/** Given levels: increasing prefix lengths from 1 to `maxLength` (what the <script> bundle's
+ * encoder needs), the last `maxLength`, each level within the bound of candidates (the server's
+ * rules, which bound its work: shared/attribute_types.py _levels). */
 function checkLevels(raw: unknown, maxLength: number, alphabet: string, where: string): number[] {
-  const levels = list(raw, where, 1, maxLength);
-  levels.forEach((length, i) => {
-    const field = `${where}[${i}]`;
-    const previous = i ? levels[i - 1] : 0;
-    within(field, Number.isInteger(length), length, 1, maxLength, INTEGER);
-    if (LDP_FULL && !(length > previous && (i < levels.length - 1 || length === maxLength))) {
-      bad(field, "must exceed the level before, the last max_length");
-    }
-    if (LDP_FULL && levelCandidates(alphabet, length - previous, !i) > MAX_LEVEL_CANDIDATES) {
-      bad(field, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
-    }
-  });
+  const levels = increasing(raw, where, 1, maxLength, maxLength);
+  if (LDP_FULL) {
+    const last = levels.length - 1;
+    if (levels[last] !== maxLength) bad(`${where}[${last}]`, "must be max_length (the last level)");
+    levels.forEach((length, i) => {
+      if (levelCandidates(alphabet, length - (i && levels[i - 1]), !i) > MAX_LEVEL_CANDIDATES) {
+        bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
+      }
+    });
+  }
   return levels;
 }
 
@@ -403,15 +401,21 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
   });
 }
 
-function increasing(raw: unknown, where: string, least: number, most: number): number[] {
+/** A list of `least` to `most` increasing numbers, each of magnitude at most 1e15 (a range, edges)
+ * or, with `top`, an integer from 1 to `top` (levels). */
+function increasing(raw: unknown, where: string, least: number, most: number, top?: number): number[] {
   const given = list(raw, where, least, most);
-  const values: number[] = LDP_FULL ? given.map(num) : given; // PyFloats only come from parseJson
+  // PyFloats only come from parseJson: a range's or an edge's is its number, a level's is refused.
+  const values: number[] = LDP_FULL && !top ? given.map(num) : given;
   values.forEach((value, i) => {
-    within(`${where}[${i}]`, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
-    // (The <script> bundle only needs them increasing: the least step is the server's rule.)
+    const field = `${where}[${i}]`;
+    if (top) within(field, Number.isInteger(value), value, 1, top, INTEGER);
+    else within(field, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
+    // (The <script> bundle only needs them increasing: the least step is the server's rule, which
+    // integers meet.)
     const previous = values[i - 1];
     if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
-      bad(`${where}[${i}]`, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
+      bad(field, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
     }
   });
   return values;
