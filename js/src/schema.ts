@@ -112,9 +112,8 @@ export function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-export function isNumber(v: unknown): v is number {
-  return Number.isFinite(v); // (false for what is no number: it does not convert)
-}
+/** A finite number (false for what is no number: Number.isFinite does not convert). */
+export const isNumber = Number.isFinite as (v: unknown) => v is number;
 
 /** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default.
  * (`key in obj` here and below: no field name of a schema is one of Object.prototype's, and
@@ -133,7 +132,7 @@ function bad(field: string, what: string): never {
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). The <script>
  * bundle writes only that message (`py`), of a memoised attribute: a share's, with no range and
  * no string fields. */
-export function attributeDict(a: Attribute, py = false): Json {
+export function attributeDict(a: Attribute, py?: boolean): Json {
   // (A copy of o whose numbers are marked, a layer's too.)
   const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, isObject(v) ? floats(v) : LDP_FULL && !py ? v : new PyFloat(v)]));
   return {
