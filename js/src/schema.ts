@@ -176,8 +176,9 @@ export function parseSchema(obj: unknown): Schema {
   if (LDP_FULL) requireText(description, "description");
   const raw = list(obj.attributes, "attributes", 1, MAX_ATTRIBUTES);
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
-  const epsilons = splitBudget(raw, epsilon, split);
-  const permanents = permanentBudget(obj, epsilon, epsilons, split);
+  const sample = split === "sample";
+  const epsilons = splitBudget(raw, epsilon, sample);
+  const permanents = permanentBudget(obj, epsilon, epsilons, sample);
   const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
   // Distinct names are the server's rule (shared/schema.py parse_schema): a device given a
   // repeated one would only send one randomised value fewer, so the <script> bundle skips it.
@@ -203,12 +204,11 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
   return v;
 }
 
-function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
+function permanentBudget(obj: Json, epsilon: number, epsilons: number[], sample: boolean): (number | undefined)[] {
   if (!("epsilon_permanent" in obj)) return []; // each undefined
   const total = num(obj.epsilon_permanent);
   // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
   // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1).
-  const sample = split === "sample";
   const k = sample ? epsilons.length : 1;
   if (!(isNumber(total) && total <= MAX_EPSILON_PERMANENT && epsilon < total / k)) {
     bad("epsilon_permanent", "must be a number in (epsilon, 50] (split sample: over epsilon per attribute)");
@@ -228,12 +228,12 @@ function fsum(values: number[]): number {
   return sum + c;
 }
 
-function splitBudget(raw: Json[], total: number, split: string): number[] {
+function splitBudget(raw: Json[], total: number, sample: boolean): number[] {
   const given = raw.filter((r) => r.epsilon != null).length; // null is absent, as Python's get() is None
-  if (!given) return raw.map(() => (split === "sample" ? total : total / raw.length));
+  if (!given) return raw.map(() => (sample ? total : total / raw.length));
   if (given < raw.length) bad("attributes", "must all give epsilon or none");
   const values = raw.map((r, i) => checkEpsilon(r.epsilon, `attributes[${i}].epsilon`));
-  if (split === "sample") {
+  if (sample) {
     values.forEach((e, i) => {
       if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, "must equal epsilon (split sample)");
     });
