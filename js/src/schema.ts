@@ -219,16 +219,10 @@ function permanentBudget(obj: Json, epsilon: number, epsilons: number[], sample:
   return epsilons.map((e) => (sample ? total / k : (total * e) / epsilon));
 }
 
-/** An exactly rounded sum, as Python's math.fsum (Neumaier's compensation suffices for a few terms). */
-function fsum(values: number[]): number {
-  let sum = 0;
-  let c = 0;
-  for (const v of values) {
-    const t = sum + v;
-    c += Math.abs(sum) >= Math.abs(v) ? sum - t + v : v - t + sum;
-    sum = t;
-  }
-  return sum + c;
+/** The sum of attributes' epsilons rounded once, as Python's math.fsum: each, in [1e-4, 20]
+ * (above 2^-14), is a whole number of 2^-66, so the BigInt sum of those is exact. */
+function fsum(epsilons: number[]): number {
+  return Number(epsilons.reduce((sum, e) => sum + BigInt(e * 2 ** 66), 0n)) / 2 ** 66;
 }
 
 function splitBudget(raw: Json[], total: number, sample: boolean): number[] {
