@@ -259,7 +259,10 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   let edges: number[] = [];
   let strings: StringFields | undefined;
   if (type === "string") strings = stringFields(raw, where, at);
-  else if (type === "categorical") categories = checkCategories(raw.categories, `${where}.categories`);
+  else if (type === "categorical") {
+    categories = list(raw.categories, `${where}.categories`, MIN_CATEGORIES, MAX_CATEGORIES);
+    if (LDP_FULL) checkCategories(categories, `${where}.categories`);
+  }
   else if (type === "numeric") range = increasing(raw.range, `${where}.range`, 2, 2) as [number, number];
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
@@ -334,7 +337,10 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   if (discover) {
     // The code points a discovered string may hold (others are found as U+FFFD).
     if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
-    levels = "levels" in raw ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
+    if ("levels" in raw) {
+      levels = increasing(raw.levels, `${where}.levels`, 1, max_length, max_length);
+      if (LDP_FULL) checkLevels(levels, max_length, alphabet, `${where}.levels`);
+    } else levels = derivedLevels(max_length, alphabet);
   } else if ("levels" in raw) at("levels", "need discover: true");
   // The fields as served, for attributeDict; the <script> bundle keeps only what its encoder
   // reads (never the candidates: the server estimates them).
@@ -364,21 +370,17 @@ function derivedLevels(maxLength: number, alphabet: string): number[] {
   return levels;
 }
 
-/** Given levels: increasing prefix lengths from 1 to `maxLength` (what the <script> bundle's
- * encoder needs), the last `maxLength`, each level within the bound of candidates (the server's
+/** Given levels, once increasing prefix lengths from 1 to `maxLength` (what the <script> bundle's
+ * encoder needs): the last `maxLength`, each level within the bound of candidates (the server's
  * rules, which bound its work: shared/attribute_types.py _levels). */
-function checkLevels(raw: unknown, maxLength: number, alphabet: string, where: string): number[] {
-  const levels = increasing(raw, where, 1, maxLength, maxLength);
-  if (LDP_FULL) {
-    const last = levels.length - 1;
-    if (levels[last] !== maxLength) bad(`${where}[${last}]`, "must be max_length (the last level)");
-    levels.forEach((length, i) => {
-      if (levelCandidates(alphabet, length - (i && levels[i - 1]), !i) > MAX_LEVEL_CANDIDATES) {
-        bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
-      }
-    });
-  }
-  return levels;
+function checkLevels(levels: number[], maxLength: number, alphabet: string, where: string): void {
+  const last = levels.length - 1;
+  if (levels[last] !== maxLength) bad(`${where}[${last}]`, "must be max_length (the last level)");
+  levels.forEach((length, i) => {
+    if (levelCandidates(alphabet, length - (i && levels[i - 1]), !i) > MAX_LEVEL_CANDIDATES) {
+      bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
+    }
+  });
 }
 
 /** At most 10,000 strings, each prepared as a value is, then at most `maxLength` code points and
@@ -430,23 +432,20 @@ export function bucket(edges: readonly number[], x: number): number {
   return Math.min(edges.length - 2, Math.max(0, below - 1));
 }
 
-/** A list of 2 to 1024 categories: in the <script> bundle, what they are is left to the server
+/** What the categories are (strings of 1 to 64 characters, distinct after NFC): in the <script>
+ * bundle, only their list is checked, and what they are is left to the server
  * (shared/attribute_types.py checks them all), as the device's encoder only picks one of them. */
-function checkCategories(raw: unknown, where: string): string[] {
-  const categories = list(raw, where, MIN_CATEGORIES, MAX_CATEGORIES);
-  if (LDP_FULL) {
-    const seen = new Set<string>();
-    categories.forEach((c, i) => {
-      const field = `${where}[${i}]`;
-      within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
-      requireText(c, field);
-      // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
-      const normal = c.normalize("NFC");
-      if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
-      seen.add(normal);
-    });
-  }
-  return categories;
+function checkCategories(categories: unknown[], where: string): void {
+  const seen = new Set<string>();
+  categories.forEach((c, i) => {
+    const field = `${where}[${i}]`;
+    within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
+    requireText(c as string, field);
+    // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
+    const normal = (c as string).normalize("NFC");
+    if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
+    seen.add(normal);
+  });
 }
 
 /** Text that shows as what it is: no lone surrogate, no control or format character (U+202E...). */
