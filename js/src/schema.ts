@@ -181,7 +181,9 @@ export function parseSchema(obj: unknown): Schema {
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
   const sample = split === "sample";
   const epsilons = splitBudget(raw, epsilon, sample);
-  const permanents = permanentBudget(obj, epsilon, epsilons, sample);
+  const memoised = "epsilon_permanent" in obj;
+  const epsilonPermanent = num(obj.epsilon_permanent);
+  const permanents = memoised ? permanentBudget(epsilonPermanent, epsilon, epsilons, sample) : []; // each undefined
   const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
   // Distinct names are the server's rule (shared/schema.py parse_schema): a device given a
   // repeated one would only send one randomised value fewer, so the <script> bundle skips it.
@@ -193,7 +195,7 @@ export function parseSchema(obj: unknown): Schema {
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
     name, version, epsilon, window, split, description,
-    ...("epsilon_permanent" in obj && { epsilonPermanent: num(obj.epsilon_permanent) }),
+    ...(memoised && { epsilonPermanent }),
     attributes, byName,
   };
   PARSED.add(schema);
@@ -207,9 +209,8 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
   return v;
 }
 
-function permanentBudget(obj: Json, epsilon: number, epsilons: number[], sample: boolean): (number | undefined)[] {
-  if (!("epsilon_permanent" in obj)) return []; // each undefined
-  const total = num(obj.epsilon_permanent);
+/** Each attribute's share of ε∞ (`total`), shared as ε is. */
+function permanentBudget(total: unknown, epsilon: number, epsilons: number[], sample: boolean): number[] {
   // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
   // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1).
   const k = sample ? epsilons.length : 1;
@@ -284,14 +285,14 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) at("type", "cannot be memoised");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
-    ({ p, q } = memo);
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
   // memoised attribute's layers given back must have our fields, each ours; and no other field,
   // a rule of the server's (shared/schema.py _check_derived compares them whole) that the <script>
-  // bundle leaves to it: only our fields are kept. (memo holds its layers and the p and q above:
-  // spread last, the layers come last, as served.)
+  // bundle leaves to it: only our fields are kept. (memo holds its layers and the p and q of both
+  // composed, which replace those above: spread last, the layers come last, as served; a share
+  // shows no parameter, so none depends on q.)
   const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
     const ours = derived[field];
