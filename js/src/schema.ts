@@ -138,7 +138,7 @@ export function attributeDict(a: Attribute, py?: boolean): Json {
   return {
     name: a.name, type: a.type, ...(LDP_FULL && a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
-    ...(a.type === "histogram" && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
+    ...(a.edges.length > 0 && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
     ...(a.categories.length > 0 && { categories: [...a.categories] }), ...(LDP_FULL && a.strings),
     // A memoised attribute's memo adds its layers (its p and q are the attribute's).
     ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params, ...a.memo }),
