@@ -212,10 +212,11 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
 /** Each attribute's share of ε∞ (`total`), shared as ε is. */
 function permanentBudget(total: unknown, epsilon: number, epsilons: number[], sample: boolean): number[] {
   // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
-  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1).
+  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1); the message names ε·k, the least
+  // ε∞ that is too small.
   const k = sample ? epsilons.length : 1;
   if (!(isNumber(total) && total <= MAX_EPSILON_PERMANENT && epsilon < total / k)) {
-    bad("epsilon_permanent", "must be a number in (epsilon, 50] (split sample: over epsilon per attribute)");
+    bad("epsilon_permanent", `must be a number in (${epsilon * k}, 50]`);
   }
   return epsilons.map((e) => (sample ? total / k : (total * e) / epsilon));
 }
