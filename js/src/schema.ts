@@ -212,8 +212,8 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
 /** Each attribute's share of ε∞ (`total`), shared as ε is. */
 function permanentBudget(total: unknown, epsilon: number, epsilons: number[], sample: boolean): number[] {
   // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
-  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1); the message names ε·k, the least
-  // ε∞ that is too small.
+  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1); the message names ε·k, which ε∞
+  // must exceed.
   const k = sample ? epsilons.length : 1;
   if (!(isNumber(total) && total <= MAX_EPSILON_PERMANENT && epsilon < total / k)) {
     bad("epsilon_permanent", `must be a number in (${epsilon * k}, 50]`);
@@ -234,7 +234,7 @@ function splitBudget(raw: Json[], total: number, sample: boolean): number[] {
   const values = raw.map((r, i) => checkEpsilon(r.epsilon, `attributes[${i}].epsilon`));
   if (sample) {
     values.forEach((e, i) => {
-      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, "must equal epsilon (split sample)");
+      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, `must be ${total} (split sample)`);
     });
   } else if (Math.abs(fsum(values) - total) > EPSILON_SUM_TOLERANCE) bad("attributes", "epsilons must sum to epsilon");
   return values;
