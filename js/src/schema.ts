@@ -39,7 +39,6 @@ const OWN: Record<string, string[]> = {
   boolean: [], categorical: ["categories"], numeric: ["range"], histogram: ["edges", "categories"],
   string: ["max_length", "candidates", "discover", "alphabet", "levels"],
 };
-const TYPES = ["boolean", "categorical", "numeric", "histogram", "string"]; // OWN's keys
 const OWN_FIELDS = ["categories", "range", "edges", ...OWN.string];
 const SCHEMA_FIELDS = ["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"];
 const ATTRIBUTE_FIELDS = ["name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous", ...OWN_FIELDS, ...SHOWN];
@@ -254,7 +253,8 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   // (The <script> bundle leaves an attribute's name to the server, shared/schema.py _name: the
   // device only keys its record and report values by it.)
   const name = LDP_FULL ? checkName(raw.name, `${where}.name`) : raw.name;
-  if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
+  // The types are those of the registry's mechanisms (OWN's keys).
+  if (![...REGISTRY.values()].some((m) => m.types.includes(type))) at("type", "is unknown");
   if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
