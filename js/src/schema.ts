@@ -242,8 +242,7 @@ function splitBudget(raw: Json[], total: number, sample: boolean): number[] {
 /** A derived number given back agrees with ours: within 1e-9, relative to it when it exceeds 1
  * (C is about 2/ε). (A difference that overflows is Infinity, no agreement either.) */
 function close(served: unknown, derived: number): boolean {
-  const given = num(served);
-  return isNumber(given) && Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
+  return isNumber(num(served)) && Math.abs((num(served) as number) - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
 
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
@@ -461,9 +460,8 @@ function checkName(value: unknown, field: string): string {
 }
 
 function checkEpsilon(given: unknown, field: string): number {
-  const value = num(given) as number;
-  within(field, isNumber(value), value, MIN_EPSILON, MAX_EPSILON);
-  return value;
+  within(field, isNumber(num(given)), num(given) as number, MIN_EPSILON, MAX_EPSILON);
+  return num(given) as number;
 }
 
 const INTEGER = "an integer";
