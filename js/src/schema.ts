@@ -295,16 +295,15 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   // shows no parameter, so none depends on q.)
   const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
-    const ours = derived[field];
-    const given = raw[field];
-    const layer = isObject(ours) && Object.keys(ours); // its fields: epsilon, p, q (none of Object.prototype)
-    if (field in raw) {
-      // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(layer ? (!LDP_FULL || (isObject(given) && Object.keys(given).length === layer.length)) && layer.every((k) => close(given?.[k], ours[k]))
-        : field === "g" ? num(given) === ours : close(given, ours))) at(field, `must be ${JSON.stringify(ours)} (derived)`);
-      // A layer's fields in our order, which the HMAC message writes.
-      derived[field] = layer ? Object.fromEntries(layer.map((k) => [k, num(given[k])])) : num(given);
-    }
+    // The served value where it agrees with ours, `want`: a number within tolerance (g, an
+    // integer, equal: the neighbour given() took, DESIGN.md "Strings"), or a layer field by field
+    // (epsilon, p, q: none of Object.prototype's), in our order, which the HMAC message writes.
+    // Node refuses a layer with other fields too (NaN agrees with nothing), as the server does;
+    // the <script> bundle leaves that to it and keeps ours.
+    const served = (given: any, want: any): unknown => (isObject(want)
+      ? Object.fromEntries(Object.keys(want).map((k) => [k, served(LDP_FULL && !(isObject(given) && Object.keys(given).length === Object.keys(want).length) ? NaN : given?.[k], want[k])]))
+      : (field === "g" ? num(given) === want : close(given, want)) ? num(given) : at(field, `must be ${JSON.stringify(derived[field])} (derived)`));
+    if (field in raw) derived[field] = served(raw[field], derived[field]);
   }
   if (LDP_FULL) for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
   // params: the other parameters, all but p, q and the layers. A memoised attribute has none (a
