@@ -164,10 +164,9 @@ export function parseSchema(obj: unknown): Schema {
   // attribute's: the device only names its reports by it, and a client takes only a schema of
   // the name it asked for, schema-source.ts.)
   const name = LDP_FULL ? checkName(obj.name, "name") : obj.name;
-  const version = obj.version;
   // The version only names the schema in reports: the server checks it (shared/schema.py
   // parse_schema, and every report's), so the <script> bundle leaves it to the server.
-  if (LDP_FULL) within("version", Number.isInteger(version), version, 1, MAX_VERSION, INTEGER);
+  if (LDP_FULL) within("version", Number.isInteger(obj.version), obj.version, 1, MAX_VERSION, INTEGER);
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
@@ -193,7 +192,7 @@ export function parseSchema(obj: unknown): Schema {
   }
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
-    name, version, epsilon, window, split, description,
+    name, version: obj.version, epsilon, window, split, description,
     ...(memoised && { epsilonPermanent }),
     attributes, byName,
   };
