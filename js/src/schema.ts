@@ -163,7 +163,7 @@ export function parseSchema(obj: unknown): Schema {
   // (The <script> bundle leaves the schema's name to the server, shared/schema.py _name, as an
   // attribute's: the device only names its reports by it, and a client takes only a schema of
   // the name it asked for, schema-source.ts.)
-  const name = LDP_FULL ? checkName(obj.name, "name") : obj.name;
+  if (LDP_FULL) checkName(obj.name, "name");
   // The version only names the schema in reports: the server checks it (shared/schema.py
   // parse_schema, and every report's), so the <script> bundle leaves it to the server.
   if (LDP_FULL) within("version", Number.isInteger(obj.version), obj.version, 1, MAX_VERSION, INTEGER);
@@ -192,7 +192,7 @@ export function parseSchema(obj: unknown): Schema {
   }
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
-    name, version: obj.version, epsilon, window, split, description,
+    name: obj.name, version: obj.version, epsilon, window, split, description,
     ...(memoised && { epsilonPermanent }),
     attributes, byName,
   };
@@ -250,7 +250,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
   // (The <script> bundle leaves an attribute's name to the server, shared/schema.py _name: the
   // device only keys its record and report values by it.)
-  const name = LDP_FULL ? checkName(raw.name, `${where}.name`) : raw.name;
+  if (LDP_FULL) checkName(raw.name, `${where}.name`);
   // The types are those of the registry's mechanisms (OWN's keys).
   if (![...REGISTRY.values()].some((m) => m.types.includes(type))) at("type", "is unknown");
   if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
@@ -311,7 +311,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   ({ p, q, permanent, instantaneous, ...params } = derived);
   if (memo) memo = derived as Memo;
   return {
-    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
+    name: raw.name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }
@@ -452,9 +452,8 @@ function requireText(text: string, field: string): void {
   if (/[\p{Cs}\p{Cc}\p{Cf}]/u.test(text)) bad(field, "must be text without control or format characters");
 }
 
-function checkName(value: unknown, field: string): string {
+function checkName(value: unknown, field: string): void {
   if (typeof value !== "string" || !NAME_RE.test(value)) bad(field, `must match ${NAME_RE}`);
-  return value;
 }
 
 function checkEpsilon(given: unknown, field: string): number {
