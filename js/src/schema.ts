@@ -170,11 +170,13 @@ export function parseSchema(obj: unknown): Schema {
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
-  const description = get(obj, "description", "") as string;
-  if (LDP_FULL && (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH)) {
-    bad("description", "must be text of at most 10000 characters");
+  if (LDP_FULL) {
+    const description = get(obj, "description", "");
+    if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
+      bad("description", "must be text of at most 10000 characters");
+    }
+    requireText(description, "description");
   }
-  if (LDP_FULL) requireText(description, "description");
   const raw = list(obj.attributes, "attributes", 1, MAX_ATTRIBUTES);
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
   const sample = split === "sample";
@@ -192,7 +194,7 @@ export function parseSchema(obj: unknown): Schema {
   }
   const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
-    name: obj.name, version: obj.version, epsilon, window, split, description,
+    name: obj.name, version: obj.version, epsilon, window, split, description: get(obj, "description", "") as string,
     ...(memoised && { epsilonPermanent }),
     attributes, byName,
   };
