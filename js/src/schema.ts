@@ -192,11 +192,10 @@ export function parseSchema(obj: unknown): Schema {
       if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
     });
   }
-  const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
     name: obj.name, version: obj.version, epsilon, window, split, description: get(obj, "description", "") as string,
     ...(memoised && { epsilonPermanent }),
-    attributes, byName,
+    attributes, byName: new Map(attributes.map((a) => [a.name, a])),
   };
   PARSED.add(schema);
   return schema;
