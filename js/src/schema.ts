@@ -425,11 +425,11 @@ export function bucketNames(edges: readonly number[]): string[] {
   return texts.slice(1).map((b, i) => `[${texts[i]}, ${b}${i < edges.length - 2 ? ")" : "]"}`);
 }
 
-/** The histogram bucket of `x`, clipped to [e0, ek] (the last bucket is closed). */
+/** The histogram bucket of `x`, clipped to [e0, ek] (the last bucket is closed): Python's
+ * bisect_right(edges, x) - 1 clipped to the k buckets, which is the number of inner edges (all
+ * but the ends; at most 1023 of them, increasing) <= x. */
 export function bucket(edges: readonly number[], x: number): number {
-  // Python's bisect_right: the number of edges <= x (at most 1025 of them, increasing).
-  const below = edges.filter((e) => e <= x).length;
-  return Math.min(edges.length - 2, Math.max(0, below - 1));
+  return edges.slice(1, -1).filter((e) => e <= x).length;
 }
 
 /** What the categories are (strings of 1 to 64 characters, distinct after NFC): in the <script>
