@@ -39,7 +39,6 @@ const OWN: Record<string, string[]> = {
   boolean: [], categorical: ["categories"], numeric: ["range"], histogram: ["edges", "categories"],
   string: ["max_length", "candidates", "discover", "alphabet", "levels"],
 };
-const TYPES = ["boolean", "categorical", "numeric", "histogram", "string"]; // OWN's keys
 const OWN_FIELDS = ["categories", "range", "edges", ...OWN.string];
 const SCHEMA_FIELDS = ["name", "version", "epsilon", "epsilon_permanent", "window", "split", "description", "attributes"];
 const ATTRIBUTE_FIELDS = ["name", "type", "mechanism", "epsilon", "p", "q", "permanent", "instantaneous", ...OWN_FIELDS, ...SHOWN];
@@ -112,17 +111,14 @@ export function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-export function isNumber(v: unknown): v is number {
-  return Number.isFinite(v); // (false for what is no number: it does not convert)
-}
+/** A finite number (false for what is no number: Number.isFinite does not convert). */
+export const isNumber = Number.isFinite as (v: unknown) => v is number;
 
-/** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default. */
-function has(obj: object, key: string): boolean {
-  return Object.prototype.hasOwnProperty.call(obj, key);
-}
-
+/** Python's `obj.get(key, default)`: an explicit null is a value (and refused), not the default.
+ * (`key in obj` here and below: no field name of a schema is one of Object.prototype's, and
+ * JSON.parse makes even "__proto__" an own field.) */
 function get(obj: Json, key: string, fallback: unknown): unknown {
-  return has(obj, key) ? obj[key] : fallback;
+  return key in obj ? obj[key] : fallback;
 }
 
 /** Throws a SchemaError for `field`: "<field> <what>". Messages are short (they cost bytes in
@@ -135,16 +131,16 @@ function bad(field: string, what: string): never {
  * that {@link pyJson} writes them as Python does (memoisation's HMAC message). The <script>
  * bundle writes only that message (`py`), of a memoised attribute: a share's, with no range and
  * no string fields. */
-export function attributeDict(a: Attribute, py = false): Json {
-  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, LDP_FULL && !py ? v : new PyFloat(v)]));
-  const m = a.memo;
+export function attributeDict(a: Attribute, py?: boolean): Json {
+  // (A copy of o whose numbers are marked, a layer's too.)
+  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, isObject(v) ? floats(v) : LDP_FULL && !py ? v : new PyFloat(v)]));
   return {
     name: a.name, type: a.type, ...(LDP_FULL && a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
-    ...(a.type === "histogram" && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
+    ...(a.edges.length > 0 && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
     ...(a.categories.length > 0 && { categories: [...a.categories] }), ...(LDP_FULL && a.strings),
-    ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params }),
-    ...(m && { permanent: floats(m.permanent), instantaneous: floats(m.instantaneous) }),
+    // A memoised attribute's memo adds its layers (its p and q are the attribute's).
+    ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params, ...a.memo }),
   };
 }
 
@@ -164,23 +160,30 @@ const PARSED = new WeakSet<object>();
 export function parseSchema(obj: unknown): Schema {
   if (PARSED.has(obj as object)) return obj as Schema;
   object(obj, "schema", SCHEMA_FIELDS);
-  const name = checkName(obj.name, "name");
-  const version = obj.version;
+  // (The <script> bundle leaves the schema's name to the server, shared/schema.py _name, as an
+  // attribute's: the device only names its reports by it, and a client takes only a schema of
+  // the name it asked for, schema-source.ts.)
+  if (LDP_FULL) checkName(obj.name, "name");
   // The version only names the schema in reports: the server checks it (shared/schema.py
   // parse_schema, and every report's), so the <script> bundle leaves it to the server.
-  if (LDP_FULL) within("version", Number.isInteger(version), version, 1, MAX_VERSION, INTEGER);
+  if (LDP_FULL) within("version", Number.isInteger(obj.version), obj.version, 1, MAX_VERSION, INTEGER);
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
-  const description = get(obj, "description", "") as string;
-  if (LDP_FULL && (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH)) {
-    bad("description", "must be text of at most 10000 characters");
+  if (LDP_FULL) {
+    const description = get(obj, "description", "");
+    if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
+      bad("description", "must be text of at most 10000 characters");
+    }
+    requireText(description, "description");
   }
-  if (LDP_FULL) requireText(description, "description");
   const raw = list(obj.attributes, "attributes", 1, MAX_ATTRIBUTES);
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
-  const epsilons = splitBudget(raw, epsilon, split);
-  const permanents = permanentBudget(obj, epsilon, epsilons, split);
+  const sample = split === "sample";
+  const epsilons = splitBudget(raw, epsilon, sample);
+  const memoised = "epsilon_permanent" in obj;
+  const epsilonPermanent = num(obj.epsilon_permanent);
+  const permanents = memoised ? permanentBudget(epsilonPermanent, epsilon, epsilons, sample) : []; // each undefined
   const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
   // Distinct names are the server's rule (shared/schema.py parse_schema): a device given a
   // repeated one would only send one randomised value fewer, so the <script> bundle skips it.
@@ -189,11 +192,10 @@ export function parseSchema(obj: unknown): Schema {
       if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
     });
   }
-  const byName = new Map(attributes.map((a) => [a.name, a]));
   const schema: Schema = {
-    name, version, epsilon, window, split, description,
-    ...(has(obj, "epsilon_permanent") && { epsilonPermanent: num(obj.epsilon_permanent) }),
-    attributes, byName,
+    name: obj.name, version: obj.version, epsilon, window, split, description: get(obj, "description", "") as string,
+    ...(memoised && { epsilonPermanent }),
+    attributes, byName: new Map(attributes.map((a) => [a.name, a])),
   };
   PARSED.add(schema);
   return schema;
@@ -206,38 +208,32 @@ function oneOf(obj: Json, key: string, choices: string[]): string {
   return v;
 }
 
-function permanentBudget(obj: Json, epsilon: number, epsilons: number[], split: string): (number | undefined)[] {
-  if (!has(obj, "epsilon_permanent")) return []; // each undefined
-  const total = num(obj.epsilon_permanent);
-  const k = epsilons.length;
-  if (!isNumber(total) || !(epsilon < total && total <= MAX_EPSILON_PERMANENT)) {
-    bad("epsilon_permanent", "must be a number in (epsilon, 50]");
+/** Each attribute's share of ε∞ (`total`), shared as ε is. */
+function permanentBudget(total: unknown, epsilon: number, epsilons: number[], sample: boolean): number[] {
+  // Under split 'sample' a device may report each attribute in turn: each permanent layer gets
+  // ε∞/k, which must exceed ε (and then so does ε∞, as k >= 1); the message names ε·k, which ε∞
+  // must exceed.
+  const k = sample ? epsilons.length : 1;
+  if (!(isNumber(total) && total <= MAX_EPSILON_PERMANENT && epsilon < total / k)) {
+    bad("epsilon_permanent", `must be a number in (${epsilon * k}, 50]`);
   }
-  // Under split 'sample' a device may report each attribute in turn: each permanent layer gets ε∞/k, above ε.
-  if (split === "sample" && !(epsilon < total / k)) bad("epsilon_permanent", "/ attributes must exceed epsilon (split sample)");
-  return epsilons.map((e) => (split === "sample" ? total / k : (total * e) / epsilon));
+  return epsilons.map((e) => (sample ? total / k : (total * e) / epsilon));
 }
 
-/** An exactly rounded sum, as Python's math.fsum (Neumaier's compensation suffices for a few terms). */
-function fsum(values: number[]): number {
-  let sum = 0;
-  let c = 0;
-  for (const v of values) {
-    const t = sum + v;
-    c += Math.abs(sum) >= Math.abs(v) ? sum - t + v : v - t + sum;
-    sum = t;
-  }
-  return sum + c;
+/** The sum of attributes' epsilons rounded once, as Python's math.fsum: each, in [1e-4, 20]
+ * (above 2^-14), is a whole number of 2^-66, so the BigInt sum of those is exact. */
+function fsum(epsilons: number[]): number {
+  return Number(epsilons.reduce((sum, e) => sum + BigInt(e * 2 ** 66), 0n)) / 2 ** 66;
 }
 
-function splitBudget(raw: Json[], total: number, split: string): number[] {
+function splitBudget(raw: Json[], total: number, sample: boolean): number[] {
   const given = raw.filter((r) => r.epsilon != null).length; // null is absent, as Python's get() is None
-  if (!given) return raw.map(() => (split === "sample" ? total : total / raw.length));
+  if (!given) return raw.map(() => (sample ? total : total / raw.length));
   if (given < raw.length) bad("attributes", "must all give epsilon or none");
   const values = raw.map((r, i) => checkEpsilon(r.epsilon, `attributes[${i}].epsilon`));
-  if (split === "sample") {
+  if (sample) {
     values.forEach((e, i) => {
-      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, "must equal epsilon (split sample)");
+      if (Math.abs(e - total) > EPSILON_SUM_TOLERANCE) bad(`attributes[${i}].epsilon`, `must be ${total} (split sample)`);
     });
   } else if (Math.abs(fsum(values) - total) > EPSILON_SUM_TOLERANCE) bad("attributes", "epsilons must sum to epsilon");
   return values;
@@ -246,8 +242,7 @@ function splitBudget(raw: Json[], total: number, split: string): number[] {
 /** A derived number given back agrees with ours: within 1e-9, relative to it when it exceeds 1
  * (C is about 2/ε). (A difference that overflows is Infinity, no agreement either.) */
 function close(served: unknown, derived: number): boolean {
-  const given = num(served);
-  return isNumber(given) && Math.abs(given - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
+  return isNumber(num(served)) && Math.abs((num(served) as number) - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
 
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
@@ -256,20 +251,24 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
   // (The <script> bundle leaves an attribute's name to the server, shared/schema.py _name: the
   // device only keys its record and report values by it.)
-  const name = LDP_FULL ? checkName(raw.name, `${where}.name`) : raw.name;
-  if (!TYPES.includes(type)) at("type", `must be one of ${TYPES.join(", ")}`);
-  if (LDP_FULL) for (const key of OWN_FIELDS) if (has(raw, key) && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
+  if (LDP_FULL) checkName(raw.name, `${where}.name`);
+  // The types are those of the registry's mechanisms (OWN's keys).
+  if (![...REGISTRY.values()].some((m) => m.types.includes(type))) at("type", "is unknown");
+  if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
   let strings: StringFields | undefined;
   if (type === "string") strings = stringFields(raw, where, at);
-  else if (type === "categorical") categories = checkCategories(raw.categories, `${where}.categories`);
+  else if (type === "categorical") {
+    categories = list(raw.categories, `${where}.categories`, MIN_CATEGORIES, MAX_CATEGORIES);
+    if (LDP_FULL) checkCategories(categories, `${where}.categories`);
+  }
   else if (type === "numeric") range = increasing(raw.range, `${where}.range`, 2, 2) as [number, number];
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
-    if (LDP_FULL && has(raw, "categories") && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
+    if (LDP_FULL && "categories" in raw && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
       at("categories", "must be the bucket names of edges");
     }
   }
@@ -286,31 +285,34 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) at("type", "cannot be memoised");
     memo = (mech as ShareMechanism).memoise(epsilon, epsilonPermanent, d);
-    ({ p, q } = memo);
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
-  // memoised attribute's layers given back must have our fields, and no other, each ours. (memo
-  // holds its layers and the p and q above: spread last, the layers come last, as served.)
+  // memoised attribute's layers given back must have our fields, each ours; and no other field,
+  // a rule of the server's (shared/schema.py _check_derived compares them whole) that the <script>
+  // bundle leaves to it: only our fields are kept. (memo holds its layers and the p and q of both
+  // composed, which replace those above: spread last, the layers come last, as served; a share
+  // shows no parameter, so none depends on q.)
   const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
   for (const field in derived) {
-    const ours = derived[field];
-    const given = raw[field];
-    const layer = isObject(ours) && Object.keys(ours); // its fields: epsilon, p, q (none of Object.prototype)
-    if (has(raw, field)) {
-      // g is an integer: equal, or the neighbour given() took (DESIGN.md "Strings").
-      if (!(layer ? isObject(given) && Object.keys(given).length === layer.length && layer.every((k) => close(given[k], ours[k]))
-        : field === "g" ? num(given) === ours : close(given, ours))) at(field, `must be ${JSON.stringify(ours)} (derived)`);
-      // A layer's fields in our order, which the HMAC message writes.
-      derived[field] = layer ? Object.fromEntries(layer.map((k) => [k, num(given[k])])) : num(given);
-    }
+    // The served value where it agrees with ours, `want`: a number within tolerance (g, an
+    // integer, equal: the neighbour given() took, DESIGN.md "Strings"), or a layer field by field
+    // (epsilon, p, q: none of Object.prototype's), in our order, which the HMAC message writes.
+    // Node refuses a layer with other fields too (NaN agrees with nothing), as the server does;
+    // the <script> bundle leaves that to it and keeps ours.
+    const served = (given: any, want: any): unknown => (isObject(want)
+      ? Object.fromEntries(Object.keys(want).map((k) => [k, served(LDP_FULL && !(isObject(given) && Object.keys(given).length === Object.keys(want).length) ? NaN : given?.[k], want[k])]))
+      : (field === "g" ? num(given) === want : close(given, want)) ? num(given) : at(field, `must be ${JSON.stringify(derived[field])} (derived)`));
+    if (field in raw) derived[field] = served(raw[field], derived[field]);
   }
-  if (LDP_FULL) for (const field of SHOWN) if (has(raw, field) && !has(derived, field)) at(field, `is no parameter of ${mech.name}`);
-  let permanent: Memo["permanent"], instantaneous: Memo["instantaneous"], params: Record<string, number>;
+  if (LDP_FULL) for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
+  // params: the other parameters, all but p, q and the layers. A memoised attribute has none (a
+  // share shows none): its derived numbers are its memo, the layers, p and q.
+  let permanent, instantaneous, params: Record<string, number>;
   ({ p, q, permanent, instantaneous, ...params } = derived);
-  if (memo) memo = { permanent, instantaneous, p, q };
+  if (memo) memo = derived as Memo;
   return {
-    name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
+    name: raw.name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }
@@ -322,7 +324,7 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   const discover = get(raw, "discover", false);
   if (typeof discover !== "boolean") at("discover", "must be true or false");
   const alphabet = raw.alphabet;
-  if (LDP_FULL && has(raw, "alphabet")) {
+  if (LDP_FULL && "alphabet" in raw) {
     const points = [...(typeof alphabet === "string" ? alphabet : "")];
     // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
     // format character: exactly the text that preparation leaves as it is, without U+FFFD.
@@ -335,13 +337,16 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   if (discover) {
     // The code points a discovered string may hold (others are found as U+FFFD).
     if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
-    levels = has(raw, "levels") ? checkLevels(raw.levels, max_length, alphabet, `${where}.levels`) : derivedLevels(max_length, alphabet);
-  } else if (has(raw, "levels")) at("levels", "need discover: true");
+    if ("levels" in raw) {
+      levels = increasing(raw.levels, `${where}.levels`, 1, max_length, max_length);
+      if (LDP_FULL) checkLevels(levels, max_length, alphabet, `${where}.levels`);
+    } else levels = derivedLevels(max_length, alphabet);
+  } else if ("levels" in raw) at("levels", "need discover: true");
   // The fields as served, for attributeDict; the <script> bundle keeps only what its encoder
   // reads (never the candidates: the server estimates them).
   return LDP_FULL ? {
     max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
-    ...(has(raw, "alphabet") && { alphabet }), ...(levels && { levels }),
+    ...("alphabet" in raw && { alphabet }), ...(levels && { levels }),
   } : { max_length, discover, alphabet, levels } as StringFields;
 }
 
@@ -365,23 +370,17 @@ function derivedLevels(maxLength: number, alphabet: string): number[] {
   return levels;
 }
 
-/** Given levels: increasing prefix lengths from 1, the last `maxLength`, each level within the
- * bound of candidates. The <script> bundle checks only what its encoder reads (integers from 1 to
- * `maxLength`): the rest are the server's rules, which bound its work (shared/attribute_types.py). */
-function checkLevels(raw: unknown, maxLength: number, alphabet: string, where: string): number[] {
-  const levels = list(raw, where, 1, maxLength);
+/** Given levels, once increasing prefix lengths from 1 to `maxLength` (what the <script> bundle's
+ * encoder needs): the last `maxLength`, each level within the bound of candidates (the server's
+ * rules, which bound its work: shared/attribute_types.py _levels). */
+function checkLevels(levels: number[], maxLength: number, alphabet: string, where: string): void {
+  const last = levels.length - 1;
+  if (levels[last] !== maxLength) bad(`${where}[${last}]`, "must be max_length (the last level)");
   levels.forEach((length, i) => {
-    const field = `${where}[${i}]`;
-    const previous = i ? levels[i - 1] : 0;
-    within(field, Number.isInteger(length), length, 1, maxLength, INTEGER);
-    if (LDP_FULL && !(length > previous && (i < levels.length - 1 || length === maxLength))) {
-      bad(field, "must exceed the level before, the last max_length");
-    }
-    if (LDP_FULL && levelCandidates(alphabet, length - previous, !i) > MAX_LEVEL_CANDIDATES) {
-      bad(field, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
+    if (levelCandidates(alphabet, length - (i && levels[i - 1]), !i) > MAX_LEVEL_CANDIDATES) {
+      bad(`${where}[${i}]`, `tests over ${MAX_LEVEL_CANDIDATES} candidates with this alphabet: take shorter steps`);
     }
   });
-  return levels;
 }
 
 /** At most 10,000 strings, each prepared as a value is, then at most `maxLength` code points and
@@ -400,15 +399,21 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
   });
 }
 
-function increasing(raw: unknown, where: string, least: number, most: number): number[] {
+/** A list of `least` to `most` increasing numbers, each of magnitude at most 1e15 (a range, edges)
+ * or, with `top`, an integer from 1 to `top` (levels). */
+function increasing(raw: unknown, where: string, least: number, most: number, top?: number): number[] {
   const given = list(raw, where, least, most);
-  const values: number[] = LDP_FULL ? given.map(num) : given; // PyFloats only come from parseJson
+  // PyFloats only come from parseJson: a range's or an edge's is its number, a level's is refused.
+  const values: number[] = LDP_FULL && !top ? given.map(num) : given;
   values.forEach((value, i) => {
-    within(`${where}[${i}]`, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
-    // (The <script> bundle only needs them increasing: the least step is the server's rule.)
+    const field = `${where}[${i}]`;
+    if (top) within(field, Number.isInteger(value), value, 1, top, INTEGER);
+    else within(field, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
+    // (The <script> bundle only needs them increasing: the least step is the server's rule, which
+    // integers meet.)
     const previous = values[i - 1];
     if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
-      bad(`${where}[${i}]`, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
+      bad(field, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
     }
   });
   return values;
@@ -420,30 +425,27 @@ export function bucketNames(edges: readonly number[]): string[] {
   return texts.slice(1).map((b, i) => `[${texts[i]}, ${b}${i < edges.length - 2 ? ")" : "]"}`);
 }
 
-/** The histogram bucket of `x`, clipped to [e0, ek] (the last bucket is closed). */
+/** The histogram bucket of `x`, clipped to [e0, ek] (the last bucket is closed): Python's
+ * bisect_right(edges, x) - 1 clipped to the k buckets, which is the number of inner edges (all
+ * but the ends; at most 1023 of them, increasing) <= x. */
 export function bucket(edges: readonly number[], x: number): number {
-  // Python's bisect_right: the number of edges <= x (at most 1025 of them, increasing).
-  const below = edges.filter((e) => e <= x).length;
-  return Math.min(edges.length - 2, Math.max(0, below - 1));
+  return edges.slice(1, -1).filter((e) => e <= x).length;
 }
 
-/** A list of 2 to 1024 categories: in the <script> bundle, what they are is left to the server
+/** What the categories are (strings of 1 to 64 characters, distinct after NFC): in the <script>
+ * bundle, only their list is checked, and what they are is left to the server
  * (shared/attribute_types.py checks them all), as the device's encoder only picks one of them. */
-function checkCategories(raw: unknown, where: string): string[] {
-  const categories = list(raw, where, MIN_CATEGORIES, MAX_CATEGORIES);
-  if (LDP_FULL) {
-    const seen = new Set<string>();
-    categories.forEach((c, i) => {
-      const field = `${where}[${i}]`;
-      within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
-      requireText(c, field);
-      // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
-      const normal = c.normalize("NFC");
-      if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
-      seen.add(normal);
-    });
-  }
-  return categories;
+function checkCategories(categories: unknown[], where: string): void {
+  const seen = new Set<string>();
+  categories.forEach((c, i) => {
+    const field = `${where}[${i}]`;
+    within(field, typeof c === "string", typeof c === "string" ? [...c].length : 0, 1, MAX_CATEGORY_LENGTH, "a string of length");
+    requireText(c as string, field);
+    // Two spellings of one text (é, and e + a combining accent) would look the same everywhere.
+    const normal = (c as string).normalize("NFC");
+    if (seen.has(normal)) bad(field, "repeats a category (after NFC normalisation)");
+    seen.add(normal);
+  });
 }
 
 /** Text that shows as what it is: no lone surrogate, no control or format character (U+202E...). */
@@ -451,15 +453,13 @@ function requireText(text: string, field: string): void {
   if (/[\p{Cs}\p{Cc}\p{Cf}]/u.test(text)) bad(field, "must be text without control or format characters");
 }
 
-function checkName(value: unknown, field: string): string {
-  if (typeof value !== "string" || (LDP_FULL && !NAME_RE.test(value))) bad(field, `must match ${NAME_RE}`);
-  return value;
+function checkName(value: unknown, field: string): void {
+  if (typeof value !== "string" || !NAME_RE.test(value)) bad(field, `must match ${NAME_RE}`);
 }
 
 function checkEpsilon(given: unknown, field: string): number {
-  const value = num(given) as number;
-  within(field, isNumber(value), value, MIN_EPSILON, MAX_EPSILON);
-  return value;
+  within(field, isNumber(num(given)), num(given) as number, MIN_EPSILON, MAX_EPSILON);
+  return num(given) as number;
 }
 
 const INTEGER = "an integer";
