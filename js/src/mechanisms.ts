@@ -121,7 +121,8 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     // Only the vectors read it (the <script> bundle leaves it out): the permanent layer alone is
     // the response of an attribute with its (p, q) and no memoisation, from the permanent coins.
-    permanentResponse: LDP_FULL ? (a, truth, permanent) => mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) : undefined!,
+    ...(LDP_FULL && { permanentResponse: (a: Encoded, truth: unknown, permanent: RandomSource) =>
+      mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) }) as Pick<ShareMechanism, "permanentResponse">,
     // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
     wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
@@ -151,11 +152,11 @@ const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
 
-/** `x` clipped to the range and mapped to t in [-1, 1]. */
+/** `x` clipped to the range and mapped to t in [-1, 1]. Python clips x first: the same t, as the
+ * map is monotone and takes lo and hi exactly to -1 and 1 (2(hi - lo)/(hi - lo) is exactly 2). */
 export function unit(a: Encoded, x: number): number {
   const [lo, hi] = a.range!;
-  const clipped = Math.min(Math.max(x, lo), hi);
-  return Math.min(1, Math.max(-1, (2 * (clipped - lo)) / (hi - lo) - 1));
+  return Math.min(1, Math.max(-1, (2 * (x - lo)) / (hi - lo) - 1));
 }
 
 /** `y` rounded to a multiple of GRID, up with probability its fractional part (unbiased). */
@@ -165,14 +166,14 @@ export function snap(y: number, source: RandomSource): number {
   return (below + +bernoulli(scaled - below, source)) * GRID;
 }
 
-export function pmConstants(epsilon: number): Pair {
-  const z = Math.exp(epsilon / 2);
-  return [z, (z + 1) / (z - 1)];
-}
-
 export function duchiC(epsilon: number): number {
   const e = Math.exp(epsilon);
   return (e + 1) / (e - 1);
+}
+
+/** pm's z = e^(ε/2) and C_pm = (z + 1)/(z - 1), which is duchi's C at ε/2. */
+export function pmConstants(epsilon: number): Pair {
+  return [Math.exp(epsilon / 2), duchiC(epsilon / 2)];
 }
 
 /** A mean mechanism's numbers at ε: its (p, q), the constants it shows (as DESIGN.md names

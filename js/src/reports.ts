@@ -39,23 +39,21 @@ export type Truth = Record<string, boolean | number | string>;
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
   const unknown = Object.keys(record).filter((k) => !schema.byName.has(k)).sort()[0];
-  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is no attribute of the schema");
+  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is not in the schema");
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
   return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
     const value = record[name];
     const numeric = type === "numeric";
+    const number = numeric || type === "histogram";
     // A category's index; a boolean or a string (whose types typeof names as the schema does), a
     // string as prepared (never refused for what it holds); a number (clipped later) or a
     // histogram bucket's index.
     const t = type === "categorical" ? indexOf.get(value)
       : typeof value === type ? (strings ? prepareText(value, strings.max_length) : value)
-      : (numeric || type === "histogram") && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
+      : number && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
       : undefined;
-    if (t === undefined) {
-      throw new RecordError(name, type === "boolean" ? "must be true or false" : strings ? "must be a string"
-        : type === "categorical" ? "must be one of the categories" : "must be a finite number");
-    }
+    if (t === undefined) throw new RecordError(name, "must be a " + (number ? "finite number" : type === "categorical" ? "category" : type));
     return [name, t];
   }));
 }
