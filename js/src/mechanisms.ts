@@ -288,9 +288,8 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
   mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
     (a, t, source) => { // sensitivity 2 over [-1, 1]
-      const negative = bernoulli(0.5, source);
-      const noise = a.params.scale * -Math.log((uniform53(source) + 1) / SCALE);
-      return snap(negative ? t - noise : t + noise, source);
+      const sign = bernoulli(0.5, source) ? -1 : 1;
+      return snap(t + sign * a.params.scale * -Math.log((uniform53(source) + 1) / SCALE), source);
     }),
 ].map((m) => [m.name, m]));
 

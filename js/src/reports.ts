@@ -38,7 +38,7 @@ export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
-  const unknown = Object.keys(record).filter((k) => !schema.byName.has(k)).sort()[0];
+  const unknown = Object.keys(record).sort().find((k) => !schema.byName.has(k));
   if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is not in the schema");
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
@@ -74,7 +74,7 @@ export function checkDeviceSecret(schema: Schema, secret: unknown): void {
   if (schema.epsilonPermanent === undefined) return;
   const ok = isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES);
   if (!ok) {
-    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey: the schema is memoised");
+    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey");
   }
 }
 
