@@ -90,21 +90,20 @@ export function encodeReport(schema: Schema, truth: Truth, window: string, sourc
   return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
 }
 
-/** The permanent coins of a memoised attribute: its HMAC stream, long enough for a coin per
- * category and 128 rejection draws of GRR (each succeeds with probability over 1/2, so running
- * out has probability below 2^-64; it would be an error, never a wrap). */
-export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
-  const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
-}
-
-/** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */
+/** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is
+ * asynchronous). An attribute's are its HMAC stream, long enough for a coin per category and 128
+ * rejection draws of GRR, ceil((8 per category + 8 + 256) / 32) blocks (each draw succeeds with
+ * probability over 1/2, so running out has probability below 2^-64; it would be an error, never
+ * a wrap). */
 export async function encodeWithPermanent(schema: Schema, truth: Truth, window: string, source: RandomSource,
   secret: DeviceSecret | undefined): Promise<Report> {
   const permanent: Record<string, RandomSource> = {};
   if (schema.epsilonPermanent !== undefined) {
     const key = await hmacKey(secret!);
-    for (const a of schema.attributes) permanent[a.name] = await permanentSource(schema, a, truth[a.name] as boolean | number, key); // never a string
+    for (const a of schema.attributes) {
+      const message = UTF8.encode(permanentMessage(schema, a, truth[a.name] as boolean | number)); // never a string
+      permanent[a.name] = new FixedBytes(await hmacStream(key, message, (a.categories.length + 36) >> 2));
+    }
   }
   return encodeReport(schema, truth, window, source, permanent);
 }
