@@ -252,7 +252,7 @@ const OLH: Mechanism = {
 
 export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
-export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanism>([
+const MECHANISMS: Mechanism[] = [
   // Binary randomised response (Warner 1965): the true bit w.p. p = e^ε/(1+e^ε), else its negation.
   share("rr", ["boolean"], logistic),
   // Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly.
@@ -288,15 +288,17 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
   mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
     (a, t, source) => { // sensitivity 2 over [-1, 1]
-      const sign = bernoulli(0.5, source) ? -1 : 1;
+      const sign = bernoulli(0.5, source) ? -1 : 1; // ±1 times the noise is exact: t - noise or t + noise
       return snap(t + sign * a.params.scale * -Math.log((uniform53(source) + 1) / SCALE), source);
     }),
-].map((m) => [m.name, m]));
+];
+// By name, for Node and the tests; marked pure, so the <script> bundle (which only resolves) leaves it out.
+export const REGISTRY: ReadonlyMap<string, Mechanism> = /* @__PURE__ */ new Map(/* @__PURE__ */ MECHANISMS.map((m) => [m.name, m]));
 
 /** The mechanism an attribute of type `kind` asked for (a name or `auto`: the lowest worst-case
  * variance, the first on a tie); an Error naming the choices if it cannot randomise `kind`. */
 export function resolve(kind: string, requested: unknown, epsilon: number, d: number): Mechanism {
-  const candidates = [...REGISTRY.values()].filter((m) => m.types.includes(kind));
+  const candidates = MECHANISMS.filter((m) => m.types.includes(kind));
   const found = requested === AUTO
     ? candidates.reduce((best, m) => (m.worstVariance(epsilon, d) < best.worstVariance(epsilon, d) ? m : best))
     : candidates.find((m) => m.name === requested);
