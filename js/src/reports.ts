@@ -83,11 +83,13 @@ export function checkDeviceSecret(schema: Schema, secret: unknown): void {
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
   permanent: Record<string, RandomSource> = {}): Report {
-  const id = newReportId(source);
-  let carried = schema.attributes;
-  if (schema.split === "sample") carried = [carried[randbelow(carried.length, source)]];
-  const values = Object.fromEntries(carried.map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])]));
-  return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
+  const all = schema.attributes;
+  // A literal's values are computed in order: the id's coins come first, then the sample index.
+  return {
+    id: newReportId(source), schema: schema.name, version: schema.version, window, epsilon: schema.epsilon,
+    values: Object.fromEntries((schema.split === "sample" ? [all[randbelow(all.length, source)]] : all)
+      .map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])])),
+  };
 }
 
 /** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is
