@@ -171,18 +171,21 @@ export function duchiC(epsilon: number): number {
   return (e + 1) / (e - 1);
 }
 
-/** pm's z = e^(ε/2) and C_pm = (z + 1)/(z - 1), which is duchi's C at ε/2. */
+/** pm's z and C_pm (the server's bounds of a report). */
 export function pmConstants(epsilon: number): Pair {
-  return [Math.exp(epsilon / 2), duchiC(epsilon / 2)];
+  const { z, C_pm } = pmNumbers(epsilon)[2];
+  return [z, C_pm];
 }
 
 /** A mean mechanism's numbers at ε: its (p, q), the constants it shows (as DESIGN.md names
  * them) and its variance at t. */
 type MeanNumbers = [p: number, q: number, shown: Record<string, number>, variance: (t: number) => number];
 
-/** Wang et al.'s Piecewise Mechanism's numbers. */
+/** Wang et al.'s Piecewise Mechanism's numbers: z = e^(ε/2) and C_pm = (z + 1)/(z - 1), which is
+ * duchi's C at ε/2. */
 function pmNumbers(epsilon: number): MeanNumbers {
-  const [z, C_pm] = pmConstants(epsilon);
+  const z = Math.exp(epsilon / 2);
+  const C_pm = duchiC(epsilon / 2);
   return [z / (z + 1), 1 / (z * (z + 1)), { z, C_pm }, (t) => (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE];
 }
 
