@@ -136,13 +136,14 @@ function among(value: number, d: number, p: number, source: RandomSource): numbe
   return other + +(other >= value);
 }
 
-/** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
-export function olhBuckets(epsilon: number): number {
-  return Math.min(65536, Math.floor(Math.exp(epsilon) + 0.5) + 1);
-}
+/** (p, q) at e = e^ε and g: p = e/(e + g - 1), q = 1/g. By default g is optimal local hashing's,
+ * min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
+const olhPair = (e: number, g = Math.min(65536, Math.floor(e + 0.5) + 1)): Pair => [e / (e + g - 1), 1 / g];
 
-/** (p, q) at g: p = e^ε/(e^ε + g - 1), q = 1/g. */
-const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
+/** Optimal local hashing's g at ε: 1/q (exactly g, once rounded). */
+export function olhBuckets(epsilon: number): number {
+  return Math.round(1 / olhPair(Math.exp(epsilon))[1]);
+}
 
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
 // the low bits of a double never leak the input (Mironov, CCS 2012).
@@ -230,7 +231,7 @@ function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise
 // seed would link a device's reports.
 const OLH: Mechanism = {
   name: "olh", types: ["string"], memoisable: false,
-  parameters: (epsilon) => olhPair(Math.exp(epsilon), olhBuckets(epsilon)),
+  parameters: (epsilon) => olhPair(Math.exp(epsilon)),
   shown: (_epsilon, q) => ({ g: Math.round(1 / q) }),
   // Where e^ε is within 1e-9 of a half-integer, another libm may round g the other way: either
   // neighbour is taken as served, with its own p and q (DESIGN.md "Strings").
