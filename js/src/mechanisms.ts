@@ -153,13 +153,6 @@ const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
 
-/** `x` clipped to the range and mapped to t in [-1, 1]. Python clips x first: the same t, as the
- * map is monotone and takes lo and hi exactly to -1 and 1 (2(hi - lo)/(hi - lo) is exactly 2). */
-export function unit(a: Encoded, x: number): number {
-  const [lo, hi] = a.range!;
-  return Math.min(1, Math.max(-1, (2 * (x - lo)) / (hi - lo) - 1));
-}
-
 /** `y` rounded to a multiple of GRID, up with probability its fractional part (unbiased). */
 export function snap(y: number, source: RandomSource): number {
   const scaled = y / GRID;
@@ -205,8 +198,9 @@ function duchiBit(t: number, p: number, q: number, source: RandomSource): number
   return +bernoulli(q + (p - q) * ((t + 1) / 2), source);
 }
 
-/** A mean mechanism: the value clipped and mapped to t in [-1, 1], then randomised. Every
- * variance here is monotone in |t|: the worst is at 0 or 1. */
+/** A mean mechanism: the value x clipped to the range and mapped to t in [-1, 1], then randomised.
+ * (Python clips x first: the same t, as the map is monotone and takes lo and hi exactly to -1 and 1,
+ * 2(hi - lo)/(hi - lo) being exactly 2.) Every variance here is monotone in |t|: the worst is at 0 or 1. */
 function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise: (a: Encoded, t: number, source: RandomSource) => number,
   wireBytes = "-2.2250738585072014e-308".length): Mechanism {
   return {
@@ -217,7 +211,10 @@ function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise
       const variance = numbers(epsilon)[3];
       return Math.max(variance(0), variance(1));
     },
-    encode: (a, truth, source) => randomise(a, unit(a, truth as number), source),
+    encode(a, x, source) {
+      const [lo, hi] = a.range!;
+      return randomise(a, Math.min(1, Math.max(-1, (2 * ((x as number) - lo)) / (hi - lo) - 1)), source);
+    },
     wireBytes: () => wireBytes,
   };
 }
