@@ -70,15 +70,6 @@ export function permanentMessage(schema: Schema, a: Attribute, truth: boolean | 
   return pyJson([PERMANENT_TAG, schema.name, attributeDict(a, true), truth]);
 }
 
-export function checkDeviceSecret(schema: Schema, secret: unknown): void {
-  if (schema.epsilonPermanent === undefined) return;
-  const ok = isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES);
-  if (!ok) {
-    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey");
-  }
-}
-
-
 /** The report of `truth` in `window`. Coins, in order: the id (24 bytes), the `sample` index,
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
@@ -123,16 +114,16 @@ export interface RandomizeOptions {
  * the server serves it (or a parsed one). No ledger: that is TelemetryClient's job. */
 export async function randomize(schema: unknown, record: unknown, options: RandomizeOptions = {}): Promise<Report> {
   const s = parseSchema(schema);
-  checkDeviceSecret(s, options.deviceSecret);
+  const secret = options.deviceSecret;
+  if (s.epsilonPermanent !== undefined && !(isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES))) {
+    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey");
+  }
   const truth = validateRecord(s, record);
-  const window = resolveWindow(s, options.window);
-  return encodeWithPermanent(s, truth, window, options.source ?? SYSTEM, options.deviceSecret);
-}
-
-export function resolveWindow(schema: Schema, window: string | Date | undefined): string {
-  if (window === undefined || window instanceof Date) return windowOf(window ?? Date.now(), schema.window);
-  if (isNaN(startOf(window, schema.window))) throw new RecordError("window", `must name a UTC ${schema.window}`);
-  return window;
+  // The window a time (default: now) falls in, or a window's name of the schema's kind.
+  let window = options.window;
+  if (window === undefined || window instanceof Date) window = windowOf(window ?? Date.now(), s.window);
+  else if (isNaN(startOf(window, s.window))) throw new RecordError("window", `must name a UTC ${s.window}`);
+  return encodeWithPermanent(s, truth, window, options.source ?? SYSTEM, secret);
 }
 
 /** The most characters one report's JSON text can take: a greedy server could otherwise make
