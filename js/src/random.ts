@@ -20,10 +20,10 @@ export interface RandomSource {
 export const SCALE = 2 ** 53;
 
 /** Given bytes, handed out in order (test vectors, memoisation's HMAC stream). Running out is an
- * error, never a wrap. */
+ * error, never a wrap, that says `what` they are (the <script> bundle's are all random bytes). */
 export class FixedBytes implements RandomSource {
   used = 0;
-  constructor(protected data: Uint8Array, private readonly what = "random bytes") {}
+  constructor(protected data: Uint8Array, private readonly what?: string) {}
 
   take(n: number): Uint8Array {
     if (this.used + n > this.data.length) this.refill(n);
@@ -31,7 +31,8 @@ export class FixedBytes implements RandomSource {
   }
 
   protected refill(n: number): void {
-    throw new Error(LDP_FULL ? `${this.what} ran out: ${n} more wanted after ${this.used} of ${this.data.length}` : `${this.what} ran out`);
+    throw new Error(LDP_FULL ? `${this.what ?? "random bytes"} ran out: ${n} more wanted after ${this.used} of ${this.data.length}`
+      : "random bytes ran out");
   }
 }
 
