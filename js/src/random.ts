@@ -43,14 +43,14 @@ export class SystemRandom extends FixedBytes {
   }
 
   protected refill(n: number): void {
-    const pool = new Uint8Array(Math.max(4096, n));
     // getRandomValues fills at most 65,536 bytes per call: a public SystemRandom may be asked for
-    // more, while in the <script> bundle only its own encoders draw (at most 24 bytes at a time, so
-    // one call fills the pool). Where `crypto` is missing, the ReferenceError "crypto is not
+    // more, while in the <script> bundle only its own encoders draw, at most 24 bytes at a time
+    // (one call fills the pool). Where `crypto` is missing, the ReferenceError "crypto is not
     // defined" says so: there is no other source of coins.
-    if (LDP_FULL) for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
-    else crypto.getRandomValues(pool);
-    this.data = pool;
+    if (LDP_FULL) {
+      this.data = new Uint8Array(Math.max(4096, n));
+      for (let i = 0; i < this.data.length; i += 65536) crypto.getRandomValues(this.data.subarray(i, i + 65536));
+    } else this.data = crypto.getRandomValues(new Uint8Array(4096));
     this.used = 0;
   }
 }
