@@ -48,8 +48,9 @@ export class SystemRandom extends FixedBytes {
     // (one call fills the pool). Where `crypto` is missing, the ReferenceError "crypto is not
     // defined" says so: there is no other source of coins.
     if (LDP_FULL) {
-      this.data = new Uint8Array(Math.max(4096, n));
-      for (let i = 0; i < this.data.length; i += 65536) crypto.getRandomValues(this.data.subarray(i, i + 65536));
+      const pool = new Uint8Array(Math.max(4096, n));
+      for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
+      this.data = pool;
     } else this.data = crypto.getRandomValues(new Uint8Array(4096));
     this.used = 0;
   }
