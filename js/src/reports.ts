@@ -74,6 +74,12 @@ export function permanentMessage(schema: Schema, a: Attribute, truth: boolean | 
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
   permanent: Record<string, RandomSource> = {}): Report {
+  return report(schema, truth, window, source, permanent);
+}
+
+// encodeReport without the defaults its Node callers may lean on: the <script> bundle's one caller,
+// encodeWithPermanent, passes everything, so the bundle leaves them (and encodeReport) out.
+function report(schema: Schema, truth: Truth, window: string, source: RandomSource, permanent: Record<string, RandomSource>): Report {
   const all = schema.attributes;
   // A literal's values are computed in order: the id's coins come first, then the sample index.
   return {
@@ -98,7 +104,7 @@ export async function encodeWithPermanent(schema: Schema, truth: Truth, window: 
       permanent[a.name] = new FixedBytes(await hmacStream(key, message, (a.categories.length + 36) >> 2));
     }
   }
-  return encodeReport(schema, truth, window, source, permanent);
+  return report(schema, truth, window, source, permanent);
 }
 
 export interface RandomizeOptions {
