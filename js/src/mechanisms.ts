@@ -83,10 +83,11 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
   const mechanism: ShareMechanism = {
     name, types, memoisable: true, parameters,
     shown: () => ({}),
-    // Wang et al. 2017's q(1-q)/(p-q)^2; an ε so small that p == q carries nothing.
+    // Wang et al. 2017's q(1-q)/(p-q)^2 (p >= q as e^ε >= 1); an ε so small that p == q carries
+    // nothing: a division by 0, Infinity.
     worstVariance(epsilon, d) {
       const [p, q] = parameters(epsilon, d);
-      return p > q ? (q * (1 - q)) / (p - q) ** 2 : Infinity;
+      return (q * (1 - q)) / (p - q) ** 2;
     },
     memoise(epsilon, epsilonPermanent, d) {
       const [p1, q1] = parameters(epsilonPermanent, d);
