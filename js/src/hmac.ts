@@ -13,12 +13,12 @@ export type DeviceSecret = Uint8Array | CryptoKey;
 
 export const DEVICE_SECRET_BYTES = 32;
 
-/** Thrown when a memoised schema meets a platform without `crypto.subtle` (outside a secure context). */
+/** Thrown when a memoised schema meets a platform without `crypto.subtle` (outside a secure
+ * context). Where `crypto` itself is missing, the ReferenceError "crypto is not defined" says so
+ * (as for SystemRandom: browsers and Node >= 20 all have it). */
 export function subtle(): SubtleCrypto {
-  const s = globalThis.crypto?.subtle;
-  if (!s) {
-    throw new Error("a memoised schema needs crypto.subtle (HTTPS or localhost)");
-  }
+  const s = crypto.subtle;
+  if (!s) throw new Error("a memoised schema needs crypto.subtle (HTTPS or localhost)");
   return s;
 }
 

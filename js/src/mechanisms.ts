@@ -83,10 +83,11 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
   const mechanism: ShareMechanism = {
     name, types, memoisable: true, parameters,
     shown: () => ({}),
-    // Wang et al. 2017's q(1-q)/(p-q)^2; an ε so small that p == q carries nothing.
+    // Wang et al. 2017's q(1-q)/(p-q)^2 (p >= q as e^ε >= 1); an ε so small that p == q carries
+    // nothing: a division by 0, Infinity.
     worstVariance(epsilon, d) {
       const [p, q] = parameters(epsilon, d);
-      return p > q ? (q * (1 - q)) / (p - q) ** 2 : Infinity;
+      return (q * (1 - q)) / (p - q) ** 2;
     },
     memoise(epsilon, epsilonPermanent, d) {
       const [p1, q1] = parameters(epsilonPermanent, d);
@@ -121,7 +122,8 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
     },
     // Only the vectors read it (the <script> bundle leaves it out): the permanent layer alone is
     // the response of an attribute with its (p, q) and no memoisation, from the permanent coins.
-    permanentResponse: LDP_FULL ? (a, truth, permanent) => mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) : undefined!,
+    ...(LDP_FULL && { permanentResponse: (a: Encoded, truth: unknown, permanent: RandomSource) =>
+      mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) }) as Pick<ShareMechanism, "permanentResponse">,
     // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
     wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
@@ -135,13 +137,14 @@ function among(value: number, d: number, p: number, source: RandomSource): numbe
   return other + +(other >= value);
 }
 
-/** Optimal local hashing's g = min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
-export function olhBuckets(epsilon: number): number {
-  return Math.min(65536, Math.floor(Math.exp(epsilon) + 0.5) + 1);
-}
+/** (p, q) at e = e^ε and g: p = e/(e + g - 1), q = 1/g. By default g is optimal local hashing's,
+ * min(65536, floor(e^ε + 1/2) + 1) (Wang et al. 2017: about e^ε + 1). */
+const olhPair = (e: number, g = Math.min(65536, Math.floor(e + 0.5) + 1)): Pair => [e / (e + g - 1), 1 / g];
 
-/** (p, q) at g: p = e^ε/(e^ε + g - 1), q = 1/g. */
-const olhPair = (e: number, g: number): Pair => [e / (e + g - 1), 1 / g];
+/** Optimal local hashing's g at ε: 1/q (exactly g, once rounded). */
+export function olhBuckets(epsilon: number): number {
+  return Math.round(1 / olhPair(Math.exp(epsilon))[1]);
+}
 
 // Outputs of pm, hm's pm part and laplace are rounded (randomly, without bias) to this grid, so
 // the low bits of a double never leak the input (Mironov, CCS 2012).
@@ -151,13 +154,6 @@ const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
 
-/** `x` clipped to the range and mapped to t in [-1, 1]. */
-export function unit(a: Encoded, x: number): number {
-  const [lo, hi] = a.range!;
-  const clipped = Math.min(Math.max(x, lo), hi);
-  return Math.min(1, Math.max(-1, (2 * (clipped - lo)) / (hi - lo) - 1));
-}
-
 /** `y` rounded to a multiple of GRID, up with probability its fractional part (unbiased). */
 export function snap(y: number, source: RandomSource): number {
   const scaled = y / GRID;
@@ -165,23 +161,26 @@ export function snap(y: number, source: RandomSource): number {
   return (below + +bernoulli(scaled - below, source)) * GRID;
 }
 
-export function pmConstants(epsilon: number): Pair {
-  const z = Math.exp(epsilon / 2);
-  return [z, (z + 1) / (z - 1)];
-}
-
 export function duchiC(epsilon: number): number {
   const e = Math.exp(epsilon);
   return (e + 1) / (e - 1);
+}
+
+/** pm's z and C_pm (the server's bounds of a report). */
+export function pmConstants(epsilon: number): Pair {
+  const { z, C_pm } = pmNumbers(epsilon)[2];
+  return [z, C_pm];
 }
 
 /** A mean mechanism's numbers at ε: its (p, q), the constants it shows (as DESIGN.md names
  * them) and its variance at t. */
 type MeanNumbers = [p: number, q: number, shown: Record<string, number>, variance: (t: number) => number];
 
-/** Wang et al.'s Piecewise Mechanism's numbers. */
+/** Wang et al.'s Piecewise Mechanism's numbers: z = e^(ε/2) and C_pm = (z + 1)/(z - 1), which is
+ * duchi's C at ε/2. */
 function pmNumbers(epsilon: number): MeanNumbers {
-  const [z, C_pm] = pmConstants(epsilon);
+  const z = Math.exp(epsilon / 2);
+  const C_pm = duchiC(epsilon / 2);
   return [z / (z + 1), 1 / (z * (z + 1)), { z, C_pm }, (t) => (t * t) / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + ROUNDING_VARIANCE];
 }
 
@@ -200,8 +199,9 @@ function duchiBit(t: number, p: number, q: number, source: RandomSource): number
   return +bernoulli(q + (p - q) * ((t + 1) / 2), source);
 }
 
-/** A mean mechanism: the value clipped and mapped to t in [-1, 1], then randomised. Every
- * variance here is monotone in |t|: the worst is at 0 or 1. */
+/** A mean mechanism: the value x clipped to the range and mapped to t in [-1, 1], then randomised.
+ * (Python clips x first: the same t, as the map is monotone and takes lo and hi exactly to -1 and 1,
+ * 2(hi - lo)/(hi - lo) being exactly 2.) Every variance here is monotone in |t|: the worst is at 0 or 1. */
 function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise: (a: Encoded, t: number, source: RandomSource) => number,
   wireBytes = "-2.2250738585072014e-308".length): Mechanism {
   return {
@@ -212,7 +212,10 @@ function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise
       const variance = numbers(epsilon)[3];
       return Math.max(variance(0), variance(1));
     },
-    encode: (a, truth, source) => randomise(a, unit(a, truth as number), source),
+    encode(a, x, source) {
+      const [lo, hi] = a.range!;
+      return randomise(a, Math.min(1, Math.max(-1, (2 * ((x as number) - lo)) / (hi - lo) - 1)), source);
+    },
     wireBytes: () => wireBytes,
   };
 }
@@ -226,7 +229,7 @@ function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise
 // seed would link a device's reports.
 const OLH: Mechanism = {
   name: "olh", types: ["string"], memoisable: false,
-  parameters: (epsilon) => olhPair(Math.exp(epsilon), olhBuckets(epsilon)),
+  parameters: (epsilon) => olhPair(Math.exp(epsilon)),
   shown: (_epsilon, q) => ({ g: Math.round(1 / q) }),
   // Where e^ε is within 1e-9 of a half-integer, another libm may round g the other way: either
   // neighbour is taken as served, with its own p and q (DESIGN.md "Strings").
@@ -251,7 +254,7 @@ const OLH: Mechanism = {
 
 export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
-export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanism>([
+const MECHANISMS: Mechanism[] = [
   // Binary randomised response (Warner 1965): the true bit w.p. p = e^ε/(1+e^ε), else its negation.
   share("rr", ["boolean"], logistic),
   // Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly.
@@ -287,16 +290,17 @@ export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map<string, Mechanis
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
   mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
     (a, t, source) => { // sensitivity 2 over [-1, 1]
-      const negative = bernoulli(0.5, source);
-      const noise = a.params.scale * -Math.log((uniform53(source) + 1) / SCALE);
-      return snap(negative ? t - noise : t + noise, source);
+      const sign = bernoulli(0.5, source) ? -1 : 1; // ±1 times the noise is exact: t - noise or t + noise
+      return snap(t + sign * a.params.scale * -Math.log((uniform53(source) + 1) / SCALE), source);
     }),
-].map((m) => [m.name, m]));
+];
+// By name, for Node and the tests; marked pure, so the <script> bundle (which only resolves) leaves it out.
+export const REGISTRY: ReadonlyMap<string, Mechanism> = /* @__PURE__ */ new Map(/* @__PURE__ */ MECHANISMS.map((m) => [m.name, m]));
 
 /** The mechanism an attribute of type `kind` asked for (a name or `auto`: the lowest worst-case
  * variance, the first on a tie); an Error naming the choices if it cannot randomise `kind`. */
 export function resolve(kind: string, requested: unknown, epsilon: number, d: number): Mechanism {
-  const candidates = [...REGISTRY.values()].filter((m) => m.types.includes(kind));
+  const candidates = MECHANISMS.filter((m) => m.types.includes(kind));
   const found = requested === AUTO
     ? candidates.reduce((best, m) => (m.worstVariance(epsilon, d) < best.worstVariance(epsilon, d) ? m : best))
     : candidates.find((m) => m.name === requested);

@@ -39,11 +39,14 @@ export function parseJson(text: string): unknown {
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
   if (LDP_FULL && !Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  const [mantissa, exponent] = x.toExponential().split("e"); // the exponent signed: "+16", "-7"
-  // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation.
-  if (+exponent < -4 || +exponent > 15) return `${mantissa}e${exponent[0]}${exponent.slice(1).padStart(2, "0")}`;
-  // A whole number with ".0" (-0 too, which String() writes "0").
-  return Number.isInteger(x) ? `${Object.is(x, -0) ? "-0" : x}.0` : String(x);
+  const scientific = x.toExponential(); // "1.5e+16", "1e-7"
+  const exponent = +scientific.split("e")[1];
+  // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation. Python's exponent has two digits or
+  // more: a one-digit one (a last digit after a word boundary, the sign) gets a leading 0.
+  if (exponent < -4 || exponent > 15) return scientific.replace(/\b\d$/, "0$&");
+  // A whole number with ".0" (-0 too, which String() writes "0"). A -0 comes here only as a
+  // PyFloat from parseJson: the <script> bundle's PyFloats are derived ε, p and q, never -0.
+  return Number.isInteger(x) ? `${LDP_FULL && Object.is(x, -0) ? "-0" : x}.0` : String(x);
 }
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */

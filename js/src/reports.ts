@@ -38,24 +38,22 @@ export type Truth = Record<string, boolean | number | string>;
 
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
-  const unknown = Object.keys(record).filter((k) => !schema.byName.has(k)).sort()[0];
-  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is no attribute of the schema");
+  const unknown = Object.keys(record).sort().find((k) => !schema.byName.has(k));
+  if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is not in the schema");
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
   return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
     const value = record[name];
     const numeric = type === "numeric";
+    const number = numeric || type === "histogram";
     // A category's index; a boolean or a string (whose types typeof names as the schema does), a
     // string as prepared (never refused for what it holds); a number (clipped later) or a
     // histogram bucket's index.
     const t = type === "categorical" ? indexOf.get(value)
       : typeof value === type ? (strings ? prepareText(value, strings.max_length) : value)
-      : (numeric || type === "histogram") && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
+      : number && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
       : undefined;
-    if (t === undefined) {
-      throw new RecordError(name, type === "boolean" ? "must be true or false" : strings ? "must be a string"
-        : type === "categorical" ? "must be one of the categories" : "must be a finite number");
-    }
+    if (t === undefined) throw new RecordError(name, "must be a " + (number ? "finite number" : type === "categorical" ? "category" : type));
     return [name, t];
   }));
 }
@@ -72,43 +70,41 @@ export function permanentMessage(schema: Schema, a: Attribute, truth: boolean | 
   return pyJson([PERMANENT_TAG, schema.name, attributeDict(a, true), truth]);
 }
 
-export function checkDeviceSecret(schema: Schema, secret: unknown): void {
-  if (schema.epsilonPermanent === undefined) return;
-  const ok = isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES);
-  if (!ok) {
-    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey: the schema is memoised");
-  }
-}
-
-
 /** The report of `truth` in `window`. Coins, in order: the id (24 bytes), the `sample` index,
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
   permanent: Record<string, RandomSource> = {}): Report {
-  const id = newReportId(source);
-  let carried = schema.attributes;
-  if (schema.split === "sample") carried = [carried[randbelow(carried.length, source)]];
-  const values = Object.fromEntries(carried.map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])]));
-  return { id, schema: schema.name, version: schema.version, window, epsilon: schema.epsilon, values };
+  return report(schema, truth, window, source, permanent);
 }
 
-/** The permanent coins of a memoised attribute: its HMAC stream, long enough for a coin per
- * category and 128 rejection draws of GRR (each succeeds with probability over 1/2, so running
- * out has probability below 2^-64; it would be an error, never a wrap). */
-export async function permanentSource(schema: Schema, a: Attribute, truth: boolean | number, key: CryptoKey): Promise<RandomSource> {
-  const message = UTF8.encode(permanentMessage(schema, a, truth));
-  return new FixedBytes(await hmacStream(key, message, Math.ceil((8 * a.categories.length + 8 + 256) / 32)));
+// encodeReport without the defaults its Node callers may lean on: the <script> bundle's one caller,
+// encodeWithPermanent, passes everything, so the bundle leaves them (and encodeReport) out.
+function report(schema: Schema, truth: Truth, window: string, source: RandomSource, permanent: Record<string, RandomSource>): Report {
+  const all = schema.attributes;
+  // A literal's values are computed in order: the id's coins come first, then the sample index.
+  return {
+    id: newReportId(source), schema: schema.name, version: schema.version, window, epsilon: schema.epsilon,
+    values: Object.fromEntries((schema.split === "sample" ? [all[randbelow(all.length, source)]] : all)
+      .map((a) => [a.name, a.mech.encode(a, truth[a.name], source, permanent[a.name])])),
+  };
 }
 
-/** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is asynchronous). */
+/** Encodes a report, first deriving the permanent coins of a memoised schema (Web Crypto is
+ * asynchronous). An attribute's are its HMAC stream, long enough for a coin per category and 128
+ * rejection draws of GRR, ceil((8 per category + 8 + 256) / 32) blocks (each draw succeeds with
+ * probability over 1/2, so running out has probability below 2^-64; it would be an error, never
+ * a wrap). */
 export async function encodeWithPermanent(schema: Schema, truth: Truth, window: string, source: RandomSource,
   secret: DeviceSecret | undefined): Promise<Report> {
   const permanent: Record<string, RandomSource> = {};
   if (schema.epsilonPermanent !== undefined) {
     const key = await hmacKey(secret!);
-    for (const a of schema.attributes) permanent[a.name] = await permanentSource(schema, a, truth[a.name] as boolean | number, key); // never a string
+    for (const a of schema.attributes) {
+      const message = UTF8.encode(permanentMessage(schema, a, truth[a.name] as boolean | number)); // never a string
+      permanent[a.name] = new FixedBytes(await hmacStream(key, message, (a.categories.length + 36) >> 2));
+    }
   }
-  return encodeReport(schema, truth, window, source, permanent);
+  return report(schema, truth, window, source, permanent);
 }
 
 export interface RandomizeOptions {
@@ -124,16 +120,16 @@ export interface RandomizeOptions {
  * the server serves it (or a parsed one). No ledger: that is TelemetryClient's job. */
 export async function randomize(schema: unknown, record: unknown, options: RandomizeOptions = {}): Promise<Report> {
   const s = parseSchema(schema);
-  checkDeviceSecret(s, options.deviceSecret);
+  const secret = options.deviceSecret;
+  if (s.epsilonPermanent !== undefined && !(isCryptoKey(secret) || (secret instanceof Uint8Array && secret.length === DEVICE_SECRET_BYTES))) {
+    throw new RecordError("deviceSecret", "must be 32 bytes or an HMAC CryptoKey");
+  }
   const truth = validateRecord(s, record);
-  const window = resolveWindow(s, options.window);
-  return encodeWithPermanent(s, truth, window, options.source ?? SYSTEM, options.deviceSecret);
-}
-
-export function resolveWindow(schema: Schema, window: string | Date | undefined): string {
-  if (window === undefined || window instanceof Date) return windowOf(window ?? Date.now(), schema.window);
-  if (isNaN(startOf(window, schema.window))) throw new RecordError("window", `must name a UTC ${schema.window}`);
-  return window;
+  // The window a time (default: now) falls in, or a window's name of the schema's kind.
+  let window = options.window;
+  if (window === undefined || window instanceof Date) window = windowOf(window ?? Date.now(), s.window);
+  else if (isNaN(startOf(window, s.window))) throw new RecordError("window", `must name a UTC ${s.window}`);
+  return encodeWithPermanent(s, truth, window, options.source ?? SYSTEM, secret);
 }
 
 /** The most characters one report's JSON text can take: a greedy server could otherwise make

@@ -25,8 +25,7 @@ export function sha256Words(data: Uint8Array): number[] {
   const length = data.length;
   const words = new Int32Array(((length + 72) >> 6) << 4); // the message, 0x80, zeros, 64-bit bit length
   // A shift count is taken mod 32: 24 - 8i is 24 - 8(i mod 4) there.
-  for (let i = 0; i < length; i++) words[i >> 2] |= data[i] << (24 - 8 * i);
-  words[length >> 2] |= 0x80 << (24 - 8 * length);
+  [...data, 0x80].forEach((byte, i) => (words[i >> 2] |= byte << (24 - 8 * i)));
   words[words.length - 1] = length * 8;
   let h = H.slice(0, 8);
   const w = new Int32Array(64);
