@@ -44,7 +44,9 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
-  const inflight = new Map<string, boolean>(); // id -> sent with keepalive (a plain fetch dies with the page)
+  // Ids in a keepalive request. A plain fetch's are not counted: a closing page cancels it (and a
+  // turn, which alone sends plainly, never overlaps another turn's batch).
+  const inflight = new Set<string>();
   let keepaliveBytes = 0;
   let attempt = 0;
   let deliverDue = 0;
@@ -84,15 +86,19 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
       const seen = new Set<string>();
       const going = mirror.concat(fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
-        .filter(({ report: { id } }) => !(acked.has(id) || inflight.get(id) || seen.has(id)) && seen.add(id));
+        .filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
       for (let at = 0; ;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const [part, size] = batch(going.slice(at), left, true);
+        const [part, size] = batch(going.slice(at), left);
         if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
         at += part.length;
         keepaliveBytes += size;
-        send(part, true).finally(() => (keepaliveBytes -= size));
+        part.forEach((r) => inflight.add(r.report.id));
+        send(part, true).finally(() => {
+          keepaliveBytes -= size;
+          part.forEach((r) => inflight.delete(r.report.id));
+        });
       }
     },
   };
@@ -164,13 +170,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
-   * stopping at one in flight (unless `closing`: those rows were chosen for it); and its size. */
-  function batch(rows: Row[], maxBytes: number, closing = false): [Row[], number] {
+   * stopping at one in a keepalive request; and its size. */
+  function batch(rows: Row[], maxBytes: number): [Row[], number] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
     for (const row of rows) {
-      if (out.length >= batchLimit || (!closing && inflight.has(row.report.id)) || (out.length && bytes + row.bytes > maxBytes)) break;
+      if (out.length >= batchLimit || inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
       windows.add(row.report.window);
       if (windows.size > MAX_BATCH_WINDOWS) break;
       out.push(row);
@@ -202,16 +208,12 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       deliverDue = Date.now() + wait;
       log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
     };
-    const ids = rows.map((r) => r.report.id);
-    ids.forEach((id) => inflight.set(id, keepalive));
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
       answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
     } catch (e) {
       return retry(shown((e as Error)?.name));
-    } finally {
-      ids.forEach((id) => inflight.get(id) === keepalive && inflight.delete(id));
     }
     const { status, body: b } = answer as { status: number; body: any };
     // Anything but the aggregator's acknowledgement (a 2xx from a captive portal or a proxy proves nothing).
