@@ -38,19 +38,15 @@ export function sameOrigin(a: string, b: string): boolean {
 }
 
 async function readBounded(response: Response, signal: AbortSignal): Promise<string> {
-  if (!response.body) return "";
-  const reader = response.body.getReader();
+  const reader = response.body?.getReader(); // none for an empty answer
   const parts: Uint8Array[] = [];
-  for (let size = 0; ;) {
-    if (signal.aborted || size > MAX_RESPONSE_BYTES) {
+  for (let size = 0, chunk; reader && !(chunk = await reader.read()).done; parts.push(chunk.value)) {
+    if (signal.aborted || (size += chunk.value.length) > MAX_RESPONSE_BYTES) {
       await reader.cancel().catch(() => undefined);
       throw new Error("answer too slow or too big");
     }
-    const { done, value } = await reader.read();
-    if (done) return new Blob(parts as BlobPart[]).text();
-    size += value.length;
-    parts.push(value);
   }
+  return new Blob(parts as BlobPart[]).text();
 }
 
 /** fetch's own options (passed on as they are), and the deadline and the fetch to use. */
