@@ -59,6 +59,10 @@ export interface State {
   next: number;
 }
 
+/** A store's members the client never calls, for an app holding a store (the ES module exports the
+ * stores): the <script> bundle leaves them out, where no page can reach a store the client made. */
+export const forApps = (kind: Store["kind"], count: Store["count"]) => (LDP_FULL ? { kind, count } : {}) as Pick<Store, "kind" | "count">;
+
 export function emptyState(): State {
   return { schemas: {}, ledger: {}, outbox: [], next: 1 };
 }
@@ -103,7 +107,7 @@ export const MemoryStore = function (): Store {
   const state = emptyState();
   let secret: Uint8Array | undefined;
   return {
-    kind: "memory",
+    ...forApps("memory", async () => state.outbox.length),
     deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
     cachedSchema: async (name) => state.schemas[name],
     async cacheSchema(name, derived) {
@@ -116,7 +120,6 @@ export const MemoryStore = function (): Store {
       const gone = new Set(seqs);
       state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
     },
-    count: async () => state.outbox.length,
     async close() {},
   };
 } as unknown as new () => Store;

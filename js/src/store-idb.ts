@@ -7,7 +7,7 @@
  * storage): the ledger and the device then start afresh, which privacyStatement() says.
  */
 
-import { jsonBytes, overflow, spendEach, type State, type Store } from "./storage.js";
+import { forApps, jsonBytes, overflow, spendEach, type State, type Store } from "./storage.js";
 
 const DB = "ldp-telemetry";
 const SECRET = "secret";
@@ -55,7 +55,7 @@ export const IndexedDbStore = {
     };
     const readSecret = () => done(read(SECRET).get("device")) as Promise<CryptoKey | undefined>;
     return {
-      kind: "indexeddb",
+      ...forApps("indexeddb", () => done(read(OUTBOX).count())),
       async deviceSecret() {
         const existing = await readSecret();
         if (existing) return existing;
@@ -97,7 +97,6 @@ export const IndexedDbStore = {
         return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
       },
       remove: (seqs) => write([OUTBOX], (store) => seqs.forEach((seq) => store.delete(seq))),
-      count: () => done(read(OUTBOX).count()),
       async close() {
         db.close();
       },
