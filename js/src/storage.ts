@@ -59,9 +59,9 @@ export interface State {
   next: number;
 }
 
-/** A store's members the client never calls, for an app holding a store (the ES module exports the
+/** A store's members the client never uses, for an app holding a store (the ES module exports the
  * stores): the <script> bundle leaves them out, where no page can reach a store the client made. */
-export const forApps = (kind: Store["kind"], count: Store["count"]) => (LDP_FULL ? { kind, count } : {}) as Pick<Store, "kind" | "count">;
+export const forApps = (members: Pick<Store, "kind" | "count" | "close">) => (LDP_FULL ? members : {}) as typeof members;
 
 export function emptyState(): State {
   return { schemas: {}, ledger: {}, outbox: [], next: 1 };
@@ -107,7 +107,7 @@ export const MemoryStore = function (): Store {
   const state = emptyState();
   let secret: Uint8Array | undefined;
   return {
-    ...forApps("memory", async () => state.outbox.length),
+    ...forApps({ kind: "memory", count: async () => state.outbox.length, close: async () => {} }),
     deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
     cachedSchema: async (name) => state.schemas[name],
     async cacheSchema(name, derived) {
@@ -120,6 +120,5 @@ export const MemoryStore = function (): Store {
       const gone = new Set(seqs);
       state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
     },
-    async close() {},
   };
 } as unknown as new () => Store;

@@ -55,7 +55,7 @@ export const IndexedDbStore = {
     };
     const readSecret = () => done(read(SECRET).get("device")) as Promise<CryptoKey | undefined>;
     return {
-      ...forApps("indexeddb", () => done(read(OUTBOX).count())),
+      ...forApps({ kind: "indexeddb", count: () => done(read(OUTBOX).count()), close: async () => db.close() }),
       async deviceSecret() {
         const existing = await readSecret();
         if (existing) return existing;
@@ -97,9 +97,6 @@ export const IndexedDbStore = {
         return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
       },
       remove: (seqs) => write([OUTBOX], (store) => seqs.forEach((seq) => store.delete(seq))),
-      async close() {
-        db.close();
-      },
     };
   },
 };
