@@ -85,14 +85,14 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     sendNow() {
       // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
       const seen = new Set<string>();
-      const going = mirror.concat(fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
+      const going = [...mirror, ...fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) }))]
         .filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
-      for (let at = 0; ;) {
+      for (;;) {
         const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const [part, size] = batch(going.slice(at), left);
+        const [part, size] = batch(going, left);
         if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
-        at += part.length;
+        going.splice(0, part.length);
         keepaliveBytes += size;
         part.forEach((r) => inflight.add(r.report.id));
         send(part, true).finally(() => {
@@ -197,7 +197,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
    * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
   async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
-    const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
+    const post = (k?: boolean) => request(`${s.endpoint}/api/v1/reports`, {
       method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
@@ -211,7 +211,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
-      answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
+      answer = await (keepalive ? post(true).catch(() => post()) : post());
     } catch (e) {
       return retry(shown((e as Error)?.name));
     }
