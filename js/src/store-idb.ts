@@ -50,7 +50,7 @@ export const IndexedDbStore = {
     const spent = async (store: IDBObjectStore) => {
       const [keys, values] = await both(store);
       const out: State["ledger"] = {};
-      for (const [i, [schema, window]] of (keys as string[][]).entries()) (out[schema] ??= {})[window] = values[i];
+      (keys as string[][]).forEach(([schema, window], i) => ((out[schema] ??= {})[window] = values[i]));
       return out;
     };
     const readSecret = () => done(read(SECRET).get("device")) as Promise<CryptoKey | undefined>;
