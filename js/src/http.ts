@@ -64,20 +64,18 @@ export interface RequestOptions {
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
   // Ours among the options (timeoutMs, fetch) are no names of fetch's: it ignores them.
-  const send = (target: string) => o.fetch(target, {
-    ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
-  });
-  let response = await send(url);
+  const init: RequestInit = { ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store" };
+  let response = await o.fetch(url, init);
   // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
   for (let hop = 0, target = url, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
     await response.body?.cancel().catch(() => undefined);
-    response = await send((target = next));
+    response = await o.fetch((target = next), init);
   }
   const text = await readBounded(response, signal);
   let body: unknown; // undefined for an empty or unreadable answer
   try {
     // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-    body = (LDP_FULL ? parseJson : JSON.parse)(text);
+    body = LDP_FULL ? parseJson(text) : JSON.parse(text);
   } catch {}
   return { status: response.status, headers: response.headers, body, text };
 }
