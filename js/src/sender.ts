@@ -217,7 +217,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     }
     const { status, body: b } = answer as { status: number; body: any };
     // Anything but the aggregator's acknowledgement (a 2xx from a captive portal or a proxy proves nothing).
-    if (!(status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
+    if (!(status >= 200 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
       if (isRetryable(status)) return retry(`HTTP ${status}`, retryAfter(answer.headers));
       // A 400 naming details[].index: those reports, with the server's reasons (escaped).
       const bad = new Map<Row, string>();
