@@ -120,7 +120,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       const store = await storeP;
       beforeTurn();
       await persist(store);
-      if (Date.now() >= schemaDue && !(self.stopped && !self.busy)) {
+      // The schema when due, unless stopped with nothing left to encode (as when the next turn is).
+      if (Date.now() >= (self.stopped && !self.busy ? Infinity : schemaDue)) {
         const answered = await source.refresh(s.endpoint, s.fetch, s.requestTimeoutMs, store);
         schemaDue = Date.now() + (answered ? s.schemaRefreshMs : delay(schemaAttempt++));
         if (answered) schemaAttempt = 0;
