@@ -128,7 +128,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         beforeTurn();
         await persist(store);
       }
-      if (stored > 0 && Date.now() >= deliverDue) {
+      if (Date.now() >= (stored > 0 ? deliverDue : Infinity)) { // when due, if anything is stored
         // Rows acknowledged while not yet stored (sent fresh by a closing page) go first.
         await settle(mirror.filter((r) => acked.has(r.report.id)));
         const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
