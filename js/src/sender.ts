@@ -47,7 +47,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   // Ids in a keepalive request. A plain fetch's are not counted: a closing page cancels it (and a
   // turn, which alone sends plainly, never overlaps another turn's batch).
   const inflight = new Set<string>();
-  let keepaliveBytes = 0;
+  let keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
   let attempt = 0;
   let deliverDue = 0;
   let schemaDue = source.fetched ? 0 : Infinity;
@@ -89,14 +89,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         .filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
       for (;;) {
-        const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const [part, size] = batch(going, left);
-        if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
+        const [part, size] = batch(going, keepaliveLeft);
+        if (!part.length || size > keepaliveLeft) return; // the quota is spent: the rest waits in storage
         going.splice(0, part.length);
-        keepaliveBytes += size;
+        keepaliveLeft -= size;
         part.forEach((r) => inflight.add(r.report.id));
         send(part, true).finally(() => {
-          keepaliveBytes -= size;
+          keepaliveLeft += size;
           part.forEach((r) => inflight.delete(r.report.id));
         });
       }
