@@ -44,8 +44,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
-  // Ids in a keepalive request. A plain fetch's are not counted: a closing page cancels it (and a
-  // turn, which alone sends plainly, never overlaps another turn's batch).
+  // Ids in a closing page's requests. A turn's plain fetch is not counted: the page cancels it if it
+  // closes, and the next batch is made only once the turn has its answer.
   const inflight = new Set<string>();
   let keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
   let attempt = 0;
@@ -197,6 +197,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
    * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
   async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
+    // `k` unset: keepalive false, fetch's default.
     const post = (k?: boolean) => request(`${s.endpoint}/api/v1/reports`, {
       method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
