@@ -38,19 +38,15 @@ export function sameOrigin(a: string, b: string): boolean {
 }
 
 async function readBounded(response: Response, signal: AbortSignal): Promise<string> {
-  if (!response.body) return "";
-  const reader = response.body.getReader();
+  const reader = response.body?.getReader(); // none for an empty answer
   const parts: Uint8Array[] = [];
-  for (let size = 0; ;) {
-    if (signal.aborted || size > MAX_RESPONSE_BYTES) {
+  for (let size = 0, chunk; reader && !(chunk = await reader.read()).done; parts.push(chunk.value)) {
+    if (signal.aborted || (size += chunk.value.length) > MAX_RESPONSE_BYTES) {
       await reader.cancel().catch(() => undefined);
       throw new Error("answer too slow or too big");
     }
-    const { done, value } = await reader.read();
-    if (done) return new Blob(parts as BlobPart[]).text();
-    size += value.length;
-    parts.push(value);
   }
+  return new Blob(parts as BlobPart[]).text();
 }
 
 /** fetch's own options (passed on as they are), and the deadline and the fetch to use. */
@@ -68,20 +64,18 @@ export interface RequestOptions {
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
   const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
   // Ours among the options (timeoutMs, fetch) are no names of fetch's: it ignores them.
-  const send = (target: string) => o.fetch(target, {
-    ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
-  });
-  let response = await send(url);
+  const init: RequestInit = { ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store" };
+  let response = await o.fetch(url, init);
   // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
   for (let hop = 0, target = url, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
     await response.body?.cancel().catch(() => undefined);
-    response = await send((target = next));
+    response = await o.fetch((target = next), init);
   }
   const text = await readBounded(response, signal);
   let body: unknown; // undefined for an empty or unreadable answer
   try {
     // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-    body = (LDP_FULL ? parseJson : JSON.parse)(text);
+    body = LDP_FULL ? parseJson(text) : JSON.parse(text);
   } catch {}
   return { status: response.status, headers: response.headers, body, text };
 }

@@ -16,7 +16,8 @@ export function isRetryable(status: number): boolean {
 
 /** The server's Retry-After (seconds or an HTTP date) in ms from now; 0 when absent or unreadable. */
 export function retryAfter(headers: Headers): number {
-  const value = `${headers.get("retry-after")}`.trim(); // "null" when absent: unreadable like any other
+  // Trimmed already (Headers strips a value's surrounding whitespace); "null" when absent: unreadable like any other.
+  const value = `${headers.get("retry-after")}`;
   const ms = /^\d+$/.test(value) ? +value * 1000 : Date.parse(value) - Date.now();
   return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS) || 0; // NaN (unreadable) is 0
 }

@@ -44,8 +44,10 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
   let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
-  const inflight = new Map<string, boolean>(); // id -> sent with keepalive (a plain fetch dies with the page)
-  let keepaliveBytes = 0;
+  // Ids in a closing page's requests. A turn's plain fetch is not counted: the page cancels it if it
+  // closes, and the next batch is made only once the turn has its answer.
+  const inflight = new Set<string>();
+  let keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
   let attempt = 0;
   let deliverDue = 0;
   let schemaDue = source.fetched ? 0 : Infinity;
@@ -83,16 +85,19 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     sendNow() {
       // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
       const seen = new Set<string>();
-      const going = mirror.concat(fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) })))
-        .filter(({ report: { id } }) => !(acked.has(id) || inflight.get(id) || seen.has(id)) && seen.add(id));
+      const going = [...mirror, ...fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) }))]
+        .filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id) || seen.has(id)) && seen.add(id));
       if (fresh.length) wake();
-      for (let at = 0; ;) {
-        const left = KEEPALIVE_BUDGET - keepaliveBytes;
-        const [part, size] = batch(going.slice(at), left, true);
-        if (!part.length || size > left) return; // the quota is spent: the rest waits in storage
-        at += part.length;
-        keepaliveBytes += size;
-        send(part, true).finally(() => (keepaliveBytes -= size));
+      for (;;) {
+        const [part, size] = batch(going, keepaliveLeft);
+        if (!part.length || size > keepaliveLeft) return; // the quota is spent: the rest waits in storage
+        going.splice(0, part.length);
+        keepaliveLeft -= size;
+        part.forEach((r) => inflight.add(r.report.id));
+        send(part, true).finally(() => {
+          keepaliveLeft += size;
+          part.forEach((r) => inflight.delete(r.report.id));
+        });
       }
     },
   };
@@ -114,14 +119,15 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       const store = await storeP;
       beforeTurn();
       await persist(store);
-      if (Date.now() >= schemaDue && !(self.stopped && !self.busy)) {
+      // The schema when due, unless stopped with nothing left to encode (as when the next turn is).
+      if (Date.now() >= (self.stopped && !self.busy ? Infinity : schemaDue)) {
         const answered = await source.refresh(s.endpoint, s.fetch, s.requestTimeoutMs, store);
         schemaDue = Date.now() + (answered ? s.schemaRefreshMs : delay(schemaAttempt++));
         if (answered) schemaAttempt = 0;
         beforeTurn();
         await persist(store);
       }
-      if (stored > 0 && Date.now() >= deliverDue) {
+      if (Date.now() >= (stored > 0 ? deliverDue : Infinity)) { // when due, if anything is stored
         // Rows acknowledged while not yet stored (sent fresh by a closing page) go first.
         await settle(mirror.filter((r) => acked.has(r.report.id)));
         const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
@@ -164,13 +170,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
-   * stopping at one in flight (unless `closing`: those rows were chosen for it); and its size. */
-  function batch(rows: Row[], maxBytes: number, closing = false): [Row[], number] {
+   * stopping at one in a keepalive request; and its size. */
+  function batch(rows: Row[], maxBytes: number): [Row[], number] {
     const out: Row[] = [];
     const windows = new Set<string>();
     let bytes = 16;
     for (const row of rows) {
-      if (out.length >= batchLimit || (!closing && inflight.has(row.report.id)) || (out.length && bytes + row.bytes > maxBytes)) break;
+      if (out.length >= batchLimit || inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
       windows.add(row.report.window);
       if (windows.size > MAX_BATCH_WINDOWS) break;
       out.push(row);
@@ -191,7 +197,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
    * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
   async function send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
-    const post = (k: boolean) => request(`${s.endpoint}/api/v1/reports`, {
+    // `k` unset: keepalive false, fetch's default.
+    const post = (k?: boolean) => request(`${s.endpoint}/api/v1/reports`, {
       method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
       timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
     });
@@ -202,20 +209,16 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       deliverDue = Date.now() + wait;
       log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
     };
-    const ids = rows.map((r) => r.report.id);
-    ids.forEach((id) => inflight.set(id, keepalive));
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
-      answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
+      answer = await (keepalive ? post(true).catch(() => post()) : post());
     } catch (e) {
       return retry(shown((e as Error)?.name));
-    } finally {
-      ids.forEach((id) => inflight.get(id) === keepalive && inflight.delete(id));
     }
     const { status, body: b } = answer as { status: number; body: any };
     // Anything but the aggregator's acknowledgement (a 2xx from a captive portal or a proxy proves nothing).
-    if (!(status > 199 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
+    if (!(status >= 200 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
       if (isRetryable(status)) return retry(`HTTP ${status}`, retryAfter(answer.headers));
       // A 400 naming details[].index: those reports, with the server's reasons (escaped).
       const bad = new Map<Row, string>();

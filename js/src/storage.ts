@@ -59,6 +59,10 @@ export interface State {
   next: number;
 }
 
+/** A store's members the client never uses, for an app holding a store (the ES module exports the
+ * stores): the <script> bundle leaves them out, where no page can reach a store the client made. */
+export const forApps = (members: Pick<Store, "kind" | "count" | "close">) => (LDP_FULL ? members : {}) as typeof members;
+
 export function emptyState(): State {
   return { schemas: {}, ledger: {}, outbox: [], next: 1 };
 }
@@ -103,7 +107,7 @@ export const MemoryStore = function (): Store {
   const state = emptyState();
   let secret: Uint8Array | undefined;
   return {
-    kind: "memory",
+    ...forApps({ kind: "memory", count: async () => state.outbox.length, close: async () => {} }),
     deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
     cachedSchema: async (name) => state.schemas[name],
     async cacheSchema(name, derived) {
@@ -116,7 +120,5 @@ export const MemoryStore = function (): Store {
       const gone = new Set(seqs);
       state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
     },
-    count: async () => state.outbox.length,
-    async close() {},
   };
 } as unknown as new () => Store;

@@ -7,7 +7,7 @@
  * storage): the ledger and the device then start afresh, which privacyStatement() says.
  */
 
-import { jsonBytes, overflow, spendEach, type Appended, type State, type Store } from "./storage.js";
+import { forApps, jsonBytes, overflow, spendEach, type State, type Store } from "./storage.js";
 
 const DB = "ldp-telemetry";
 const SECRET = "secret";
@@ -38,7 +38,7 @@ export const IndexedDbStore = {
     const db = await done(request);
     const read = (name: string) => db.transaction(name).objectStore(name);
     /** `change` the object stores `names` in one readwrite transaction; settles when it is over. */
-    const write = (names: string[], change: (...stores: IDBObjectStore[]) => void) => {
+    const write = (names: string[], change: (...stores: IDBObjectStore[]) => unknown) => {
       const tx = db.transaction(names, "readwrite");
       change(...names.map((name) => tx.objectStore(name)));
       return done<void>(tx);
@@ -50,12 +50,12 @@ export const IndexedDbStore = {
     const spent = async (store: IDBObjectStore) => {
       const [keys, values] = await both(store);
       const out: State["ledger"] = {};
-      for (const [i, [schema, window]] of (keys as string[][]).entries()) (out[schema] ??= {})[window] = values[i];
+      (keys as string[][]).forEach(([schema, window], i) => ((out[schema] ??= {})[window] = values[i]));
       return out;
     };
     const readSecret = () => done(read(SECRET).get("device")) as Promise<CryptoKey | undefined>;
     return {
-      kind: "indexeddb",
+      ...forApps({ kind: "indexeddb", count: () => done(read(OUTBOX).count()), close: async () => db.close() }),
       async deviceSecret() {
         const existing = await readSecret();
         if (existing) return existing;
@@ -72,35 +72,31 @@ export const IndexedDbStore = {
         // One transaction, driven only by its own requests (their promises settle while it is
         // active): awaiting anything else inside would let it commit early. The rules run on the
         // ledger read whole, as in every store (storage.ts).
-        const out: Appended = { refused: [], evicted: 0 };
-        return write([LEDGER, OUTBOX], (ledger, outbox) => {
-          spent(ledger).then((all) => {
-            out.refused = spendEach(all, reports, limits.perDay, (report) => {
+        let refused: string[] = [];
+        let evicted = 0;
+        return write([LEDGER, OUTBOX], async (ledger, outbox) => {
+          try {
+            refused = spendEach(await spent(ledger), reports, limits.perDay, (report) => {
               ledger.put(report.epsilon, [report.schema, report.window]);
               outbox.add({ report, bytes: jsonBytes(report) });
             });
-            return both(outbox);
-          }).then(([keys, rows]) => {
-            out.evicted = overflow(rows, limits);
-            keys.slice(0, out.evicted).forEach((k) => outbox.delete(k));
-          }).catch(() => {
+            const [keys, rows] = await both(outbox);
+            evicted = overflow(rows, limits);
+            keys.slice(0, evicted).forEach((k) => outbox.delete(k));
+          } catch {
             // All or nothing: an exception in a request's callback aborts its transaction, one in a
             // promise does not. (If it is over already, write() says how it ended.)
             try {
               ledger.transaction.abort();
             } catch {}
-          });
-        }).then(() => out);
+          }
+        }).then(() => ({ refused, evicted }));
       },
       async peek(limit) {
         const [keys, values] = await both(read(OUTBOX), limit);
         return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
       },
       remove: (seqs) => write([OUTBOX], (store) => seqs.forEach((seq) => store.delete(seq))),
-      count: () => done(read(OUTBOX).count()),
-      async close() {
-        db.close();
-      },
     };
   },
 };
