@@ -90,7 +90,9 @@ export class TelemetryClient {
     let secret: DeviceSecret | undefined;
     let closed = false;
     let failure: string | undefined; // why nothing can be recorded (the store cannot be used)
-    const refused = (reason: string, window?: string): RecordResult => ({ queued: false, pending: false, reason, ...(window && { window }) });
+    // Queued exactly when the reason is "queued"; not queued, pending or refused.
+    const result = (reason: string, window?: string, pending = false): RecordResult =>
+      ({ queued: reason === "queued", pending, reason, ...(window && { window }) });
     const usable = () => ready && source.current;
 
     const open = async (): Promise<Store> => {
@@ -112,7 +114,7 @@ export class TelemetryClient {
       const [schema, truth] = source.fitting(values);
       const window = windowOf(made, schema.window);
       const reason = ledger.claim(schema.name, window, schema.epsilon);
-      if (reason) return refused(reason, window);
+      if (reason) return result(reason, window);
       // A memoised report waits for Web Crypto's HMAC (microseconds), its true values in memory meanwhile;
       // any other is randomised here, at once, and queued a microtask later.
       out.busy++;
@@ -122,7 +124,7 @@ export class TelemetryClient {
           log.error(shown((e as Error)?.message ?? e));
         })
         .finally(() => out.busy--);
-      return { queued: true, pending: false, reason: "queued", window };
+      return result("queued", window);
     };
 
     /** Called by the sender each turn, and by close(): randomise pending records once the schema is
@@ -153,7 +155,8 @@ export class TelemetryClient {
     out.wake();
     // In a page (a document and the global's listeners): pagehide, or the page hidden: it may be closing.
     const page = typeof addEventListener === "function" && (globalThis as { document?: Document }).document;
-    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).visibilityState === "hidden") && out.sendNow();
+    // (pagehide comes before the page is hidden.)
+    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).hidden) && out.sendNow();
     if (page) {
       addEventListener("pagehide", onHide);
       page.addEventListener("visibilitychange", onHide);
@@ -162,24 +165,24 @@ export class TelemetryClient {
     Object.defineProperty(this, "schema", { get: () => source.current });
     Object.assign(this, {
       record: (values) => {
-        if (closed || failure) return refused(failure ?? "the client is closed");
+        if (closed || failure) return result(failure ?? "the client is closed");
         if (usable()) return make(values, Date.now());
-        if (source.refusal) return refused(source.refusal);
+        if (source.refusal) return result(source.refusal);
         if (!isObject(values)) throw new RecordError("record", "must be an object");
         if (source.current) source.fitting(values); // a schema given in code: the app hears now
-        if (pending.length >= s.maxPending) return refused("maxPending reached");
+        if (pending.length >= s.maxPending) return result("maxPending reached");
         // A shallow copy, in memory only: the app may change its object afterwards.
         pending.push([{ ...values }, Date.now()]);
         out.busy++;
         out.wake();
-        return { queued: false, pending: true, reason: "pending until the schema is known" };
+        return result("pending until the schema is known", undefined, true);
       },
       waitForSchema: async (timeoutMs) => {
         const deadline = Date.now() + timeoutMs;
+        out.wake();
         while (!usable()) {
           if (source.refusal || failure || Date.now() >= deadline) return false;
-          out.wake();
-          await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+          await new Promise((r) => setTimeout(r, Math.min(20, deadline - Date.now())));
         }
         return true;
       },
@@ -207,10 +210,10 @@ export class TelemetryClient {
         }
         const e = schema.epsilonPermanent;
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-          (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
-            : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, and each other value it comes to hold can cost up to ${e} more.`) +
-          (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
+        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}; this device has reported in ${windows} window(s)` +
+          (e === undefined ? `: epsilon ${spent} in all, and each further window adds ${schema.epsilon}.`
+            : `. Answers are memoised: the server learns at most epsilon ${e} about any one value it holds, and up to ${e} more per other value it comes to hold.`) +
+          (hasIndexedDb() ? " Bounds hold per browser storage, not per person." : "");
       },
     } satisfies Omit<TelemetryClient, "schema">);
   }
