@@ -66,9 +66,9 @@ export function settings(o: ClientOptions): Settings {
   const s = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon, ...o, endpoint: o.endpoint.replace(/\/+$/, ""),
     fetch: o.fetch ?? globalThis.fetch?.bind(globalThis), logger: o.logger ?? console } as Settings;
   for (const name of ["maxEpsilon", "maxEpsilonPerDay", ...Object.keys(DEFAULTS)]) {
-    const v = s[name as keyof Settings];
+    const v = s[name as keyof Settings] as number; // whatever was given: checked here
     // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
-    if (!(typeof v === "number" && v < Infinity && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
+    if (!(Number.isFinite(v) && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
       ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1)))) bad(name);
   }
   if (s.maxReportBytes > s.maxBatchBytes) bad("maxReportBytes (over maxBatchBytes)");
