@@ -95,8 +95,8 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         return true;
       }
       log.warn(`schema: HTTP ${status}, no schema`);
-      // A 200 without a schema object is retried soon, as a retryable status is.
-      return !(isRetryable(status) || status < 400);
+      // A 200 without a schema object is retried soon, as a retryable status is (isRetryable: any below 400).
+      return !isRetryable(status);
     },
   };
   if (!fetched) self.offer(spec);
