@@ -10,6 +10,7 @@
  */
 
 import { shown } from "./http.js";
+import { parseJson } from "./pyjson.js";
 import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
@@ -99,7 +100,10 @@ export class TelemetryClient {
       try {
         const store = await openStore(s, source.name);
         secret = await store.deviceSecret();
-        await source.loadCached(store);
+        // The cached schema, unless one was given in code (checked again: storage is no more trusted than the server).
+        // Node and the ES module cache the served text, so that its floats keep their spelling.
+        const cached = !source.current && (await store.cachedSchema(source.name));
+        if (cached) source.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
         ledger.learn(source.name, await store.ledger(source.name));
         ready = true;
         return store;

@@ -1,15 +1,14 @@
 /**
  * The schema the client records under, and the guardrails that refuse a greedy or huge one (as
  * client/schemas.py). Given in code it is checked at construction; given by name it is fetched in
- * the background and cached in the store, so the client works when the server is down at
- * start-up. The client trusts no server: a schema over the app's maxEpsilon, or whose reports
+ * the background and cached in the store (the client offers it again when it opens the store), so
+ * the client works when the server is down at start-up. The client trusts no server: a schema over the app's maxEpsilon, or whose reports
  * could be over maxReportBytes, is refused, whoever sent it.
  */
 
 import { subtle } from "./hmac.js";
 import { request, shown, type Fetch } from "./http.js";
 import type { Logger } from "./options.js";
-import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
 import { isObject, parseSchema, type Schema } from "./schema.js";
@@ -25,7 +24,6 @@ export interface SchemaSource {
   fitting(values: unknown): [Schema, Truth];
   /** Use `definition` if it is a valid schema of the right name within the budget. */
   offer(definition: unknown): boolean;
-  loadCached(store: Store): Promise<void>;
   /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
    * false to retry soon (network error, retryable status, 404: it may be published soon). */
   refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store: Store): Promise<boolean>;
@@ -74,12 +72,6 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       self.current = schema;
       self.refusal = undefined;
       return true;
-    },
-    async loadCached(store) {
-      // (A schema given in code is current from the start.)
-      const cached = !self.current && (await store.cachedSchema(self.name));
-      // Node and the ES module cache the served text, so that its floats keep their spelling.
-      if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
     },
     async refresh(endpoint, fetch, timeoutMs, store) {
       // The name matches NAME_RE: nothing in it to escape in a URL.
