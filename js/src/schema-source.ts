@@ -37,17 +37,15 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     name: fetched ? spec : (spec as { name: string }).name,
     fetched,
     fitting(values) {
-      const schema = self.current!;
-      try {
-        return [schema, validateRecord(schema, values)];
-      } catch (e) {
+      let complaint; // the current schema's, if neither fits
+      for (const schema of [self.current!, previous]) {
         try {
-          if (previous) return [previous, validateRecord(previous, values)];
-        } catch {
-          // the current schema's complaint is the one to give
+          if (schema) return [schema, validateRecord(schema, values)];
+        } catch (e) {
+          complaint ??= e;
         }
-        throw e;
       }
+      throw complaint;
     },
     offer(definition) {
       let schema: Schema;
