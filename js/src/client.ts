@@ -87,25 +87,23 @@ export class TelemetryClient {
     const source = schemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
     const ledger = newLedger(s.maxEpsilonPerDay);
     let pending: Pending[] = [];
-    let ready = false; // the store is open and its ledger read
-    let secret: DeviceSecret | undefined;
+    let secret: DeviceSecret | undefined; // read last: set once the store is open and its ledger read
     let closed = false;
     let failure: string | undefined; // why nothing can be recorded (the store cannot be used)
     // Queued exactly when the reason is "queued"; not queued, pending or refused.
     const result = (reason: string, window?: string, pending = false): RecordResult =>
       ({ queued: reason === "queued", pending, reason, ...(window && { window }) });
-    const usable = () => ready && source.current;
+    const usable = () => secret && source.current;
 
     const open = async (): Promise<Store> => {
       try {
         const store = await openStore(s, source.name);
-        secret = await store.deviceSecret();
         // The cached schema, unless one was given in code (checked again: storage is no more trusted than the server).
         // Node and the ES module cache the served text, so that its floats keep their spelling.
         const cached = !source.current && (await store.cachedSchema(source.name));
         if (cached) source.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
         ledger.learn(source.name, await store.ledger(source.name));
-        ready = true;
+        secret = await store.deviceSecret();
         return store;
       } catch (e) {
         // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
