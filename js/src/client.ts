@@ -38,22 +38,17 @@ export interface RecordResult {
 /** A record waiting for its schema: make()'s arguments (the true values, when it was made). */
 type Pending = [values: unknown, made: number];
 
-let memoryWarned = false;
-
 function isNode(): boolean {
   const p = (globalThis as { process?: { versions?: { node?: string } } }).process;
   return typeof p?.versions?.node === "string";
 }
 
-/** IndexedDB in a browser, files under Node, else memory (said once: a reload resets the ledger). */
+/** IndexedDB in a browser, files under Node, else memory (said when the client opens it: a reload resets the ledger). */
 async function openStore(s: Settings, schema: string): Promise<Store> {
   if (s.store) return s.store;
   if (hasIndexedDb()) return IndexedDbStore.open();
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
-  if (!memoryWarned) {
-    memoryWarned = true;
-    s.logger.warn("no storage for a ledger: it is in memory only");
-  }
+  s.logger.warn("no storage for a ledger: it is in memory only");
   return new MemoryStore();
 }
 
