@@ -73,11 +73,13 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
     },
     async refresh(endpoint, fetch, timeoutMs, store) {
       // The name matches NAME_RE: nothing in it to escape in a URL.
-      const answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch })
-        .catch((e: Error) => {
-          log.info?.(shown(e.name)); // (whatever a logger returns, the answer is undefined)
-        });
-      if (!answer) return false;
+      let answer;
+      try {
+        answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch });
+      } catch (e) {
+        log.info?.(shown((e as Error).name)); // a network failure, or the deadline
+        return false;
+      }
       const { status, body } = answer;
       if (status === 200 && isObject(body)) {
         // Cached as served: it was just checked, and is checked again when read back.
