@@ -32,9 +32,10 @@ export interface SchemaSource {
 export function schemaSource(spec: string | object, maxEpsilon: number, maxReport: number, log: Logger): SchemaSource {
   let previous: Schema | undefined; // the version in use before current: records may still fit it
   const fetched = typeof spec === "string"; // a name, checked with the other settings
+  // Given in code, the schema names itself (parseSchema checks that name).
+  const name = fetched ? spec : (spec as { name: string }).name;
   const self: SchemaSource = {
-    // Given in code, the schema names itself (parseSchema checks that name).
-    name: fetched ? spec : (spec as { name: string }).name,
+    name,
     fetched,
     fitting(values) {
       let complaint; // the current schema's, if neither fits
@@ -57,11 +58,11 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         if (schema.epsilonPermanent !== undefined) subtle();
         const size = maxReportBytes(schema);
         if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
-        if (schema.name !== self.name) throw new Error("another name");
+        if (schema.name !== name) throw new Error("another name");
       } catch (e) {
         if (!fetched) throw e; // given in code: the app hears at once, from the constructor
         // The complaint may quote the server's text: escaped, since the app may log it.
-        const reason = `schema ${self.name} refused: ${shown((e as Error).message, 500)}`;
+        const reason = `schema ${name} refused: ${shown((e as Error).message, 500)}`;
         log.error(reason);
         if (!self.current) self.refusal = reason;
         return false;
@@ -75,7 +76,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       // The name matches NAME_RE: nothing in it to escape in a URL.
       let answer;
       try {
-        answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch });
+        answer = await request(`${endpoint}/api/v1/schemas/${name}`, { method: "GET", timeoutMs, fetch });
       } catch (e) {
         log.info?.(shown((e as Error).name)); // a network failure, or the deadline
         return false;
@@ -83,7 +84,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       const { status, body } = answer;
       if (status === 200 && isObject(body)) {
         // Cached as served: it was just checked, and is checked again when read back.
-        if (self.offer(body)) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
+        if (self.offer(body)) await store.cacheSchema(name, LDP_FULL ? answer.text : body);
         return true;
       }
       log.warn(`schema: HTTP ${status}, no schema`);
