@@ -80,6 +80,7 @@ export class TelemetryClient {
     const s = settings(options);
     const log = s.logger;
     const source = schemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
+    const name = source.name; // every schema it offers has this name (it refuses any other)
     const ledger = newLedger(s.maxEpsilonPerDay);
     let pending: Pending[] = [];
     let secret: DeviceSecret | undefined; // read last: set once the store is open and its ledger read
@@ -92,12 +93,12 @@ export class TelemetryClient {
 
     const open = async (): Promise<Store> => {
       try {
-        const store = await openStore(s, source.name);
+        const store = await openStore(s, name);
         // The cached schema, unless one was given in code (checked again: storage is no more trusted than the server).
         // Node and the ES module cache the served text, so that its floats keep their spelling.
-        const cached = !source.current && (await store.cachedSchema(source.name));
+        const cached = !source.current && (await store.cachedSchema(name));
         if (cached) source.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
-        ledger.learn(source.name, await store.ledger(source.name));
+        ledger.learn(name, await store.ledger(name));
         secret = await store.deviceSecret();
         return store;
       } catch (e) {
@@ -110,14 +111,14 @@ export class TelemetryClient {
     const make = (values: unknown, made: number): RecordResult => {
       const [schema, truth] = source.fitting(values);
       const window = windowOf(made, schema.window);
-      const reason = ledger.claim(schema.name, window, schema.epsilon);
+      const reason = ledger.claim(name, window, schema.epsilon);
       if (reason) return result(reason, window);
       // A memoised report waits for Web Crypto's HMAC (microseconds), its true values in memory meanwhile;
       // any other is randomised here, at once, and queued a microtask later.
       out.busy++;
       encodeWithPermanent(schema, truth, window, SYSTEM, secret)
         .then(out.put, (e) => {
-          ledger.release(schema.name, window);
+          ledger.release(name, window);
           log.error(shown((e as Error)?.message ?? e));
         })
         .finally(() => out.busy--);
@@ -201,13 +202,13 @@ export class TelemetryClient {
         if (!schema) return "No schema yet: nothing was sent.";
         let windows = 0;
         let spent = 0;
-        for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
+        for (const day of Object.values(ledger.spent()[name] ?? {})) {
           windows += Object.keys(day.windows).length;
           spent += day.epsilon;
         }
         const e = schema.epsilonPermanent;
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}; this device reported in ${windows} window(s)` +
+        return `Each report of ${name} spends epsilon ${schema.epsilon}; this device reported in ${windows} window(s)` +
           (e === undefined ? `: epsilon ${spent} in all, plus ${schema.epsilon} per further window.`
             : `; its answers are memoised: the server learns at most epsilon ${e} about each value it holds, and up to ${e} more per new value.`) +
           (hasIndexedDb() ? " Bounds are per browser storage, not per person." : "");
