@@ -173,7 +173,7 @@ export class TelemetryClient {
         pending.push([{ ...values }, Date.now()]);
         out.busy++;
         out.wake();
-        return result("pending until the schema is known", undefined, true);
+        return result("waiting for the schema", undefined, true);
       },
       waitForSchema: async (timeoutMs) => {
         const deadline = Date.now() + timeoutMs;
