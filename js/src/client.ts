@@ -199,7 +199,7 @@ export class TelemetryClient {
       privacySpent: () => ledger.spent(),
       privacyStatement: () => {
         const schema = source.current;
-        if (!schema) return "No schema yet: nothing was sent.";
+        if (!schema) return "No schema yet: nothing sent.";
         let windows = 0;
         let spent = 0;
         for (const day of Object.values(ledger.spent()[name] ?? {})) {
