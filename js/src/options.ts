@@ -4,7 +4,7 @@
  */
 
 import type { Fetch } from "./http.js";
-import { NAME_RE } from "./schema.js";
+import { isObject, NAME_RE } from "./schema.js";
 import type { Store } from "./storage.js";
 
 export interface Logger {
@@ -62,7 +62,7 @@ export function settings(o: ClientOptions): Settings {
     throw new TypeError(`invalid option ${name}`);
   };
   if (!(typeof o?.endpoint === "string" && /^https?:\/\//.test(o.endpoint))) bad("endpoint");
-  if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : typeof o.schema === "object" && o.schema)) bad("schema");
+  if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : isObject(o.schema))) bad("schema");
   const s = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon, ...o, endpoint: o.endpoint.replace(/\/+$/, ""),
     fetch: o.fetch ?? globalThis.fetch?.bind(globalThis), logger: o.logger ?? console } as Settings;
   for (const name of ["maxEpsilon", "maxEpsilonPerDay", ...Object.keys(DEFAULTS)]) {
