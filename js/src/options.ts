@@ -71,7 +71,7 @@ export function settings(o: ClientOptions): Settings {
     if (!(Number.isFinite(v) && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
       ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1)))) bad(name);
   }
-  if (s.maxReportBytes > s.maxBatchBytes) bad("maxReportBytes (over maxBatchBytes)");
+  if (s.maxReportBytes > s.maxBatchBytes) bad("maxReportBytes > maxBatchBytes");
   if (typeof s.fetch !== "function") bad("fetch");
   if (LDP_FULL && o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
   return s;
