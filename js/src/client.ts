@@ -48,7 +48,7 @@ async function openStore(s: Settings, schema: string): Promise<Store> {
   if (s.store) return s.store;
   if (hasIndexedDb()) return IndexedDbStore.open();
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
-  s.logger.warn("no storage for a ledger: it is in memory only");
+  s.logger.warn("no storage for a ledger: memory only");
   return new MemoryStore();
 }
 

@@ -57,7 +57,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         // the schema is refused at once rather than every record failing later.
         if (schema.epsilonPermanent !== undefined) subtle();
         const size = maxReportBytes(schema);
-        if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
+        if (size > maxReport) throw new Error(`reports of ${size} bytes > maxReportBytes`);
         if (schema.name !== name) throw new Error("another name");
       } catch (e) {
         if (!fetched) throw e; // given in code: the app hears at once, from the constructor
