@@ -49,14 +49,15 @@ export interface ClientOptions {
 export type Settings = Required<Omit<ClientOptions, "dataDir" | "store" | "maxEpsilonPerDay">> &
   Pick<ClientOptions, "dataDir" | "store"> & { maxEpsilonPerDay: number };
 
+// Every numeric setting (maxEpsilon has none: 0 is refused; maxEpsilonPerDay's is maxEpsilon).
 const DEFAULTS = {
-  maxPending: 100, pendingTimeoutMs: 600_000, maxOutbox: 10_000, maxOutboxBytes: 16 << 20, maxBatch: 1000,
-  maxBatchBytes: 512 << 10, maxReportBytes: 32 << 10, backoffBaseMs: 1000, backoffCapMs: 300_000,
-  requestTimeoutMs: 10_000, schemaRefreshMs: 3_600_000, lingerMs: 50, closeTimeoutMs: 5000,
+  maxEpsilon: 0, maxEpsilonPerDay: 0, maxPending: 100, pendingTimeoutMs: 600_000, maxOutbox: 10_000,
+  maxOutboxBytes: 16 << 20, maxBatch: 1000, maxBatchBytes: 512 << 10, maxReportBytes: 32 << 10, backoffBaseMs: 1000,
+  backoffCapMs: 300_000, requestTimeoutMs: 10_000, schemaRefreshMs: 3_600_000, lingerMs: 50, closeTimeoutMs: 5000,
 };
 
 /** The settings: the defaults overridden by what is given, each number checked (the defaults too:
- * one loop over one list of names). */
+ * one loop over DEFAULTS' names). */
 export function settings(o: ClientOptions): Settings {
   const bad = (name: string): never => {
     throw new TypeError(`invalid option ${name}`);
@@ -65,7 +66,7 @@ export function settings(o: ClientOptions): Settings {
   if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : isObject(o.schema))) bad("schema");
   const s = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon, ...o, endpoint: o.endpoint.replace(/\/+$/, ""),
     fetch: o.fetch ?? globalThis.fetch?.bind(globalThis), logger: o.logger ?? console } as Settings;
-  for (const name of ["maxEpsilon", "maxEpsilonPerDay", ...Object.keys(DEFAULTS)]) {
+  for (const name of Object.keys(DEFAULTS)) {
     const v = s[name as keyof Settings] as number; // whatever was given: checked here
     // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
     if (!(Number.isFinite(v) && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
