@@ -87,7 +87,7 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         if (self.offer(body)) await store.cacheSchema(name, LDP_FULL ? answer.text : body);
         return true;
       }
-      log.warn(`schema: HTTP ${status}, no schema`);
+      log.warn(`no schema: HTTP ${status}`);
       // A 200 without a schema object is retried soon, as a retryable status is (isRetryable: any below 400).
       return !isRetryable(status);
     },
