@@ -208,7 +208,7 @@ export class TelemetryClient {
         }
         const e = schema.epsilonPermanent;
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-        return `Each report of ${name} spends epsilon ${schema.epsilon}; this device reported in ${windows} window(s)` +
+        return `A report of ${name} spends epsilon ${schema.epsilon}; this device reported in ${windows} window(s)` +
           (e === undefined ? `: epsilon ${spent} in all, plus ${schema.epsilon} per new window.`
             : `; memoised answers: the server learns at most epsilon ${e} per value it holds, and up to ${e} more per new value.`) +
           (hasIndexedDb() ? " Bounds are per browser storage, not per person." : "");
