@@ -2,8 +2,8 @@
  * The schema the client records under, and the guardrails that refuse a greedy or huge one (as
  * client/schemas.py). Given in code it is checked at construction; given by name it is fetched in
  * the background and cached in the store (the client offers it again when it opens the store), so
- * the client works when the server is down at start-up. The client trusts no server: a schema over the app's maxEpsilon, or whose reports
- * could be over maxReportBytes, is refused, whoever sent it.
+ * the client works when the server is down at start-up. The client trusts no server: a schema over
+ * the app's maxEpsilon, or whose reports could be over maxReportBytes, is refused, whoever sent it.
  */
 
 import { subtle } from "./hmac.js";
