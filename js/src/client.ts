@@ -10,6 +10,7 @@
  */
 
 import { shown } from "./http.js";
+import { parseJson } from "./pyjson.js";
 import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
 import { settings, type ClientOptions, type Settings } from "./options.js";
@@ -37,22 +38,17 @@ export interface RecordResult {
 /** A record waiting for its schema: make()'s arguments (the true values, when it was made). */
 type Pending = [values: unknown, made: number];
 
-let memoryWarned = false;
-
 function isNode(): boolean {
   const p = (globalThis as { process?: { versions?: { node?: string } } }).process;
   return typeof p?.versions?.node === "string";
 }
 
-/** IndexedDB in a browser, files under Node, else memory (said once: a reload resets the ledger). */
+/** IndexedDB in a browser, files under Node, else memory (said when the client opens it: a reload resets the ledger). */
 async function openStore(s: Settings, schema: string): Promise<Store> {
   if (s.store) return s.store;
   if (hasIndexedDb()) return IndexedDbStore.open();
   if (LDP_FULL && isNode()) return FileStore.open(s.dataDir, schema);
-  if (!memoryWarned) {
-    memoryWarned = true;
-    s.logger.warn("no storage for a ledger: it is in memory only");
-  }
+  s.logger.warn("no storage for a ledger: memory only");
   return new MemoryStore();
 }
 
@@ -84,22 +80,26 @@ export class TelemetryClient {
     const s = settings(options);
     const log = s.logger;
     const source = schemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, log);
+    const name = source.name; // every schema it offers has this name (it refuses any other)
     const ledger = newLedger(s.maxEpsilonPerDay);
     let pending: Pending[] = [];
-    let ready = false; // the store is open and its ledger read
-    let secret: DeviceSecret | undefined;
+    let secret: DeviceSecret | undefined; // read last: set once the store is open and its ledger read
     let closed = false;
     let failure: string | undefined; // why nothing can be recorded (the store cannot be used)
-    const refused = (reason: string, window?: string): RecordResult => ({ queued: false, pending: false, reason, ...(window && { window }) });
-    const usable = () => ready && source.current;
+    // Queued exactly when the reason is "queued"; not queued, pending or refused.
+    const result = (reason: string, window?: string, pending = false): RecordResult =>
+      ({ queued: reason === "queued", pending, reason, ...(window && { window }) });
+    const usable = () => secret && source.current;
 
     const open = async (): Promise<Store> => {
       try {
-        const store = await openStore(s, source.name);
+        const store = await openStore(s, name);
+        // The cached schema, unless one was given in code (checked again: storage is no more trusted than the server).
+        // Node and the ES module cache the served text, so that its floats keep their spelling.
+        const cached = !source.current && (await store.cachedSchema(name));
+        if (cached) source.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
+        ledger.learn(name, await store.ledger(name));
         secret = await store.deviceSecret();
-        await source.loadCached(store);
-        ledger.learn(source.name, await store.ledger(source.name));
-        ready = true;
         return store;
       } catch (e) {
         // No ledger that outlives the process can be kept: nothing is recorded (a restart could spend a window twice).
@@ -111,18 +111,18 @@ export class TelemetryClient {
     const make = (values: unknown, made: number): RecordResult => {
       const [schema, truth] = source.fitting(values);
       const window = windowOf(made, schema.window);
-      const reason = ledger.claim(schema.name, window, schema.epsilon);
-      if (reason) return refused(reason, window);
+      const reason = ledger.claim(name, window, schema.epsilon);
+      if (reason) return result(reason, window);
       // A memoised report waits for Web Crypto's HMAC (microseconds), its true values in memory meanwhile;
       // any other is randomised here, at once, and queued a microtask later.
       out.busy++;
       encodeWithPermanent(schema, truth, window, SYSTEM, secret)
         .then(out.put, (e) => {
-          ledger.release(schema.name, window);
+          ledger.release(name, window);
           log.error(shown((e as Error)?.message ?? e));
         })
         .finally(() => out.busy--);
-      return { queued: true, pending: false, reason: "queued", window };
+      return result("queued", window);
     };
 
     /** Called by the sender each turn, and by close(): randomise pending records once the schema is
@@ -153,7 +153,8 @@ export class TelemetryClient {
     out.wake();
     // In a page (a document and the global's listeners): pagehide, or the page hidden: it may be closing.
     const page = typeof addEventListener === "function" && (globalThis as { document?: Document }).document;
-    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).visibilityState === "hidden") && out.sendNow();
+    // (pagehide comes before the page is hidden.)
+    const onHide = (e: Event) => (e.type === "pagehide" || (page as Document).hidden) && out.sendNow();
     if (page) {
       addEventListener("pagehide", onHide);
       page.addEventListener("visibilitychange", onHide);
@@ -162,24 +163,24 @@ export class TelemetryClient {
     Object.defineProperty(this, "schema", { get: () => source.current });
     Object.assign(this, {
       record: (values) => {
-        if (closed || failure) return refused(failure ?? "the client is closed");
+        if (closed || failure) return result(failure ?? "the client is closed");
         if (usable()) return make(values, Date.now());
-        if (source.refusal) return refused(source.refusal);
+        if (source.refusal) return result(source.refusal);
         if (!isObject(values)) throw new RecordError("record", "must be an object");
         if (source.current) source.fitting(values); // a schema given in code: the app hears now
-        if (pending.length >= s.maxPending) return refused("maxPending reached");
+        if (pending.length >= s.maxPending) return result("maxPending reached");
         // A shallow copy, in memory only: the app may change its object afterwards.
         pending.push([{ ...values }, Date.now()]);
         out.busy++;
         out.wake();
-        return { queued: false, pending: true, reason: "pending until the schema is known" };
+        return result("waiting for the schema", undefined, true);
       },
       waitForSchema: async (timeoutMs) => {
         const deadline = Date.now() + timeoutMs;
+        out.wake();
         while (!usable()) {
           if (source.refusal || failure || Date.now() >= deadline) return false;
-          out.wake();
-          await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+          await new Promise((r) => setTimeout(r, Math.min(20, deadline - Date.now())));
         }
         return true;
       },
@@ -198,19 +199,19 @@ export class TelemetryClient {
       privacySpent: () => ledger.spent(),
       privacyStatement: () => {
         const schema = source.current;
-        if (!schema) return "No schema yet: nothing was sent.";
+        if (!schema) return "No schema yet: nothing sent.";
         let windows = 0;
         let spent = 0;
-        for (const day of Object.values(ledger.spent()[schema.name] ?? {})) {
+        for (const day of Object.values(ledger.spent()[name] ?? {})) {
           windows += Object.keys(day.windows).length;
           spent += day.epsilon;
         }
         const e = schema.epsilonPermanent;
         // Browsers may clear storage (private windows, Safari's 7-day rule): the ledger and the device start afresh.
-        return `Each report of ${schema.name} spends epsilon ${schema.epsilon}. This device has reported in ${windows} window(s)` +
-          (e === undefined ? `: epsilon ${spent} in all, and every further window adds ${schema.epsilon}.`
-            : `; its answers are memoised: the server can learn at most epsilon ${e} about any one value it holds, and each other value it comes to hold can cost up to ${e} more.`) +
-          (hasIndexedDb() ? " These bounds hold per browser storage, not per person." : "");
+        return `A report of ${name} spends epsilon ${schema.epsilon}; this device reported in ${windows} window(s)` +
+          (e === undefined ? `: epsilon ${spent} in all, plus ${schema.epsilon} per new window.`
+            : `; memoised answers: the server learns at most epsilon ${e} per value it holds, and up to ${e} more per new value.`) +
+          (hasIndexedDb() ? " Bounds are per browser storage, not per person." : "");
       },
     } satisfies Omit<TelemetryClient, "schema">);
   }

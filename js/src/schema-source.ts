@@ -1,15 +1,14 @@
 /**
  * The schema the client records under, and the guardrails that refuse a greedy or huge one (as
  * client/schemas.py). Given in code it is checked at construction; given by name it is fetched in
- * the background and cached in the store, so the client works when the server is down at
- * start-up. The client trusts no server: a schema over the app's maxEpsilon, or whose reports
- * could be over maxReportBytes, is refused, whoever sent it.
+ * the background and cached in the store (the client offers it again when it opens the store), so
+ * the client works when the server is down at start-up. The client trusts no server: a schema over
+ * the app's maxEpsilon, or whose reports could be over maxReportBytes, is refused, whoever sent it.
  */
 
 import { subtle } from "./hmac.js";
 import { request, shown, type Fetch } from "./http.js";
 import type { Logger } from "./options.js";
-import { parseJson } from "./pyjson.js";
 import { maxReportBytes, validateRecord, type Truth } from "./reports.js";
 import { isRetryable } from "./retry.js";
 import { isObject, parseSchema, type Schema } from "./schema.js";
@@ -25,7 +24,6 @@ export interface SchemaSource {
   fitting(values: unknown): [Schema, Truth];
   /** Use `definition` if it is a valid schema of the right name within the budget. */
   offer(definition: unknown): boolean;
-  loadCached(store: Store): Promise<void>;
   /** Fetch the latest version. True when the server answered (come back in schemaRefreshMs),
    * false to retry soon (network error, retryable status, 404: it may be published soon). */
   refresh(endpoint: string, fetch: Fetch, timeoutMs: number, store: Store): Promise<boolean>;
@@ -34,22 +32,21 @@ export interface SchemaSource {
 export function schemaSource(spec: string | object, maxEpsilon: number, maxReport: number, log: Logger): SchemaSource {
   let previous: Schema | undefined; // the version in use before current: records may still fit it
   const fetched = typeof spec === "string"; // a name, checked with the other settings
+  // Given in code, the schema names itself (parseSchema checks that name).
+  const name = fetched ? spec : (spec as { name: string }).name;
   const self: SchemaSource = {
-    // Given in code, the schema names itself (parseSchema checks that name).
-    name: fetched ? spec : (spec as { name: string }).name,
+    name,
     fetched,
     fitting(values) {
-      const schema = self.current!;
-      try {
-        return [schema, validateRecord(schema, values)];
-      } catch (e) {
+      let complaint; // the current schema's, if neither fits
+      for (const schema of [self.current!, previous]) {
         try {
-          if (previous) return [previous, validateRecord(previous, values)];
-        } catch {
-          // the current schema's complaint is the one to give
+          if (schema) return [schema, validateRecord(schema, values)];
+        } catch (e) {
+          complaint ??= e;
         }
-        throw e;
       }
+      throw complaint;
     },
     offer(definition) {
       let schema: Schema;
@@ -60,12 +57,12 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
         // the schema is refused at once rather than every record failing later.
         if (schema.epsilonPermanent !== undefined) subtle();
         const size = maxReportBytes(schema);
-        if (size > maxReport) throw new Error(`reports of ${size} bytes are over maxReportBytes`);
-        if (schema.name !== self.name) throw new Error("another name");
+        if (size > maxReport) throw new Error(`reports of ${size} bytes > maxReportBytes`);
+        if (schema.name !== name) throw new Error("another name");
       } catch (e) {
         if (!fetched) throw e; // given in code: the app hears at once, from the constructor
         // The complaint may quote the server's text: escaped, since the app may log it.
-        const reason = `schema ${self.name} refused: ${shown((e as Error).message, 500)}`;
+        const reason = `schema ${name} refused: ${shown((e as Error).message, 500)}`;
         log.error(reason);
         if (!self.current) self.refusal = reason;
         return false;
@@ -75,28 +72,24 @@ export function schemaSource(spec: string | object, maxEpsilon: number, maxRepor
       self.refusal = undefined;
       return true;
     },
-    async loadCached(store) {
-      // (A schema given in code is current from the start.)
-      const cached = !self.current && (await store.cachedSchema(self.name));
-      // Node and the ES module cache the served text, so that its floats keep their spelling.
-      if (cached) self.offer(LDP_FULL && typeof cached === "string" ? parseJson(cached) : cached);
-    },
     async refresh(endpoint, fetch, timeoutMs, store) {
       // The name matches NAME_RE: nothing in it to escape in a URL.
-      const answer = await request(`${endpoint}/api/v1/schemas/${self.name}`, { method: "GET", timeoutMs, fetch })
-        .catch((e: Error) => {
-          log.info?.(shown(e.name)); // (whatever a logger returns, the answer is undefined)
-        });
-      if (!answer) return false;
+      let answer;
+      try {
+        answer = await request(`${endpoint}/api/v1/schemas/${name}`, { method: "GET", timeoutMs, fetch });
+      } catch (e) {
+        log.info?.(shown((e as Error).name)); // a network failure, or the deadline
+        return false;
+      }
       const { status, body } = answer;
       if (status === 200 && isObject(body)) {
         // Cached as served: it was just checked, and is checked again when read back.
-        if (self.offer(body)) await store.cacheSchema(self.name, LDP_FULL ? answer.text : body);
+        if (self.offer(body)) await store.cacheSchema(name, LDP_FULL ? answer.text : body);
         return true;
       }
-      log.warn(`schema: HTTP ${status}, no schema`);
-      // A 200 without a schema object is retried soon, as a retryable status is.
-      return !(isRetryable(status) || status < 400);
+      log.warn(`no schema: HTTP ${status}`);
+      // A 200 without a schema object is retried soon, as a retryable status is (isRetryable: any below 400).
+      return !isRetryable(status);
     },
   };
   if (!fetched) self.offer(spec);
