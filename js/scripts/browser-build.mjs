@@ -19,14 +19,13 @@ const browserStore = {
     b.onResolve({ filter: /\/store-files\.js$/ }, () => ({ path: fileURLToPath(new URL("../src/store-files.browser.ts", import.meta.url)) }));
   },
 };
-const INTERNAL = ("acked again attempt batchLimit byName compose counted days deliverDue encodeLater epsilonOf failure " +
-  "fetched fresh hold inflight internal irr keepaliveBytes mech memoisable mirror nextDue notify onHide onVisibility pool " +
-  "randomise ready resolvePending respond running schemaAttempt schemaDue secret sender stored streams timer turn " +
-  "uninformativeKeep varianceAt waiters why wire wireBytes worstVariance parameters permanentResponse answered claim " +
-  "learn release persist refreshSchema deliver drop post step wake waitSettled busy stopped sendNow loadCached offer " +
-  "fitting refusal previous bit make beforeTurn batch cap maxReport refill what " +
-  "types memoise shown given expires made settled closed storing wakeAt check refresh delay send current state db " +
-  "params memo strings used data outbox schemas epsilonPermanent spent timeoutMs contentType edgesGiven").split(" ");
+const INTERNAL = ("acked again attempt batchLimit byName counted days deliverDue failure fetched fresh hold inflight " +
+  "internal mech memoisable mirror onHide pool randomise ready resolvePending respond running " +
+  "schemaAttempt schemaDue secret sender stored timer turn why wire wireBytes worstVariance parameters " +
+  "permanentResponse answered claim learn release persist drop post step wake waitSettled busy stopped " +
+  "sendNow offer fitting refusal previous bit make beforeTurn batch cap maxReport refill what types " +
+  "memoise shown given made settled closed wakeAt check refresh delay send current state db params " +
+  "memo strings used data outbox schemas epsilonPermanent spent timeoutMs edgesGiven").split(" ");
 const mangleProps = new RegExp(`^(${INTERNAL.join("|")})$`);
 // unsafe_* here only rewrite syntax (arrows, methods, String(x) as ""+x); no arithmetic is
 // reordered (no unsafe_math, no unsafe_comps: NaN checks written as !(x >= y) stay as they are).

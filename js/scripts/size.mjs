@@ -3,9 +3,6 @@ import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 
 export const BUDGET = 10 * 1024;
-// What the bundle may not grow past while it is over BUDGET (test/size.test.js): its size when
-// last cut, rounded up (raised once, deliberately, for string discovery: 313 B).
-export const CEILING = 11_950;
 export function bundleSize() {
   const code = readFileSync(new URL("../dist/ldp-telemetry.min.js", import.meta.url));
   return { minified: code.length, gzipped: gzipSync(code, { level: 9 }).length };
