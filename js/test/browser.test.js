@@ -1,7 +1,8 @@
 // In a real browser (headless Chromium through playwright-core, Debian's /usr/bin/chromium): a page
 // served from another origin loads the <script> bundle, records, and is closed at once; its
 // report, sent on pagehide with fetch keepalive (text/plain, no preflight), is counted by a real
-// aggregator. The page's sender is told to linger a minute, so only the closing path can deliver.
+// aggregator. The page's sender is told to linger a minute, so the closing path delivers (a plain
+// fetch a turn already running may have begun dies with the page: the closing path sends it again).
 // Then IndexedDB is read back whole: randomised reports, ledger, schema, a non-extractable key; no true value.
 import { test } from "node:test";
 import assert from "node:assert/strict";
