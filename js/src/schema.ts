@@ -185,13 +185,11 @@ export function parseSchema(obj: unknown): Schema {
   const epsilonPermanent = num(obj.epsilon_permanent);
   const permanents = memoised ? permanentBudget(epsilonPermanent, epsilon, epsilons, sample) : []; // each undefined
   const attributes = raw.map((r, i) => attribute(r, epsilons[i], permanents[i], `attributes[${i}]`));
-  // Distinct names are the server's rule (shared/schema.py parse_schema): a device given a
-  // repeated one would only send one randomised value fewer, so the <script> bundle skips it.
-  if (LDP_FULL) {
-    attributes.forEach((a, i) => {
-      if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
-    });
-  }
+  // Distinct names protect the device too: a record is keyed by name, so a repeated one would let
+  // one attribute encode the value only the other checked (its sign, say, told with certainty).
+  attributes.forEach((a, i) => {
+    if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
+  });
   const schema: Schema = {
     name: obj.name, version: obj.version, epsilon, window, split, description: get(obj, "description", "") as string,
     ...(memoised && { epsilonPermanent }),
@@ -249,9 +247,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   const type = raw.type;
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
   if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
-  // (The <script> bundle leaves an attribute's name to the server, shared/schema.py _name: the
-  // device only keys its record and report values by it.)
-  if (LDP_FULL) checkName(raw.name, `${where}.name`);
+  checkName(raw.name, `${where}.name`); // a string (1 and "1" would be one key of a record)
   // The types are those of the registry's mechanisms (OWN's keys).
   if (![...REGISTRY.values()].some((m) => m.types.includes(type))) at("type", "is unknown");
   if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);

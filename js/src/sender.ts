@@ -9,7 +9,8 @@
  * - 400 naming details[].index: those reports dropped, the rest sent again; 400/413 otherwise: the
  *   batch halved; any other answer: the batch dropped with a warning (server text escaped).
  *
- * When a page is hidden or closed, what is queued goes out with fetch keepalive (a text/plain
+ * When a page is hidden or closed, what is stored (its window spent by the store's check-and-spend,
+ * so never a second report of a window another tab spent) goes out with fetch keepalive (a text/plain
  * body: no preflight), each batch under 60 KiB less what is in flight (the page's 64 KiB keepalive
  * quota), a plain fetch as fallback; a batch stays in storage until an answer is read.
  */
@@ -20,7 +21,7 @@ import type { Report } from "./reports.js";
 import { isRetryable, retryAfter } from "./retry.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Settings } from "./options.js";
-import { jsonBytes, type Row, type Store } from "./storage.js";
+import type { Row, Store } from "./storage.js";
 
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
 export const KEEPALIVE_BUDGET = 60 * 1024;
@@ -41,8 +42,11 @@ export interface Sender {
 
 /** The sender, as a closure: its state is local variables (shorter in the browser bundle than members). */
 export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP: Promise<Store>, beforeTurn: () => void): Sender {
-  let fresh: Report[] = []; // made, not yet in storage as last read (a closing page must still see them)
-  let mirror: Row[] = []; // the oldest stored rows, as last read (what a closing page can send at once)
+  let fresh: Report[] = []; // made, not yet in storage as last read
+  // The oldest stored rows, as last read: what a closing page sends. Only stored reports, whose
+  // window the store's check-and-spend has taken: another tab may have spent it since this one's
+  // ledger was read, so a fresh report waits for that check (milliseconds) or for the next visit.
+  let mirror: Row[] = [];
   const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
   // Ids in a closing page's requests. A turn's plain fetch is not counted: the page cancels it if it
   // closes, and the next batch is made only once the turn has its answer.
@@ -50,6 +54,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
   let attempt = 0;
   let deliverDue = 0;
+  let lingerUntil = 0; // a new batch waits lingerMs for company (stored at once all the same)
   let schemaDue = source.fetched ? 0 : Infinity;
   let schemaAttempt = 0;
   let batchLimit = s.maxBatch;
@@ -66,12 +71,14 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     busy: 0,
     stopped: false,
     put(report) {
+      if (!fresh.length && stored < 1) lingerUntil = Date.now() + s.lingerMs;
       fresh.push(report);
-      wake(s.lingerMs);
+      wake();
     },
     wake,
     async waitSettled(ms) {
       const deadline = Date.now() + ms;
+      lingerUntil = 0;
       wake();
       while (self.busy || fresh.length || stored || running) {
         if (Date.now() >= deadline) return false;
@@ -79,25 +86,21 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       }
       return true;
     },
-    // Fresh reports are stored at the same time (an IndexedDB transaction begun now completes), so
-    // a page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
+    // A page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
     // Reports in a plain fetch go again with keepalive: a closing page cancels that fetch.
     sendNow() {
-      // Each report once (its stored row first), unless acknowledged or in a keepalive request already.
-      const seen = new Set<string>();
-      const going = [...mirror, ...fresh.map((report) => ({ seq: -1, report, bytes: jsonBytes(report) }))]
-        .filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id) || seen.has(id)) && seen.add(id));
-      if (fresh.length) wake();
+      const going = mirror.filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id)));
       for (;;) {
         const [part, size] = batch(going, keepaliveLeft);
         if (!part.length || size > keepaliveLeft) return; // the quota is spent: the rest waits in storage
         going.splice(0, part.length);
         keepaliveLeft -= size;
         part.forEach((r) => inflight.add(r.report.id));
-        send(part, true).finally(() => {
+        const done = () => {
           keepaliveLeft += size;
           part.forEach((r) => inflight.delete(r.report.id));
-        });
+        };
+        send(part, true).then(done, done); // a store that fails to remove: the rows are sent again (ids dedupe)
       }
     },
   };
@@ -127,8 +130,8 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
         beforeTurn();
         await persist(store);
       }
-      if (Date.now() >= (stored > 0 ? deliverDue : Infinity)) { // when due, if anything is stored
-        // Rows acknowledged while not yet stored (sent fresh by a closing page) go first.
+      if (Date.now() >= (stored > 0 ? Math.max(deliverDue, lingerUntil) : Infinity)) { // when due, if anything is stored
+        // Rows a closing page had acknowledged whose removal failed go first.
         await settle(mirror.filter((r) => acked.has(r.report.id)));
         const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
         if (rows.length) await send(rows, false);
@@ -140,14 +143,13 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       deliverDue = Date.now() + delay(attempt++);
     }
     running = false;
-    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? deliverDue : Infinity,
+    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? Math.max(deliverDue, lingerUntil) : Infinity,
       self.busy ? Date.now() + 1000 : Infinity);
     wakeAt = Infinity;
     if (next < Infinity) wake(next - Date.now()); // one past due: setTimeout takes a negative delay as 0
   }
 
   async function persist(store: Store): Promise<void> {
-    // The reports stored now stay in `fresh` until the mirror is read: a closing page finds them there.
     const reports = fresh.slice();
     let appended = 0;
     try {
@@ -185,12 +187,10 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     return [out, bytes];
   }
 
-  /** Rows settled: never sent again, and gone from storage (a fresh report has no row yet: it goes
-   * when the mirror shows it). */
+  /** Rows settled: never sent again, and gone from storage. */
   async function settle(rows: Row[]): Promise<void> {
     rows.forEach((r) => acked.add(r.report.id));
-    const seqs = rows.map((r) => r.seq).filter((seq) => seq >= 0);
-    if (seqs.length) await (await storeP).remove(seqs);
+    if (rows.length) await (await storeP).remove(rows.map((r) => r.seq));
   }
 
   /** Post one batch and act on the answer. `keepalive`: the page is closing (text/plain, no

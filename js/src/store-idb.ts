@@ -59,6 +59,9 @@ export const IndexedDbStore = {
       async deviceSecret() {
         const existing = await readSecret();
         if (existing) return existing;
+        // No crypto.subtle on a page that is no secure context (http://, not localhost): memoised
+        // schemas are refused there, so no key is ever used; a throwaway keeps the others recording.
+        if (!crypto.subtle) return crypto.getRandomValues(new Uint8Array(32));
         // Made outside a transaction (Web Crypto is asynchronous), then added only if no other tab
         // added one meanwhile: add() fails on an existing key, and every tab then reads the winner.
         const key = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256", length: 256 }, false, ["sign"]);

@@ -3,6 +3,7 @@
 // report, sent on pagehide with fetch keepalive (text/plain, no preflight), is counted by a real
 // aggregator. The page's sender is told to linger a minute, so the closing path delivers (a plain
 // fetch a turn already running may have begun dies with the page: the closing path sends it again).
+// The page closes as soon as its report is stored, a few milliseconds after record().
 // Then IndexedDB is read back whole: randomised reports, ledger, schema, a non-extractable key; no true value.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -35,6 +36,12 @@ function page(endpoint) {
       lingerMs: 60000 });
     if (!(await t.waitForSchema(15000))) return { error: "no schema" };
     const r = t.record({ dark_mode: true, os: "linux" });
+    // Until the report is in IndexedDB (milliseconds): only a report whose window the store's
+    // check-and-spend has taken leaves a closing page (another tab may have spent that window).
+    const db = await new Promise((ok) => { const q = indexedDB.open("ldp-telemetry"); q.onsuccess = () => ok(q.result); });
+    const stored = () => new Promise((ok) => { const q = db.transaction("outbox").objectStore("outbox").count(); q.onsuccess = () => ok(q.result); });
+    for (let i = 0; i < 500 && !(await stored()); i++) await new Promise((ok) => setTimeout(ok, 2));
+    db.close();
     return { queued: r.queued, reason: r.reason, window: r.window };
   })().catch((e) => ({ error: String(e) }));
 </script>`;
@@ -117,6 +124,40 @@ test("browser: a page on another origin records, is closed at once, and its repo
   }
 });
 
+// On a page that is no secure context (http:// on a name other than localhost: app.test, mapped to
+// 127.0.0.1 by Chromium's resolver) there is no crypto.subtle. A memoised schema is refused there;
+// any other records and is delivered, with IndexedDB as its store.
+test("browser: a page that is no secure context records a schema that is not memoised", { skip: why }, async () => {
+  const dir = tempDir();
+  const port = await freePort();
+  const aggregator = await startServer({ db: join(dir, "x.db"), port });
+  const site = createServer((req, res) => {
+    const js = req.url === "/ldp-telemetry.min.js";
+    res.writeHead(200, { "Content-Type": js ? "text/javascript" : "text/html" });
+    res.end(js ? readFileSync(BUNDLE) : '<!doctype html><meta charset="utf-8"><script src="/ldp-telemetry.min.js"></script>');
+  });
+  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: [...ARGS, "--host-resolver-rules=MAP app.test 127.0.0.1"] });
+  try {
+    await publish(aggregator.url, SCHEMA);
+    const tab = await browser.newPage();
+    await tab.goto(`http://app.test:${site.address().port}/`);
+    const out = await tab.evaluate(async (endpoint) => {
+      const t = new LdpTelemetry.TelemetryClient({ endpoint, schema: "js-browser", maxEpsilon: 4, lingerMs: 0 });
+      const ready = await t.waitForSchema(15000);
+      const r = t.record({ dark_mode: true, os: "linux" });
+      return { secure: isSecureContext, subtle: !!crypto.subtle, ready, queued: r.queued, reason: r.reason, delivered: await t.flush(15000) };
+    }, aggregator.url);
+    assert.deepEqual(out, { secure: false, subtle: false, ready: true, queued: true, reason: "queued", delivered: true });
+    const n = await counts(aggregator.url, SCHEMA.name);
+    assert.equal(n[`${windowOf(Date.now(), "day")} dark_mode`], 1);
+  } finally {
+    await browser.close();
+    await new Promise((r) => site.close(r));
+    await aggregator.stop();
+  }
+});
+
 // ONLY_NODE: a memoised histogram whose edges are written as floats (100.0). Node and the ES module
 // read served schemas with parseJson and write such an edge 100.0 in the HMAC message, as Python does
 // (a Node process shares the Python client's device secret: the two must derive the same permanent
@@ -177,7 +218,9 @@ test("browser: the <script> bundle passes every report vector in the page", { sk
 // keeps every check that protects the device. So in the page: every valid schema parses, every
 // invalid one it refuses is refused for the vectors' reason, and every case about ε, its split, the
 // derived parameters and layers, the mechanism, the type or the window is refused.
-const DEVICE_FIELD = /(^|\.)(epsilon|epsilon_permanent|p|q|g|C|z|C_pm|alpha|permanent|instantaneous|mechanism|type|split|window|discover|levels)$/;
+// An attribute's name too: a record is keyed by it, so a repeated name would let one attribute
+// encode a value only the other one checked.
+const DEVICE_FIELD = /(^|\.)(epsilon|epsilon_permanent|p|q|g|C|z|C_pm|alpha|permanent|instantaneous|mechanism|type|split|window|discover|levels)$|^attributes\[\d+\]\.name$/;
 
 test("browser: the <script> bundle's parseSchema keeps every check that protects the device", { skip: !existsSync(CHROMIUM) ? `${CHROMIUM} is absent` : !playwright && "no playwright-core (npm ci)" }, async () => {
   const vectors = (name) => JSON.parse(readFileSync(new URL(`../../tests/vectors/${name}`, import.meta.url), "utf8"));

@@ -163,6 +163,38 @@ test("a page closing while its report is in a plain fetch sends it again with ke
   }
 });
 
+// Two tabs share one store (as they share IndexedDB); tab B read the ledger before tab A spent the
+// day. B's record passes B's copy of the ledger, but a closing page sends only stored reports,
+// whose window the store's check-and-spend took: so B's report of the spent day never leaves.
+test("a closing tab never sends a report of a window another tab spent since it read the ledger", async () => {
+  const s = await server((req, res, body) => ack(res, JSON.parse(body).reports.length));
+  const page = new EventTarget();
+  const document = Object.assign(new EventTarget(), { hidden: false });
+  Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
+  try {
+    const store = new MemoryStore();
+    const a = client(s.url, { store });
+    const b = client(s.url, { store });
+    assert.ok((await a.t.waitForSchema(5000)) && (await b.t.waitForSchema(5000)));
+    assert.equal(a.t.record({ flag: true }).queued, true);
+    assert.equal(await a.t.flush(5000), true);
+    assert.equal(b.t.record({ flag: false }).queued, true, "B's copy of the ledger is stale");
+    await new Promise((r) => setTimeout(r, 0)); // a later task, as a real pagehide is
+    page.dispatchEvent(new Event("pagehide"));
+    await b.t.flush(2000);
+    const sent = s.requests.flatMap((r) => JSON.parse(r.body).reports);
+    assert.equal(sent.length, 1, JSON.stringify(sent));
+    assert.match(b.logger.lines.join("\n"), /dropped 1 report\(s\): already reported/);
+    await a.t.close(0);
+    await b.t.close(0);
+  } finally {
+    delete globalThis.addEventListener;
+    delete globalThis.removeEventListener;
+    delete globalThis.document;
+    await s.close();
+  }
+});
+
 test("a 400 naming some reports drops those only; the server's text is escaped in the log", async () => {
   let first = true;
   const s = await server((req, res, body) => {
