@@ -38,6 +38,7 @@ export interface ClientOptions {
   backoffCapMs?: number;
   requestTimeoutMs?: number;
   schemaRefreshMs?: number;
+  /** How long a new batch waits for company before it is sent (its reports are stored at once). */
   lingerMs?: number;
   closeTimeoutMs?: number;
   /** The fetch to use (default globalThis.fetch). */
