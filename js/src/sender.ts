@@ -55,6 +55,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
   let attempt = 0;
   let deliverDue = 0;
   let lingerUntil = 0; // a new batch waits lingerMs for company (stored at once all the same)
+  let persisting: Promise<unknown> = Promise.resolve(); // the last store of fresh reports begun
   let schemaDue = source.fetched ? 0 : Infinity;
   let schemaAttempt = 0;
   let batchLimit = s.maxBatch;
@@ -73,7 +74,9 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     put(report) {
       if (!fresh.length && stored < 1) lingerUntil = Date.now() + s.lingerMs;
       fresh.push(report);
-      wake();
+      // Stored now, even while a turn waits on the network (a closing page sends only what is
+      // stored); then a turn when the batch is due (a failure: the turn retries and says why).
+      persisted().then(() => wake(lingerUntil - Date.now()));
     },
     wake,
     async waitSettled(ms) {
@@ -121,35 +124,45 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
     try {
       const store = await storeP;
       beforeTurn();
-      await persist(store);
+      await persisted();
       // The schema when due, unless stopped with nothing left to encode (as when the next turn is).
       if (Date.now() >= (self.stopped && !self.busy ? Infinity : schemaDue)) {
         const answered = await source.refresh(s.endpoint, s.fetch, s.requestTimeoutMs, store);
         schemaDue = Date.now() + (answered ? s.schemaRefreshMs : delay(schemaAttempt++));
         if (answered) schemaAttempt = 0;
-        beforeTurn();
-        await persist(store);
+        beforeTurn(); // pending records, randomised now, are stored by put()
       }
       if (Date.now() >= (stored > 0 ? Math.max(deliverDue, lingerUntil) : Infinity)) { // when due, if anything is stored
         // Rows a closing page had acknowledged whose removal failed go first.
         await settle(mirror.filter((r) => acked.has(r.report.id)));
         const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
         if (rows.length) await send(rows, false);
-        await persist(store);
+        await persisted();
       }
     } catch (e) {
-      // A bug or a broken store must never reach the app; reports wait in storage.
-      log.error(shown((e as Error)?.message ?? e));
-      deliverDue = Date.now() + delay(attempt++);
+      failed(e);
     }
     running = false;
-    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 ? Math.max(deliverDue, lingerUntil) : Infinity,
+    // Due: delivery when anything is stored, or a retry of storing what is fresh.
+    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 || fresh.length ? Math.max(deliverDue, lingerUntil) : Infinity,
       self.busy ? Date.now() + 1000 : Infinity);
     wakeAt = Infinity;
     if (next < Infinity) wake(next - Date.now()); // one past due: setTimeout takes a negative delay as 0
   }
 
-  async function persist(store: Store): Promise<void> {
+  /** A bug or a broken store must never reach the app: said, and retried after backoff (reports wait). */
+  function failed(e: unknown): void {
+    log.error(shown((e as Error)?.message ?? e));
+    deliverDue = Date.now() + delay(attempt++);
+  }
+
+  /** persist(), one after another (record() and turns both store). */
+  function persisted(): Promise<unknown> {
+    return (persisting = persisting.then(persist));
+  }
+
+  async function persist(): Promise<void> {
+    const store = await storeP;
     const reports = fresh.slice();
     let appended = 0;
     try {
@@ -165,10 +178,11 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       }
       mirror = await store.peek(s.maxBatch);
       stored = mirror.length;
-    } finally {
-      // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
-      fresh = fresh.slice(appended || -s.maxOutbox);
+    } catch (e) {
+      failed(e);
     }
+    // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
+    fresh = fresh.slice(appended || -s.maxOutbox);
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),

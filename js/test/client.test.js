@@ -163,6 +163,44 @@ test("a page closing while its report is in a plain fetch sends it again with ke
   }
 });
 
+// A report made while the sender's turn waits on the network (here a slow schema refresh; the page
+// already has the schema from its cache) is stored at once, so a page closing meanwhile sends it.
+test("a report made while a turn waits on a slow schema request leaves a page that closes", async () => {
+  let slow = false;
+  const s = await server((req, res, body) => {
+    if (req.url.includes("/reports")) return ack(res, JSON.parse(body).reports.length);
+    setTimeout(() => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify(SCHEMA));
+    }, slow ? 3000 : 0);
+  });
+  const page = new EventTarget();
+  const document = Object.assign(new EventTarget(), { hidden: false });
+  try {
+    const store = new MemoryStore();
+    const first = client(s.url, { store, schema: SCHEMA.name });
+    assert.equal(await first.t.waitForSchema(5000), true); // cached in the store
+    await first.t.close(0);
+    slow = true;
+    Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
+    const { t } = client(s.url, { store, schema: SCHEMA.name, lingerMs: 60_000 });
+    assert.equal(await t.waitForSchema(1000), true, "from the cache, while the refresh is slow");
+    assert.equal(t.record({ flag: true }).queued, true);
+    await new Promise((r) => setTimeout(r, 300));
+    page.dispatchEvent(new Event("pagehide"));
+    for (let i = 0; i < 100 && !s.requests.some((r) => r.url.includes("/reports")); i++) await new Promise((r) => setTimeout(r, 10));
+    const sent = s.requests.filter((r) => r.url.includes("/reports"));
+    assert.equal(sent.length, 1);
+    assert.match(sent[0].headers["content-type"], /^text\/plain/, "by the closing page, with keepalive");
+    await t.close(0);
+  } finally {
+    delete globalThis.addEventListener;
+    delete globalThis.removeEventListener;
+    delete globalThis.document;
+    await s.close();
+  }
+});
+
 // Two tabs share one store (as they share IndexedDB); tab B read the ledger before tab A spent the
 // day. B's record passes B's copy of the ledger, but a closing page sends only stored reports,
 // whose window the store's check-and-spend took: so B's report of the spent day never leaves.
