@@ -76,7 +76,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       fresh.push(report);
       // Stored now, even while a turn waits on the network (a closing page sends only what is
       // stored); then a turn when the batch is due (a failure: the turn retries and says why).
-      persisted().then(() => wake(lingerUntil - Date.now()));
+      persisted().then(() => wake(Math.max(deliverDue, lingerUntil) - Date.now()));
     },
     wake,
     async waitSettled(ms) {
@@ -114,7 +114,7 @@ export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP
       return;
     }
     clearTimeout(timer);
-    timer = setTimeout(turn, self.stopped ? 0 : ms);
+    timer = setTimeout(turn, ms); // stopped too: a failing store or server is retried after backoff, never in a loop
     // A Node process is not kept alive by retries alone: flush() and close() wait when asked.
     if (LDP_FULL) (timer as { unref?: () => void }).unref?.();
   }

@@ -201,6 +201,43 @@ test("a report made while a turn waits on a slow schema request leaves a page th
   }
 });
 
+// A store that fails (storage full) or a server that answers 503 after close(): the stopped sender
+// retries after backoff (base 1 s here), never in a loop. Before, it ran a turn every few ms.
+test("after close(), a failing store or server is retried after backoff, not in a loop", async () => {
+  for (const failing of ["store", "server"]) {
+    const s = await server((req, res) => {
+      if (failing === "server") {
+        res.writeHead(503);
+        return res.end();
+      }
+      ack(res);
+    });
+    const store = new MemoryStore();
+    let tries = 0;
+    const append = store.append.bind(store);
+    store.append = async (...args) => {
+      tries++;
+      if (failing === "store") throw new Error("QuotaExceededError");
+      return append(...args);
+    };
+    const peek = store.peek.bind(store);
+    if (failing === "server") store.peek = async (...args) => (tries++, peek(...args)); // a turn reads the outbox
+    try {
+      const { t } = client(s.url, { store, backoffBaseMs: 1000, backoffCapMs: 1000 });
+      assert.equal(await t.waitForSchema(5000), true);
+      t.record({ flag: true });
+      await t.close(200);
+      const before = tries;
+      await new Promise((r) => setTimeout(r, 1500));
+      // Full jitter, waits uniform in [0, 1 s]: 15 turns (30 tries at most 2 a turn) fit in 1.5 s
+      // with probability 1.5^15/15! < 1e-9; a loop makes hundreds.
+      assert.ok(tries - before <= 30, `${failing}: ${tries - before} tries in 1.5 s after close()`);
+    } finally {
+      await s.close();
+    }
+  }
+});
+
 // Two tabs share one store (as they share IndexedDB); tab B read the ledger before tab A spent the
 // day. B's record passes B's copy of the ledger, but a closing page sends only stored reports,
 // whose window the store's check-and-spend took: so B's report of the spent day never leaves.
