@@ -38,6 +38,21 @@ function client(url, extra = {}) {
   return { t, logger };
 }
 
+/** Runs `body(page)` with globalThis dressed as a page (Node has none): the two event targets the
+ * client listens on; `page` fires pagehide. Undressed afterwards. */
+async function asPage(body) {
+  const page = new EventTarget();
+  const document = Object.assign(new EventTarget(), { hidden: false });
+  Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
+  try {
+    await body(page);
+  } finally {
+    delete globalThis.addEventListener;
+    delete globalThis.removeEventListener;
+    delete globalThis.document;
+  }
+}
+
 test("record() throws a RecordError naming the attribute, never the value, and nothing else", async () => {
   const { t } = client("http://127.0.0.1:9");
   await t.waitForSchema(2000);
@@ -130,35 +145,31 @@ test("a server that drips its answer or sends too much is cut off, and the repor
 
 // A page closing while a plain fetch carries its report: the browser cancels that fetch, so the
 // report must go again with keepalive (its id makes the second copy harmless). Node has no page:
-// the test gives globalThis the two event targets a page has and fires pagehide itself.
+// the test dresses globalThis as a page (asPage) and fires pagehide itself.
 test("a page closing while its report is in a plain fetch sends it again with keepalive", async () => {
   const s = await server((req, res) => {
     if (req.headers["content-type"].startsWith("text/plain")) ack(res); // keepalive: answered
     // else: a plain fetch, held unanswered, as one the closing page is about to cancel
   });
-  const page = new EventTarget();
-  const document = Object.assign(new EventTarget(), { visibilityState: "visible" });
-  Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
   try {
-    const { t, logger } = client(s.url, { lingerMs: 0, requestTimeoutMs: 60_000 });
-    assert.equal(await t.waitForSchema(5000), true);
-    assert.equal(t.record({ flag: true }).queued, true);
-    for (let i = 0; i < 200 && !s.requests.length; i++) await new Promise((r) => setTimeout(r, 10));
-    assert.equal(s.requests.length, 1, "the plain fetch is on its way");
-    page.dispatchEvent(new Event("pagehide"));
-    for (let i = 0; i < 200 && s.requests.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
-    assert.equal(s.requests.length, 2, logger.lines.join("\n"));
-    const [plain, closing] = s.requests;
-    assert.match(closing.headers["content-type"], /^text\/plain/);
-    assert.deepEqual(JSON.parse(closing.body), JSON.parse(plain.body), "the same report, same id");
-    page.dispatchEvent(new Event("pagehide")); // again: acknowledged, so nothing more goes
-    await new Promise((r) => setTimeout(r, 100));
-    assert.equal(s.requests.length, 2);
-    await t.close(0);
+    await asPage(async (page) => {
+      const { t, logger } = client(s.url, { lingerMs: 0, requestTimeoutMs: 60_000 });
+      assert.equal(await t.waitForSchema(5000), true);
+      assert.equal(t.record({ flag: true }).queued, true);
+      for (let i = 0; i < 200 && !s.requests.length; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(s.requests.length, 1, "the plain fetch is on its way");
+      page.dispatchEvent(new Event("pagehide"));
+      for (let i = 0; i < 200 && s.requests.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(s.requests.length, 2, logger.lines.join("\n"));
+      const [plain, closing] = s.requests;
+      assert.match(closing.headers["content-type"], /^text\/plain/);
+      assert.deepEqual(JSON.parse(closing.body), JSON.parse(plain.body), "the same report, same id");
+      page.dispatchEvent(new Event("pagehide")); // again: acknowledged, so nothing more goes
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(s.requests.length, 2);
+      await t.close(0);
+    });
   } finally {
-    delete globalThis.addEventListener;
-    delete globalThis.removeEventListener;
-    delete globalThis.document;
     await s.close();
   }
 });
@@ -174,29 +185,25 @@ test("a report made while a turn waits on a slow schema request leaves a page th
       res.end(JSON.stringify(SCHEMA));
     }, slow ? 3000 : 0);
   });
-  const page = new EventTarget();
-  const document = Object.assign(new EventTarget(), { hidden: false });
   try {
     const store = new MemoryStore();
     const first = client(s.url, { store, schema: SCHEMA.name });
     assert.equal(await first.t.waitForSchema(5000), true); // cached in the store
     await first.t.close(0);
     slow = true;
-    Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
-    const { t } = client(s.url, { store, schema: SCHEMA.name, lingerMs: 60_000 });
-    assert.equal(await t.waitForSchema(1000), true, "from the cache, while the refresh is slow");
-    assert.equal(t.record({ flag: true }).queued, true);
-    await new Promise((r) => setTimeout(r, 300));
-    page.dispatchEvent(new Event("pagehide"));
-    for (let i = 0; i < 100 && !s.requests.some((r) => r.url.includes("/reports")); i++) await new Promise((r) => setTimeout(r, 10));
-    const sent = s.requests.filter((r) => r.url.includes("/reports"));
-    assert.equal(sent.length, 1);
-    assert.match(sent[0].headers["content-type"], /^text\/plain/, "by the closing page, with keepalive");
-    await t.close(0);
+    await asPage(async (page) => {
+      const { t } = client(s.url, { store, schema: SCHEMA.name, lingerMs: 60_000 });
+      assert.equal(await t.waitForSchema(1000), true, "from the cache, while the refresh is slow");
+      assert.equal(t.record({ flag: true }).queued, true);
+      await new Promise((r) => setTimeout(r, 300));
+      page.dispatchEvent(new Event("pagehide"));
+      for (let i = 0; i < 100 && !s.requests.some((r) => r.url.includes("/reports")); i++) await new Promise((r) => setTimeout(r, 10));
+      const sent = s.requests.filter((r) => r.url.includes("/reports"));
+      assert.equal(sent.length, 1);
+      assert.match(sent[0].headers["content-type"], /^text\/plain/, "by the closing page, with keepalive");
+      await t.close(0);
+    });
   } finally {
-    delete globalThis.addEventListener;
-    delete globalThis.removeEventListener;
-    delete globalThis.document;
     await s.close();
   }
 });
@@ -243,29 +250,25 @@ test("after close(), a failing store or server is retried after backoff, not in 
 // whose window the store's check-and-spend took: so B's report of the spent day never leaves.
 test("a closing tab never sends a report of a window another tab spent since it read the ledger", async () => {
   const s = await server((req, res, body) => ack(res, JSON.parse(body).reports.length));
-  const page = new EventTarget();
-  const document = Object.assign(new EventTarget(), { hidden: false });
-  Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page), document });
   try {
-    const store = new MemoryStore();
-    const a = client(s.url, { store });
-    const b = client(s.url, { store });
-    assert.ok((await a.t.waitForSchema(5000)) && (await b.t.waitForSchema(5000)));
-    assert.equal(a.t.record({ flag: true }).queued, true);
-    assert.equal(await a.t.flush(5000), true);
-    assert.equal(b.t.record({ flag: false }).queued, true, "B's copy of the ledger is stale");
-    await new Promise((r) => setTimeout(r, 0)); // a later task, as a real pagehide is
-    page.dispatchEvent(new Event("pagehide"));
-    await b.t.flush(2000);
-    const sent = s.requests.flatMap((r) => JSON.parse(r.body).reports);
-    assert.equal(sent.length, 1, JSON.stringify(sent));
-    assert.match(b.logger.lines.join("\n"), /dropped 1 report\(s\): already reported/);
-    await a.t.close(0);
-    await b.t.close(0);
+    await asPage(async (page) => {
+      const store = new MemoryStore();
+      const a = client(s.url, { store });
+      const b = client(s.url, { store });
+      assert.ok((await a.t.waitForSchema(5000)) && (await b.t.waitForSchema(5000)));
+      assert.equal(a.t.record({ flag: true }).queued, true);
+      assert.equal(await a.t.flush(5000), true);
+      assert.equal(b.t.record({ flag: false }).queued, true, "B's copy of the ledger is stale");
+      await new Promise((r) => setTimeout(r, 0)); // a later task, as a real pagehide is
+      page.dispatchEvent(new Event("pagehide"));
+      await b.t.flush(2000);
+      const sent = s.requests.flatMap((r) => JSON.parse(r.body).reports);
+      assert.equal(sent.length, 1, JSON.stringify(sent));
+      assert.match(b.logger.lines.join("\n"), /dropped 1 report\(s\): already reported/);
+      await a.t.close(0);
+      await b.t.close(0);
+    });
   } finally {
-    delete globalThis.addEventListener;
-    delete globalThis.removeEventListener;
-    delete globalThis.document;
     await s.close();
   }
 });
