@@ -254,7 +254,7 @@ const OLH: Mechanism = {
 
 export const AUTO = "auto";
 // In order of preference on a tie under `auto` (at ε ≤ 0.61 hm is duchi: duchi is named).
-const MECHANISMS: Mechanism[] = [
+export const MECHANISMS: readonly Mechanism[] = [
   // Binary randomised response (Warner 1965): the true bit w.p. p = e^ε/(1+e^ε), else its negation.
   share("rr", ["boolean"], logistic),
   // Generalised RR: the true category w.p. p = e^ε/(e^ε+d-1), else one of the other d-1 uniformly.

@@ -5,7 +5,7 @@
  * {@link SchemaError} whose `field` is the path the server's error would name.
  */
 
-import { AUTO, REGISTRY, resolve, type Encoded, type Mechanism, type Memo, type ShareMechanism } from "./mechanisms.js";
+import { AUTO, MECHANISMS, resolve, type Encoded, type Mechanism, type Memo, type ShareMechanism } from "./mechanisms.js";
 import { num, numberText, PyFloat } from "./pyjson.js";
 import { prepareText } from "./strings.js";
 import type { WindowKind } from "./windows.js";
@@ -248,8 +248,8 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
   if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
   checkName(raw.name, `${where}.name`); // a string (1 and "1" would be one key of a record)
-  // The types are those of the registry's mechanisms (OWN's keys).
-  if (![...REGISTRY.values()].some((m) => m.types.includes(type))) at("type", "is unknown");
+  // The types are those the mechanisms take (OWN's keys): the list itself, not REGISTRY, which the bundle leaves out.
+  if (!MECHANISMS.some((m) => m.types.includes(type))) at("type", "is unknown");
   if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
@@ -479,8 +479,4 @@ function object(obj: unknown, where: string, allowed?: string[]): asserts obj is
     const unknown = Object.keys(obj).filter((k) => !allowed.includes(k)).sort();
     if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
   }
-}
-
-export function mechanismOf(name: string): Mechanism | undefined {
-  return REGISTRY.get(name);
 }
