@@ -117,7 +117,7 @@ def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[dis
 
     added = 0
     for estimable in (True, False):
-        values = [d.value for d in sorted(found, key=lambda d: -d.hits) if d.estimable is estimable]
+        values = [d.value for d in found if d.estimable is estimable]  # most supported first, as discover() ranks them
         try:
             added += add(values, estimable)
         except CandidateError as exc:  # they do not all fit: one at a time until one does not

@@ -173,8 +173,8 @@ SETTINGS: tuple[Setting, ...] = (
             "MiB of resident memory past which `serve` replaces a worker (gracefully: a new one starts, the old "
             "one finishes its requests), checked every 5 s, twice in a row; 0 never replaces one.", _integer(0)),
     Setting("LDP_SCHEDULER", True,
-            "Run the scheduled jobs (estimate refresh, retention, the back-fill of added candidates) in this "
-            "process; tests turn it off.",
+            "Run the scheduled jobs (estimate refresh, retention, the back-fill of added candidates, the "
+            "discovery of strings) in this process; tests turn it off.",
             _boolean),
 )
 BY_NAME = {s.name: s for s in SETTINGS}

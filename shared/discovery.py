@@ -159,7 +159,6 @@ class Discovered:
     value: str  # without its padding
     estimable: bool  # False: it holds U+FFFD (several strings), which no level-0 report supports
     hits: int  # its supports among the last level's reports
-    share: float  # its share estimated from them: (hits/n_L - q)/(p - q)
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,6 @@ class Run:
     found: list[Discovered]
     reports: list[int]  # per level 1..L, the reports read
     tested: int  # candidates tested at the last level (m)
-    threshold: int  # h*: the supports a last-level candidate needed
 
 
 def discover(attribute: olh.Discovering, a: np.ndarray, b: np.ndarray, y: np.ndarray, level: np.ndarray, *,
@@ -179,7 +177,7 @@ def discover(attribute: olh.Discovering, a: np.ndarray, b: np.ndarray, y: np.nda
     cells per report read."""
     import numpy as np
 
-    g, p, q = olh.buckets_of(attribute), attribute.p, attribute.q
+    g, q = olh.buckets_of(attribute), attribute.q
     order = np.argsort(level, kind="stable")
     levels_sorted = np.asarray(level)[order]
     bounds = np.searchsorted(levels_sorted, np.arange(len(attribute.levels) + 2))
@@ -198,8 +196,7 @@ def discover(attribute: olh.Discovering, a: np.ndarray, b: np.ndarray, y: np.nda
             continue
         tested = len(candidates)
         threshold = null_hits(len(rows), q, alpha / tested) if len(rows) else len(rows) + 1
-        found = [Discovered(candidates[j].rstrip(olh.PADDING), olh.REPLACEMENT not in candidates[j], int(hits[j]),
-                            (int(hits[j]) / len(rows) - q) / (p - q))
+        found = [Discovered(candidates[j].rstrip(olh.PADDING), olh.REPLACEMENT not in candidates[j], int(hits[j]))
                  for j in ranked[:keep] if len(rows) and hits[j] >= threshold]
-        return Run(found, reports, tested, threshold)
+        return Run(found, reports, tested)
     raise ValueError("an attribute that discovers strings has at least one level")

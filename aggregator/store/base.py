@@ -107,7 +107,6 @@ class Known:
     batches: tuple[CandidateBatch, ...] = ()
 
 
-NOTHING_KNOWN = Known(0)
 # The counter key of how many reports a batch being back-filled has counted (per window): a control
 # character first, which no prepared candidate holds (they become U+FFFD), so it names no value.
 BATCH_N_PREFIX = "\x01n:"
