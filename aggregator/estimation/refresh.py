@@ -17,7 +17,7 @@ from typing import Sequence
 from flask import Flask
 
 from ...shared.estimators import no_narrower_than_a_window
-from ...shared.schema import Schema
+from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from .. import context
 from ..store import CandidateRow, EstimateRow, Stale, WindowCounters
@@ -50,14 +50,14 @@ def refresh(app: Flask) -> RefreshResult:
             if schema is None:  # counters exist only for published schemas, which are never deleted
                 raise RuntimeError(f"counters of {name!r} version {version}, which is not published")
             keys = list(group)
-            added = [c for c in store.candidates(name, version) if c.complete and c.estimated]
+            groups = candidate_groups(schema, [c for c in store.candidates(name, version) if c.complete and c.estimated])
             for start in range(0, len(keys), WINDOWS_PER_READ):
                 chunk = keys[start:start + WINDOWS_PER_READ]
                 counters = store.window_counters(name, version, [s.window for s in chunk])
                 rows: list[EstimateRow] = []
                 done: list[Stale] = []
                 for s in chunk:
-                    rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, added)
+                    rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, groups=groups)
                     done.append(s)
                     if len(rows) >= ROWS_PER_WRITE or s is chunk[-1]:
                         store.save_estimates(rows, done)
@@ -67,8 +67,23 @@ def refresh(app: Flask) -> RefreshResult:
     return RefreshResult(written, windows)
 
 
+def candidate_groups(schema: Schema, added: Sequence[CandidateRow]) -> dict[str, list[tuple[Attribute, int, dict]]]:
+    """Per attribute, its stored candidates whose back-fill is complete, by batch: the attribute with
+    them alone, the batch's ``deficit`` and their ranks (made once per schema version, not per window)."""
+    batches: dict[tuple[str, int], list[CandidateRow]] = {}
+    for c in added:
+        if c.batch is not None:
+            batches.setdefault((c.attribute, c.batch), []).append(c)
+    groups: dict[str, list[tuple[Attribute, int, dict]]] = {}
+    for (name, _), group in batches.items():
+        groups.setdefault(name, []).append((schema.attribute(name).with_candidates(tuple(c.value for c in group)),
+                                            group[0].deficit or 0, {(name, c.value): ADDED_RANK + c.rank for c in group}))
+    return groups
+
+
 def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confidence: float,
-                  computed_at: str, added: Sequence[CandidateRow] = ()) -> list[EstimateRow]:
+                  computed_at: str, added: Sequence[CandidateRow] = (),
+                  groups: dict[str, list[tuple[Attribute, int, dict]]] | None = None) -> list[EstimateRow]:
     """One estimate row per value of each attribute that has reports in ``counters``, from the
     attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too. The
     rollup of a memoised attribute gets an interval no narrower than a single window's
@@ -77,19 +92,16 @@ def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confide
     ``added``: stored candidates whose back-fill is complete. In a window, such a candidate was
     counted over all its reports (``n``); in the rollup over all but its batch's ``deficit`` (the
     reports of windows erased before it reached them), so its ``n`` is the attribute's less that,
-    and it has no row where that leaves none."""
+    and it has no row where that leaves none. (``groups``: :func:`candidate_groups` of ``added``,
+    made by the caller once for many windows.)"""
+    groups = candidate_groups(schema, added) if groups is None else groups
     ranks = schema.value_ranks
     rows = []
     for name, n in counters.totals.items():
         attribute = schema.attribute(name)
-        batches: dict[int, list[CandidateRow]] = {}
-        for c in added:
-            if c.attribute == name and c.batch is not None:
-                batches.setdefault(c.batch, []).append(c)
-        groups = [(attribute, n, ranks)] + [
-            (attribute.with_candidates(tuple(c.value for c in group)), n - (group[0].deficit or 0) if window == ROLLUP
-             else n, {(name, c.value): ADDED_RANK + c.rank for c in group}) for group in batches.values()]
-        for target, count, rank_of in groups:
+        targets = [(attribute, n, ranks)] + [(target, n - deficit if window == ROLLUP else n, rank_of)
+                                             for target, deficit, rank_of in groups.get(name, ())]
+        for target, count, rank_of in targets:
             if count <= 0:
                 continue
             for key, e in target.mech.estimates(target, count, counters.amounts.get(name, {}), confidence):

@@ -181,9 +181,11 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
                             after=readout.cursor_of(schema, query.get("next")))
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
-    # Stored candidates' sources: a string attribute's alone (bounded by its 10,000 candidates).
+    # Stored candidates' sources (a string attribute's, at most 10,000 each), read only when the page
+    # shows one: their rows rank after every listed value; listed ones are answered by their type.
     sourced = any(a.kind.candidates_apart for a in schema.attributes)
-    added = candidates.sources(context.store().candidates(schema.name, schema.version)) if sourced else {}
+    stored = sourced and any(row.rank >= refresh.ADDED_RANK for row in page.rows)
+    added = candidates.sources(context.store().candidates(schema.name, schema.version)) if stored else {}
     estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:
