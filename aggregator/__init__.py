@@ -8,6 +8,7 @@ and, when ``LDP_SCHEDULER`` is on, the background jobs.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,40 +27,48 @@ from .dashboard.pagecache import PageCache
 from .estimation import jobs
 from .http import cors, headers, logs
 from .ingest.counting import Counting
+from .ingest.writer import ReportWriter
 from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
 
 log = logging.getLogger(__name__)
 
 
-def open_database(location: str, synchronous: str = "full") -> tuple[Store, Catalog]:
-    """The store ``LDP_DB`` names, given its counting, and the catalog of its published schemas
-    (the counting looks schemas up through it): not yet migrated."""
-    store = open_store(location, synchronous)
+@dataclass(frozen=True)
+class Database:
+    """The parts around one ``LDP_DB``: its store, the catalog of its published schemas, and the
+    writer that stores and counts reports in it (counting looks schemas up in the catalog)."""
+
+    store: Store
+    catalog: Catalog
+    writer: ReportWriter
+
+
+def open_database(location: str, synchronous: str = "full", metrics: Metrics | None = None) -> Database:
+    """The database ``LDP_DB`` names, not yet migrated; its transactions' durations and late
+    duplicates go to ``metrics``."""
+    store = open_store(location, synchronous, metrics.observe_transaction if metrics else None)
     catalog = Catalog(store)
-    store.count_with(Counting(catalog.lookup))
-    return store, catalog
+    late = metrics.late_duplicates.inc if metrics else (lambda n: None)
+    return Database(store, catalog, ReportWriter(store, Counting(catalog.lookup), late))
 
 
-def migrated_database(values: Mapping[str, Any], metrics: Metrics | None = None) -> tuple[Store, Catalog]:
-    """The database of checked settings ``values``, migrated, and its catalog;
-    :class:`settings.SettingsError` if unusable. Late duplicates (also those the first settle
-    finds) go to ``metrics``."""
+def migrated_database(values: Mapping[str, Any], metrics: Metrics | None = None) -> Database:
+    """The database of checked settings ``values``, migrated; :class:`settings.SettingsError` if
+    unusable. What processes that died had acknowledged and not counted is counted first."""
     try:
-        store, catalog = open_database(values["LDP_DB"], values["LDP_SYNCHRONOUS"])
-        if metrics is not None:
-            store.on_late_duplicates = metrics.late_duplicates.inc
-        store.migrate()
+        database = open_database(values["LDP_DB"], values["LDP_SYNCHRONOUS"], metrics)
+        database.store.migrate()
     except StoreError as exc:  # a missing folder, no permission, a file that is no database
         raise settings.SettingsError(f"LDP_DB {values['LDP_DB']!r} cannot be used: {exc}") from None
     try:
         # What a process that died had acknowledged and not counted (live ones count their own).
-        store.settle(wait=False)
+        database.writer.settle(wait=False)
     except StoreError as exc:
         # Busy, or a full disk: what is acknowledged stays where it is, and the next settle (every
         # refresh does one) counts it. A start must not fail for it, nor set it aside.
         log.warning("could not yet count what stopped processes acknowledged (%s); the next refresh will", exc)
-    return store, catalog
+    return database
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -83,8 +92,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.json.sort_keys = False  # fields in the documented order
 
     metrics = Metrics()
-    store, catalog = migrated_database(values, metrics)
-    app.extensions["ldp"] = {"store": store, "catalog": catalog, "metrics": metrics, "pages": PageCache()}
+    database = migrated_database(values, metrics)
+    app.extensions["ldp"] = {"store": database.store, "catalog": database.catalog, "writer": database.writer,
+                             "metrics": metrics, "pages": PageCache()}
 
     from .http import api, ops
     from .dashboard import views

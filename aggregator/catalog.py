@@ -28,7 +28,7 @@ class Catalog:
         """The published schema ``name`` at ``version`` (latest if None), or None."""
         if version is not None and (name, version) in self._parsed:
             return self._parsed[(name, version)]
-        definition = self.store.get_schema(name, version)
+        definition = self.store.run_tx("get_schema", lambda tx: tx.get_schema(name, version), write=False)
         if definition is None:
             return None
         schema = parse_schema(definition)
@@ -45,4 +45,4 @@ class Catalog:
         Raises :class:`SchemaError` (from :func:`parse_schema`) for an invalid schema.
         """
         derived = parse_schema(raw).to_dict()
-        return self.store.publish_schema(derived, published_at), derived
+        return self.store.run_tx("publish_schema", lambda tx: tx.publish_schema(derived, published_at)), derived

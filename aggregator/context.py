@@ -1,4 +1,4 @@
-"""The current app's parts, for code running in a request or a job: store, catalog, clock, metrics."""
+"""The current app's parts, for code running in a request or a job: store, catalog, writer, clock, metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from flask import Flask, current_app
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .ingest.writer import ReportWriter
     from .metrics import Metrics
     from .store import Store
 
@@ -19,6 +20,10 @@ def store(app: Flask | None = None) -> "Store":
 
 def catalog(app: Flask | None = None) -> "Catalog":
     return (app or current_app).extensions["ldp"]["catalog"]
+
+
+def writer(app: Flask | None = None) -> "ReportWriter":
+    return (app or current_app).extensions["ldp"]["writer"]
 
 
 def metrics(app: Flask | None = None) -> "Metrics":

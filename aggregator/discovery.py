@@ -2,7 +2,7 @@
 retained reports, and add them as candidates marked ``discovered`` (DESIGN.md, "Strings").
 
 Per published schema version with an attribute that discovers, the job walks the stored reports a
-page at a time as each such attribute's wire fields (:meth:`Store.wire_columns`, never all at
+page at a time as each such attribute's wire fields (:meth:`Tx.wire_columns`, never all at
 once), one attribute after another, at most :data:`MAX_READ` reports from a random id on for all of
 them together; it keeps their prefix reports (level 1 or more), at most :data:`MAX_REPORTS` for all
 of them together (a uniform sample beyond that: each report gets a random key and the smallest keys
@@ -51,8 +51,8 @@ def discover_strings(app: Flask, *, seed: int | None = None) -> int:
     store, catalog = context.store(app), context.catalog(app)
     rng = np.random.default_rng(seed)
     added = 0
-    for latest in store.latest_schemas():
-        for version in store.schema_versions(latest["name"]):
+    for latest in store.run_tx("latest_schemas", lambda tx: tx.latest_schemas(), write=False):
+        for version in store.run_tx("schema_versions", lambda tx: tx.schema_versions(latest["name"]), write=False):
             schema = catalog.schema(latest["name"], version)
             if schema is not None:
                 added += discover_in(app, schema, rng=rng)
@@ -65,7 +65,7 @@ def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None =
     reports ingested before the call are settled first, so that discovery reads them all."""
     attributes = [a for a in schema.attributes if a.discover]
     if attributes:
-        context.store(app).settle()
+        context.writer(app).settle()
     return _discover_in(app, schema, attributes, rng or np.random.default_rng()) if attributes else 0
 
 
@@ -80,8 +80,8 @@ def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: s
     for after, through in ((start, None), ("", start)):
         while budget > 0:
             asked = min(PAGE, budget)
-            read, count, last = store.wire_columns(schema.name, schema.version, attribute.name, fields, after, asked,
-                                                   through)
+            read, count, last, _ = store.run_tx("discovery_read", lambda tx: tx.wire_columns(
+                schema.name, schema.version, attribute.name, fields, after, asked, through), write=False)
             if count:
                 budget, after = budget - count, last
                 yield read

@@ -37,6 +37,12 @@ class Metrics:
                                     registry=self.registry)
         self.refresh_seconds = Histogram("ldp_refresh_duration_seconds", "Duration of estimate refreshes.",
                                          registry=self.registry)
+        self.transaction_seconds = Histogram("ldp_store_transaction_seconds",
+                                             "Duration of database transactions, by name (retries included).",
+                                             ["name"], registry=self.registry)
+
+    def observe_transaction(self, name: str, seconds: float) -> None:
+        self.transaction_seconds.labels(name).observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         """The Prometheus text format and its content type: all workers' values in multiprocess mode."""

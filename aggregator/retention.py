@@ -52,8 +52,9 @@ def expire(app: Flask) -> Expired:
     past the kept cutoff, moved forward first (:func:`next_cutoff`); each schema version's
     ``all`` rollup keeps their sums."""
     store = context.store(app)
+    context.writer(app).settle()  # the oldest window may still wait to be counted
     wanted = int(retention_cutoff(context.now(app), app.config["LDP_RETENTION_DAYS"]).timestamp())
-    cutoff = next_cutoff(wanted, store.retention())
+    cutoff = next_cutoff(wanted, store.run_tx("retention", lambda tx: tx.retention(), write=False))
     if cutoff is None:
         return Expired(reports=0, windows=0)
     expired = store.expire(cutoff)
@@ -65,5 +66,6 @@ def kept_cutoff(app: Flask) -> int | None:
     """The kept cutoff as this process last read it (at most :data:`CUTOFF_SECONDS` ago)."""
     cache = app.extensions["ldp"].setdefault("retention", {"read_at": -CUTOFF_SECONDS, "cutoff": None})
     if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
-        cache["cutoff"], cache["read_at"] = context.store(app).retention_cutoff(), time.monotonic()
+        cache["cutoff"] = context.store(app).run_tx("retention_cutoff", lambda tx: tx.retention_cutoff(), write=False)
+        cache["read_at"] = time.monotonic()
     return cache["cutoff"]

@@ -35,8 +35,8 @@ def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windo
     URL), spread evenly over ``windows`` days."""
     store = open_database(str(db), "normal")[0]
     store.migrate()
-    if store.get_schema(schema.name, schema.version) is None:
-        store.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z")
+    if read(store, "get_schema", schema.name, schema.version) is None:
+        write(store, "publish_schema", schema.to_dict(), "2026-01-01T00:00:00Z")
     days = window_days(windows)
     sample = json.dumps(randomize(schema, {a.name: a.kind.example(a)
                                            for a in schema.attributes})["values"], separators=(",", ":"))

@@ -60,7 +60,7 @@ def run() -> dict[str, Any]:
 def _footprint(db: Path) -> dict[str, int]:
     store = open_database(str(db))[0]
     try:
-        return store.footprint()
+        return read(store, "footprint")
     finally:
         store.close()
 

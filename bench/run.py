@@ -128,7 +128,7 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                     store.close()
                 acknowledged = sum(r["reports"] for key, b in ours.items() if key.startswith("batch") for r in b["runs"])
                 store = open_database(str(db))[0]
-                stored = store.footprint()["reports"]
+                stored = read(store, "footprint")["reports"]
                 store.close()
                 # A load generator stops at its deadline with requests in flight: the server may
                 # have stored those without the generator reading the 202. So: nothing
@@ -168,7 +168,7 @@ def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) 
                 figures = out[f"postgres_{count}"] = load(urls)
             acknowledged = sum(r["reports"] for r in figures["runs"])
             store = open_database(location)[0]
-            figures["stored"] = store.footprint()["reports"]
+            figures["stored"] = read(store, "footprint")["reports"]
             store.close()
             # As for one node: nothing acknowledged missing, at most one request per connection extra.
             figures["no_acknowledged_report_lost"] = (

@@ -64,7 +64,7 @@ def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str
         app = create_app({"LDP_DB": f"{folder}/backfill.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
                           "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
         store, catalog = app.extensions["ldp"]["store"], app.extensions["ldp"]["catalog"]
-        store.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z")
+        write(store, "publish_schema", schema.to_dict(), "2026-01-01T00:00:00Z")
         days = bulkload.window_days(30)
         started = time.perf_counter()
         for start in range(0, reports, MAX_UNFOLDED):
@@ -77,7 +77,7 @@ def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str
         started = time.perf_counter()
         added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added")
         runs = 0
-        while store.filling():
+        while read(store, "filling"):
             candidates.backfill(app, seconds=math.inf)
             runs += 1
         seconds = time.perf_counter() - started

@@ -194,19 +194,35 @@ def expected_counters(schema: dict[str, Any], reports: list[dict]) -> dict[tuple
     return out
 
 
+def read(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``tx.<name>(*args, **kwargs)`` in a read transaction of ``store``: what a test reads through
+    the store's door."""
+    return store.run_tx(name, lambda tx: getattr(tx, name)(*args, **kwargs), write=False)
+
+
+def write(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``tx.<name>(*args, **kwargs)`` in a write transaction of ``store``."""
+    return store.run_tx(name, lambda tx: getattr(tx, name)(*args, **kwargs))
+
+
 def store_of(app: Any) -> Any:
     """The app's :class:`Store`: tests read what is stored through the store's own interface."""
     return app.extensions["ldp"]["store"]
 
 
-def stored_counters(store: Any, schema: dict[str, Any], windows: list[str]) -> dict[tuple, tuple[int, int]]:
-    """``(window, attribute, value) -> (n, hits)`` as the store holds them (through its interface),
-    for every value of each attribute with reports in ``windows``: the shape of :func:`expected_counters`."""
+def stored_counters(where: Any, schema: dict[str, Any], windows: list[str]) -> dict[tuple, tuple[int, int]]:
+    """``(window, attribute, value) -> (n, hits)`` as the store holds them (through its interface)
+    once every acknowledged report is counted, for every value of each attribute with reports in
+    ``windows``: the shape of :func:`expected_counters`. ``where``: an app, or an
+    :func:`open_database` of its location."""
     from ldp_telemetry.shared import parse_schema
 
     parsed = parse_schema(schema)
+    database = where if hasattr(where, "writer") else None
+    settle(where if database is None else database)
+    store = database.store if database else store_of(where)
     out: dict[tuple, tuple[int, int]] = {}
-    for window, counters in store.window_counters(parsed.name, parsed.version, sorted(set(windows))).items():
+    for window, counters in read(store, "window_counters", parsed.name, parsed.version, sorted(set(windows))).items():
         for name, n in counters.totals.items():
             for key in parsed.attribute(name).keys:
                 out[(window, name, key)] = (n, counters.amounts.get(name, {}).get(key, 0))
@@ -216,7 +232,7 @@ def stored_counters(store: Any, schema: dict[str, Any], windows: list[str]) -> d
 def db_state(app: Any) -> dict[str, list[tuple]]:
     """Every row of every table of the app's database, sorted, once every acknowledged report is
     counted: :func:`file_state` of a SQLite file, :func:`postgres_state` of a PostgreSQL one."""
-    store_of(app).settle()  # what was acknowledged is counted (the SQLite store counts a moment later)
+    settle(app)  # what was acknowledged is counted (the SQLite store counts a moment later)
     location = app.config["LDP_DB"]
     return postgres_state(location) if location.startswith("postgresql://") else file_state(location)
 
@@ -224,16 +240,23 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
 STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
 
 
-def settle(location: str) -> None:
-    """Count every report a server on ``location`` acknowledged (what a restarted server does
-    first): the SQLite store counts a moment after it answers (its inbox)."""
+def settle(where: Any) -> None:
+    """Count every report acknowledged so far: ``where`` an app (its writer settles), an
+    :func:`open_database`, or a database location (what a restarted server does first). The SQLite writer counts a moment after it
+    answers (its inbox); a read of the store never settles by itself."""
+    if hasattr(where, "writer"):  # an open_database()
+        where.writer.settle()
+        return
+    if not isinstance(where, str):
+        where.extensions["ldp"]["writer"].settle()
+        return
     from ldp_telemetry.aggregator import open_database
 
-    store = open_database(location)[0]
+    database = open_database(where)
     try:
-        store.settle()
+        database.writer.settle()
     finally:
-        store.close()
+        database.store.close()
 
 
 def sql(location: str, statement: str) -> list[tuple]:

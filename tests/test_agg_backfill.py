@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import ADMIN, db_state, publish, sql, store_of
+from conftest import settle, read, write, ADMIN, db_state, publish, sql, store_of
 
 from ldp_telemetry.aggregator import candidates, retention
 from ldp_telemetry.aggregator.estimation import refresh
@@ -69,7 +69,7 @@ def supports(app, strings: list[str]) -> dict[tuple[str, str], int]:
     store.settle()
     windows = sorted({w for (w,) in sql(app.config["LDP_DB"], 'SELECT DISTINCT "window" FROM totals')})
     out = {}
-    for window, counters in store.window_counters("homes", 1, windows).items():
+    for window, counters in read(store, "window_counters", "homes", 1, windows).items():
         out[(window, "\n")] = counters.totals.get("home", 0)
         for s in strings:
             out[(window, s)] = int(counters.amounts.get("home", {}).get(s, 0))
@@ -81,7 +81,7 @@ def backfill_in_chunks(app, client, rng: random.Random, chunk: int, window: str)
     and its apply and between chunks (ids random, so some fall below the watermark, some in the
     chunk's range, some above); how many chunks it took."""
     store, chunks = store_of(app), 0
-    for schema, version, batch, _ in store.filling():
+    for schema, version, batch, _ in read(store, "filling"):
         while (read := store.backfill_read(schema, version, batch, chunk)) is not None:
             chunks += 1
             post(client, reports(rng, 9, window))
@@ -165,14 +165,14 @@ def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimat
     # A second batch, added while the first is half done; and one never estimated.
     store = store_of(app)
     store.settle()
-    (schema, version, first, size), = store.filling()
+    (schema, version, first, size), = read(store, "filling")
     assert size == 15 and not store.backfill(schema, version, first, 60)
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ADDED[15:],
                                      source="discovered") == len(ADDED) - 15
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ["ab\ufffd"],
                                      source="discovered", estimated=False) == 1
     assert backfill_in_chunks(app, client, rng, 37, windows[1]) >= 8
-    assert store.filling() == []
+    assert read(store, "filling") == []
     post(client, reports(rng, 30, windows[0]))  # after: counted by ingest alone
     expected = reference(app.config["LDP_DB"], LISTED + ADDED + ["ab\ufffd"])
     assert supports(app, LISTED + ADDED + ["ab\ufffd"]) == {k: v for k, v in expected.items() if k[1] != "ab\ufffd"} | {
@@ -271,10 +271,10 @@ def test_the_scheduler_back_fills_right_after_an_add(make_app):
         client = app.test_client()
         publish(client, SCHEMA)
         post(client, reports(random.Random(5), 50, "2026-11-21T11"))
-        store_of(app).settle()
+        settle(app)
         assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:3]}, headers=ADMIN).status_code == 202
         deadline = time.monotonic() + 30
-        while store_of(app).filling():
+        while read(store_of(app), "filling"):
             assert time.monotonic() < deadline, "no back-fill within 30 s"
             time.sleep(0.05)
     finally:
@@ -308,7 +308,7 @@ def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_coun
     insert("0", DAMAGED)
     assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
     store = store_of(app)
-    (schema, version, batch, _), = store.filling()
+    (schema, version, batch, _), = read(store, "filling")
     read = store.backfill_read(schema, version, batch, 10_000)
     insert("1", [*DAMAGED, "{not json"])
     with caplog.at_level("WARNING"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import ADMIN, sql, store_of
+from conftest import settle, read, write, ADMIN, sql, store_of
 from ldp_telemetry.aggregator import candidates, discovery
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.mechanisms.randomness import HmacStream
@@ -57,7 +57,7 @@ def test_discovered_strings_are_listed_as_discovered_and_estimated_from_level_0_
     app = make_app(LDP_DB=live_server.db)  # the jobs, as the leading process runs them
     assert discovery.discover_strings(app, seed=7) == 3
     assert discovery.discover_strings(app, seed=8) == 0  # found again: already candidates
-    while store_of(app).filling():
+    while read(store_of(app), "filling"):
         candidates.backfill(app)
     refresh.refresh(app)
 
@@ -112,10 +112,10 @@ def test_a_full_attribute_takes_no_discovered_string_and_the_job_goes_on(make_ap
     reports = [randomize(derived, {"home": "abc.org", "away": "xy.net"}, source=coins) for _ in range(6000)]
     for start in range(0, len(reports), 1000):
         assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
-    store_of(app).settle()
+    settle(app)
     assert discovery.discover_strings(app, seed=1) == 1  # "away" takes its string; "home" has no room
     assert "at most 10000 candidates" in caplog.text
-    assert [(c.attribute, c.value, c.source) for c in store_of(app).candidates("sites", 1)] == \
+    assert [(c.attribute, c.value, c.source) for c in read(store_of(app), "candidates", "sites", 1)] == \
         [("away", "xy.net", "discovered")]
 
 
@@ -136,10 +136,10 @@ def test_an_admin_runs_discovery_now_over_http(make_app):
     assert client.post("/api/v1/schemas/sites/2/discover", headers=ADMIN).status_code == 404
     refused = client.post("/api/v1/schemas/flags/1/discover", headers=ADMIN)
     assert refused.status_code == 400 and refused.get_json()["details"][0]["field"] == "attributes"
-    assert store_of(app).candidates("sites", 1) == []  # nothing ran for the refused calls
+    assert read(store_of(app), "candidates", "sites", 1) == []  # nothing ran for the refused calls
     answer = client.post(path, headers=ADMIN)
     assert answer.status_code == 200 and answer.get_json() == {"added": 2}
-    assert sorted((c.value, c.source) for c in store_of(app).candidates("sites", 1)) == [
+    assert sorted((c.value, c.source) for c in read(store_of(app), "candidates", "sites", 1)) == [
         ("abc.org", "discovered"), ("xy.net", "discovered")]
     assert client.post(path, headers=ADMIN).get_json() == {"added": 0}  # found again: not new
 
@@ -183,5 +183,5 @@ def test_near_the_limit_discovery_adds_the_most_supported_strings_that_fit(make_
     for start in range(0, len(reports), 1000):
         assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
     assert discovery.discover_strings(app, seed=3) == 1  # room for one: the more common string
-    assert [(c.value, c.source) for c in store_of(app).candidates("sites", 1)] == [("abc.org", "discovered")]
+    assert [(c.value, c.source) for c in read(store_of(app), "candidates", "sites", 1)] == [("abc.org", "discovered")]
     assert "at most 10000 candidates" in caplog.text

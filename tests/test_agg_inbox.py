@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import ADMIN_TOKEN, APP_USAGE, expected_counters, publish, store_of, stored_counters
+from conftest import settle, read, write, ADMIN_TOKEN, APP_USAGE, expected_counters, publish, store_of, stored_counters
 
 from ldp_telemetry.aggregator import create_app
-from ldp_telemetry.aggregator.store import ReportRow, inbox
+from ldp_telemetry.aggregator.ingest import inbox
+from ldp_telemetry.aggregator.store import ReportRow
 from ldp_telemetry.shared import parse_schema, randomize
 
 SCHEMA = parse_schema(APP_USAGE)
@@ -29,7 +30,7 @@ def make_reports(count: int) -> list[dict]:
 
 
 def counters(app, reports: list[dict]) -> dict:
-    return stored_counters(store_of(app), APP_USAGE, [r["window"] for r in reports])
+    return stored_counters(app, APP_USAGE, [r["window"] for r in reports])
 
 
 def segments(db: str) -> list[Path]:
@@ -96,11 +97,11 @@ def test_a_segment_folded_twice_counts_once_and_says_so_in_metrics(db):
     publish(client)
     reports = make_reports(30)
     assert client.post("/api/v1/reports", json={"reports": reports}).json == {"accepted": 30, "duplicates": 0}
-    store_of(app).settle()
+    settle(app)
     before = counters(app, reports)
     assert before == expected_counters(APP_USAGE, reports)
     write_segment(db, "crashed-after-its-commit", reports)  # the same reports again, as after a crash
-    store_of(app).settle()
+    settle(app)
     assert counters(app, reports) == before
     assert "ldp_reports_duplicate_late_total 30.0" in client.get("/metrics").get_data(as_text=True)
 
@@ -131,7 +132,7 @@ def test_a_line_cut_by_a_crash_is_left_out_and_a_damaged_one_skipped(db):
                f"{'g' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{\"nope\":true}}\n",
                f"{'h' * 20}\tapp-usage\t1\t{TODAY}\t0\t{{\"dark_mode\":\"yes\",\"os\":\"linux\"}}\n"]
     write_segment(db, "damaged", reports[3:], tail="".join(damaged))
-    store_of(app).settle()
+    settle(app)
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == [] and not list(Path(db + "-inbox").glob("*.bad"))
 
@@ -143,7 +144,7 @@ def test_too_many_unfolded_reports_answer_503_and_store_nothing(db, monkeypatch)
     monkeypatch.setattr(inbox, "MAX_UNFOLDED", 10)
     response = client.post("/api/v1/reports", json={"reports": make_reports(11)})
     assert response.status_code == 503 and response.headers["Retry-After"] == "1"
-    assert store_of(app).footprint()["reports"] == 0 and segments(db) == []
+    assert read(store_of(app), "footprint")["reports"] == 0 and segments(db) == []
     assert client.post("/api/v1/reports", json={"reports": make_reports(10)}).status_code == 202
 
 
@@ -155,7 +156,7 @@ def test_segments_are_deleted_once_folded_and_readable_only_by_the_server(db, sl
     written = segments(db)
     assert len(written) == 1 and written[0].stat().st_mode & 0o777 == 0o600
     assert Path(db + "-inbox").stat().st_mode & 0o777 == 0o700
-    store_of(app).settle()
+    settle(app)
     assert segments(db) == [] and not written[0].exists()
 
 
@@ -284,7 +285,7 @@ def test_a_starting_app_folds_what_dead_processes_left_without_waiting_for_live_
     sqlite_app(db)
     assert "were not folded within" not in caplog.text  # it did not wait for `live`'s segment
     assert len(segments(db)) == 1  # the dead one's was folded, the live one's is still its own
-    store_of(live).settle()
+    settle(live)
     assert counters(live, reports + dead) == expected_counters(APP_USAGE, reports + dead)
 
 
@@ -331,7 +332,7 @@ def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_
     assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
     with immutable(Path(db + "-inbox")):  # nothing in it can be deleted (as a read-only folder)
         for _ in range(3):  # refreshes
-            store_of(app).settle()
+            settle(app)
         other, found = another_process(db)
         for _ in range(3):  # its refreshes
             other.settle()
@@ -340,7 +341,7 @@ def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_
         assert left.stat().st_size == 0  # folded, then emptied where it could not be deleted
         assert caplog.text.count("cannot delete the folded inbox segment") == 2  # once per process
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
-    store_of(app).settle()  # deletable again: it goes
+    settle(app)  # deletable again: it goes
     assert segments(db) == []
 
 
@@ -353,7 +354,7 @@ def test_a_folded_segment_that_can_be_neither_emptied_nor_deleted_is_counted_lat
     (segment,) = segments(db)
     with immutable(segment):
         for _ in range(3):
-            store_of(app).settle()
+            settle(app)
         # The process that folded it remembers it (by name and inode) and never folds it again.
         assert late(app) == "ldp_reports_duplicate_late_total 0.0"
         # Another process finds its reports stored once, and then remembers it too.
@@ -363,7 +364,7 @@ def test_a_folded_segment_that_can_be_neither_emptied_nor_deleted_is_counted_lat
         assert found == [30]
         assert segments(db) == [segment]
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
-    store_of(app).settle()
+    settle(app)
     assert segments(db) == []
 
 
@@ -384,9 +385,9 @@ def test_a_draft_left_by_a_killed_process_is_deleted_once_it_is_old_and_unlocked
     fd = os.open(held, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a live process is making this one
     try:
-        store_of(app).settle()
+        settle(app)
         assert sorted(p.name for p in folder.glob("*.draft")) == ["fresh.draft", "held.draft"]
     finally:
         os.close(fd)
-    store_of(app).settle()
+    settle(app)
     assert sorted(p.name for p in folder.glob("*.draft")) == ["fresh.draft"]  # a moment old: left alone

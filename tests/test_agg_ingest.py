@@ -7,7 +7,7 @@ import sqlite3
 from datetime import datetime, timezone
 
 import pytest
-from conftest import APP_USAGE, db_state, expected_counters, publish, store_of, stored_counters
+from conftest import settle, read, write, APP_USAGE, db_state, expected_counters, publish, store_of, stored_counters
 
 from ldp_telemetry.aggregator.store import is_postgres
 from ldp_telemetry.shared import randomize
@@ -36,7 +36,7 @@ def reports(count: int, window: str = TODAY, record=None) -> list[dict]:
 
 
 def counters(app, windows=(TODAY,)) -> dict[tuple, tuple[int, int]]:
-    return stored_counters(store_of(app), APP_USAGE, list(windows))
+    return stored_counters(app, APP_USAGE, list(windows))
 
 
 def test_a_batch_is_stored_and_counted(app, client):
@@ -84,7 +84,7 @@ def test_raw_reports_keep_only_the_window(app, client):
     batch = reports(3)
     client.post("/api/v1/reports", json={"reports": batch}, headers={"User-Agent": "secret-agent/1.0"},
                 environ_base={"REMOTE_ADDR": "203.0.113.9"})
-    store_of(app).settle()
+    settle(app)
     with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the file itself: what is physically stored
         columns = [row[1] for row in conn.execute("PRAGMA table_info(reports)")]
         dump = "\n".join(conn.iterdump())
@@ -175,7 +175,7 @@ def test_sample_split_counts_only_the_carried_attribute(make_app):
     batch = [randomize(sample, {"dark_mode": True, "os": "macos"}, window=TODAY) for _ in range(40)]
     assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
     carried = {name: sum(name in r["values"] for r in batch) for name in ("dark_mode", "os")}
-    totals = store_of(app).window_counters("sampled", 1, [TODAY])[TODAY].totals
+    totals = read(store_of(app), "window_counters", "sampled", 1, [TODAY])[TODAY].totals
     assert totals == {k: v for k, v in carried.items() if v}
 
 
@@ -189,12 +189,12 @@ def test_oue_with_1024_categories_counts_every_bit(make_app):
     publish(client, wide)
     batch = [randomize(wide, {"page": f"page-{i % 7}"}, window=TODAY) for i in range(60)]
     assert client.post("/api/v1/reports", json={"reports": batch}).get_json() == {"accepted": 60, "duplicates": 0}
-    rows = {value: nh for (_, _, value), nh in stored_counters(store_of(app), wide, [TODAY]).items()}
+    rows = {value: nh for (_, _, value), nh in stored_counters(app, wide, [TODAY]).items()}
     assert len(rows) == 1024
     assert all(rows[f"page-{j}"] == (60, sum(r["values"]["page"][j] for r in batch)) for j in range(1024))
     # Sparse: a counter row only for a bit some report set, in the window and in the rollup (the
     # file itself is opened to count what is physically stored).
     set_bits = sum(any(r["values"]["page"][j] for r in batch) for j in range(1024))
-    store_of(app).settle()
+    settle(app)
     with sqlite3.connect(app.config["LDP_DB"]) as conn:
         assert conn.execute("SELECT count(*) FROM counters").fetchone()[0] == 2 * set_bits

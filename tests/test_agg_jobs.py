@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import APP_USAGE, db_state, publish
+from conftest import read, write, settle, APP_USAGE, db_state, publish
 
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.aggregator.estimation import jobs
@@ -45,13 +45,13 @@ pytestmark = pytest.mark.backends
 
 
 def _try_lead(path: str, answer) -> None:
-    answer.put(open_database(path)[0].lead())
+    answer.put(open_database(path).store.lead())
 
 
 def test_only_one_process_leads_until_it_lets_go(new_db):
     path = new_db()
-    open_database(path)[0].migrate()
-    leader, other = open_database(path)[0], open_database(path)[0]
+    open_database(path).store.migrate()
+    leader, other = open_database(path).store, open_database(path).store
     assert leader.lead() and leader.lead()
     assert not other.lead()
     context = multiprocessing.get_context("fork")
@@ -101,22 +101,22 @@ def test_retention_erases_old_windows_and_keeps_their_sums_in_the_rollup(make_ap
     refresh.refresh(app)
 
     def windows_estimated() -> set[str]:
-        return {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))}
+        return {r.window for r in read(store, "estimates", EstimatesQuery("app-usage", 1))}
 
     def stored_ids() -> list[tuple[str]]:
         # The database itself: were they erased?
         return sorted(row[:1] for row in db_state(app)["reports"])
 
-    before = store.window_counters("app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
+    before = read(store, "window_counters", "app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
     assert retention.expire(app) == Expired(reports=0, windows=0)
     # 2026-11-19 ended 3 days before the end of this:
     assert hourly_retention(app, clock, datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)) == Expired(3, 1)
     assert stored_ids() == sorted((r["id"],) for r in new)
-    after = store.window_counters("app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
+    after = read(store, "window_counters", "app-usage", 1, ["2026-11-19", "2026-11-21", ROLLUP])
     assert after["2026-11-19"].totals == {} and after["2026-11-19"].amounts == {}
     assert after["2026-11-21"] == before["2026-11-21"] and after[ROLLUP] == before[ROLLUP]
     assert windows_estimated() == {"2026-11-21", ROLLUP}
-    assert store.activity("app-usage", 1).carried == {"dark_mode": 5, "os": 5}  # the rollup still counts them
+    assert read(store, "activity", "app-usage", 1).carried == {"dark_mode": 5, "os": 5}  # the rollup still counts them
     # A retry of a deleted report is past retention at ingest too: it cannot be counted twice.
     assert client.post("/api/v1/reports", json={"reports": old}).status_code == 400
     assert hourly_retention(app, clock, clock[0] + timedelta(days=2)) == Expired(reports=2, windows=1)
@@ -131,14 +131,14 @@ def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_count
     sent = {day: [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window=day) for _ in range(2)]
             for day in days}
     assert client.post("/api/v1/reports", json={"reports": [r for d in days for r in sent[d]]}).status_code == 202
-    rollup = store.window_counters("app-usage", 1, [ROLLUP])[ROLLUP]
+    rollup = read(store, "window_counters", "app-usage", 1, [ROLLUP])[ROLLUP]
     clock[0] = NOW + timedelta(days=40)
     # The first run ever may move the cutoff 6 hours past the oldest window's end: 2026-11-19 only.
     assert retention.expire(app) == Expired(reports=2, windows=1)
     clock[0] = NOW  # the clock is right again
     assert retention.expire(app) == Expired(reports=0, windows=0)
-    kept = {r.window for r in store.estimates(EstimatesQuery("app-usage", 1))} | set(
-        w for w in days if store.window_counters("app-usage", 1, [w])[w].totals)
+    kept = {r.window for r in read(store, "estimates", EstimatesQuery("app-usage", 1))} | set(
+        w for w in days if read(store, "window_counters", "app-usage", 1, [w])[w].totals)
     assert {"2026-11-20", "2026-11-21"} <= kept
     # The erased window's reports, retried, are refused (the kept cutoff, not the clock, says so)
     # and the others are duplicates (SQLite finds them when it folds): the rollup counts each once.
@@ -147,7 +147,7 @@ def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_count
     again = client.post("/api/v1/reports", json={"reports": sent["2026-11-20"] + sent["2026-11-21"]})
     assert again.status_code == 202
     store.settle()
-    assert store.window_counters("app-usage", 1, [ROLLUP])[ROLLUP] == rollup
+    assert read(store, "window_counters", "app-usage", 1, [ROLLUP])[ROLLUP] == rollup
 
 
 def test_retention_walks_the_ids_in_chunks_and_erases_only_expired_reports(make_app, monkeypatch):

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, postgres_location, stored_counters
+from conftest import read, write, ADMIN, APP_USAGE, LiveServer, expected_counters, postgres_location, stored_counters
 
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import randomize
@@ -145,7 +145,7 @@ def test_three_nodes_count_exactly_once_through_kills_and_retries(backend, postg
         sent = [r for batch in batches for r in batch]
         store = open_database(location)[0]
         try:
-            assert store.footprint()["reports"] == len(sent)
+            assert read(store, "footprint")["reports"] == len(sent)
             windows = sorted({r["window"] for r in sent})
             assert stored_counters(store, APP_USAGE, windows) == expected_counters(APP_USAGE, sent)
         finally:
@@ -272,7 +272,7 @@ def test_two_nodes_add_discover_and_back_fill_strings_while_ingesting_and_count_
                 expected[(report["window"], c)] = expected.get((report["window"], c), 0) + supported
         store = open_database(location)[0]
         try:
-            counted = store.window_counters("homes", 1, sorted(level_0))
+            counted = read(store, "window_counters", "homes", 1, sorted(level_0))
         finally:
             store.close()
         assert {w: c.totals["home"] for w, c in counted.items()} == level_0

@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, expected_counters, sql, stored_counters
+from conftest import read, write, settle, ADMIN, APP_USAGE, expected_counters, sql, stored_counters
 
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.shared import parse_schema, randomize

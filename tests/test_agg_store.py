@@ -9,14 +9,14 @@ import json
 import sqlite3
 
 import pytest
-from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, sql, store_of,
+from conftest import (settle, read, write, ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, sql, store_of,
                       stored_counters)
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.aggregator.store import EstimatesQuery, StoreBusy, StoreUnavailable, is_postgres
 from ldp_telemetry.aggregator import open_database
-from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS, SQLiteStore
+from ldp_telemetry.aggregator.store.sqlite import MIGRATIONS
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 from ldp_telemetry.shared.windows import ROLLUP
@@ -41,13 +41,13 @@ def test_a_file_that_is_no_database_is_unavailable(tmp_path):
     path = tmp_path / "not.db"
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreUnavailable):
-        open_database(str(path))[0].migrate()
+        open_database(str(path)).store.migrate()
 
 
 def test_an_unreachable_postgresql_server_is_unavailable():
     pytest.importorskip("psycopg")
     with pytest.raises(StoreUnavailable, match="cannot"):
-        open_database(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")[0].migrate()
+        open_database(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing").store.migrate()
 
 
 def hold_writes(location: str):
@@ -66,12 +66,12 @@ def hold_writes(location: str):
 
 def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client):
     store = store_of(app)
-    store.busy_timeout = 0.2
+    store.db.busy_timeout = 0.2
     store.close()  # the next connection waits 0.2 s, not 10 s
     holder = hold_writes(app.config["LDP_DB"])
     try:
         with pytest.raises(StoreBusy):
-            store.publish_schema({"name": "x", "version": 1}, "2026-11-21T00:00:00Z")
+            write(store, "publish_schema", {"name": "x", "version": 1}, "2026-11-21T00:00:00Z")
         sent = reports(1)
         response = client.post("/api/v1/reports", json={"reports": sent})
         if is_postgres(store.location):
@@ -83,8 +83,7 @@ def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client):
         holder.rollback()
         holder.close()
     if not is_postgres(store.location):
-        store.settle()
-        assert stored_counters(store, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
+        assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
 
 
 # -- refresh from a snapshot ---------------------------------------------------------------------
@@ -92,20 +91,21 @@ def test_a_writer_held_up_by_another_is_busy_and_the_api_says_503(app, client):
 
 def test_a_refresh_computed_before_a_change_does_not_overwrite_or_clear_it(app, client):
     client.post("/api/v1/reports", json={"reports": reports(5)})
+    settle(app)
     store = store_of(app)
     schema = parse_schema(APP_USAGE)
-    stale = store.stale_windows(0.95)
+    stale = read(store, "stale_windows", 0.95)
     assert {s.window for s in stale} == {TODAY, ROLLUP}
-    counters = store.window_counters("app-usage", 1, [s.window for s in stale])
+    counters = read(store, "window_counters", "app-usage", 1, [s.window for s in stale])
     rows = [r for s in stale for r in refresh.estimate_rows(schema, s.window, counters[s.window], 0.95, "t0")]
     client.post("/api/v1/reports", json={"reports": reports(3)})  # the counters change while it computes
-    store.settle()
-    store.save_estimates(rows, stale)
-    assert store.estimates(EstimatesQuery("app-usage", 1)) == []  # nothing older than the counters written
-    assert {s.window for s in store.stale_windows(0.95)} == {TODAY, ROLLUP}  # and still due
+    settle(app)
+    write(store, "save_estimates", rows, stale)
+    assert read(store, "estimates", EstimatesQuery("app-usage", 1)) == []  # nothing older than the counters written
+    assert {s.window for s in read(store, "stale_windows", 0.95)} == {TODAY, ROLLUP}  # and still due
     refresh.refresh(app)
-    assert {r.n for r in store.estimates(EstimatesQuery("app-usage", 1))} == {8}
-    assert store.stale_windows(0.95) == []
+    assert {r.n for r in read(store, "estimates", EstimatesQuery("app-usage", 1))} == {8}
+    assert read(store, "stale_windows", 0.95) == []
 
 
 def test_a_new_confidence_level_makes_every_window_stale_once(make_app):
@@ -115,10 +115,10 @@ def test_a_new_confidence_level_makes_every_window_stale_once(make_app):
     client.post("/api/v1/reports", json={"reports": reports(4) + reports(2, YESTERDAY)})
     refresh.refresh(app)
     app.config["LDP_CONFIDENCE"] = 0.99
-    assert {s.window for s in store_of(app).stale_windows(0.99)} == {TODAY, YESTERDAY, ROLLUP}
+    assert {s.window for s in read(store_of(app), "stale_windows", 0.99)} == {TODAY, YESTERDAY, ROLLUP}
     assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.95  # as stored
     refresh.refresh(app)
-    assert store_of(app).stale_windows(0.99) == []
+    assert read(store_of(app), "stale_windows", 0.99) == []
     assert client.get("/api/v1/estimates?schema=app-usage").get_json()["confidence"] == 0.99
 
 
@@ -146,20 +146,20 @@ def test_stored_reports_are_read_a_page_at_a_time_in_id_order_for_one_schema_ver
     sent = reports(7)
     assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
     store = store_of(app)
-    store.settle()
+    settle(app)
     ids = sorted(r["id"] for r in sent)
     lasts, after = [], ""
     while True:
-        read, count, last = store.wire_columns("app-usage", 1, "os", (), after, 3)
-        assert count <= 3 and read.carried.shape == (count,) and read.carried.all()
+        columns, count, last, _ = read(store, "wire_columns", "app-usage", 1, "os", (), after, 3)
+        assert count <= 3 and columns.carried.shape == (count,) and columns.carried.all()
         if not count:
             break
         lasts.append(last)
         after = last
     assert lasts == [ids[2], ids[5], ids[6]]  # pages of 3 in id order: every report once
-    assert store.wire_columns("app-usage", 1, "os", (), "", 10, through=ids[3])[1] == 4
-    assert store.wire_columns("app-usage", 2, "os", (), "", 10)[1] == 0
-    assert store.wire_columns("other", 1, "os", (), "", 10)[1] == 0
+    assert read(store, "wire_columns", "app-usage", 1, "os", (), "", 10, through=ids[3])[1] == 4
+    assert read(store, "wire_columns", "app-usage", 2, "os", (), "", 10)[1] == 0
+    assert read(store, "wire_columns", "other", 1, "os", (), "", 10)[1] == 0
 
 
 @pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=100001", "limit"), ("limit=ten", "limit"),
@@ -231,13 +231,13 @@ def test_a_database_with_dense_counters_is_brought_over(tmp_path, make_app):
 
     app = make_app(LDP_DB=str(path), LDP_CLOCK=lambda: NOW)
     store = store_of(app)
-    assert stored_counters(store, APP_USAGE, [TODAY, YESTERDAY]) == dense
-    assert store.activity("app-usage", 1).carried == {"dark_mode": 10, "os": 10}  # the rollup, built from them
-    kept = store.estimates(EstimatesQuery("app-usage", 1))
+    assert stored_counters(app, APP_USAGE, [TODAY, YESTERDAY]) == dense
+    assert read(store, "activity", "app-usage", 1).carried == {"dark_mode": 10, "os": 10}  # the rollup, built from them
+    kept = read(store, "estimates", EstimatesQuery("app-usage", 1))
     assert [(r.window, r.attribute, r.value, r.confidence, r.rank) for r in kept] == [
         (YESTERDAY, "dark_mode", "true", 0.9, 0)]
-    assert {s.window for s in store.stale_windows(0.9)} == {TODAY, YESTERDAY, ROLLUP}  # still due
-    assert store.footprint()["reports"] == len(sent)
+    assert {s.window for s in read(store, "stale_windows", 0.9)} == {TODAY, YESTERDAY, ROLLUP}  # still due
+    assert read(store, "footprint")["reports"] == len(sent)
     with sqlite3.connect(path) as conn:  # the file itself: no insertion-ordered rowid survives
         with pytest.raises(sqlite3.OperationalError, match="rowid"):
             conn.execute("SELECT rowid FROM reports")
@@ -273,7 +273,7 @@ def test_the_reports_of_one_request_are_not_stored_together(app, client):
     for batch in (first, second):
         assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
     origin = {r["id"]: "A" for r in first} | {r["id"]: "B" for r in second}
-    store_of(app).settle()
+    settle(app)
     with sqlite3.connect(app.config["LDP_DB"]) as conn:
         with pytest.raises(sqlite3.OperationalError, match="rowid"):
             conn.execute("SELECT rowid FROM reports")
@@ -300,7 +300,7 @@ def test_the_wal_keeps_no_arrival_order_once_folded(app, client):
     for _ in range(20):
         batch = reports(1)
         assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
-        store.settle()  # folded on its own
+        settle(app)  # folded on its own
         sent += batch
     wal = Path(app.config["LDP_DB"] + "-wal")
     data = wal.read_bytes() if wal.exists() else b""
@@ -309,7 +309,7 @@ def test_the_wal_keeps_no_arrival_order_once_folded(app, client):
     with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the reports are in the database itself
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == len(sent)
         # The WAL is bounded when a reader keeps it from being truncated: cut back at its next reset.
-        assert store._db.conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 0
+        assert store.db.connections.conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 0
 
 
 @pytest.mark.sqlite_only
@@ -390,7 +390,7 @@ def test_settling_leaves_no_request_order_in_xmin_or_in_the_heap_in_postgresql(a
     for batch in batches:
         assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
     origin = {r["id"]: k for k, batch in enumerate(batches) for r in batch}
-    store_of(app).settle()
+    settle(app)
     with psycopg.connect(app.config["LDP_DB"]) as conn:
         rows = conn.execute("SELECT xmin::text, tableoid, id FROM reports ORDER BY tableoid, ctid").fetchall()
     assert sorted(i for _, _, i in rows) == sorted(origin)
@@ -404,7 +404,7 @@ def test_settling_leaves_no_request_order_in_xmin_or_in_the_heap_in_postgresql(a
         forward, backward = forward + f, backward + b
     assert backward >= (forward + backward) / 4, (forward, backward)
     assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(len(origin),)]
-    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(
         APP_USAGE, [r for batch in batches for r in batch])
 
 
@@ -420,13 +420,13 @@ def test_nodes_settling_at_once_beside_retried_ingests_keep_every_report_exactly
 
     monkeypatch.setattr(postgres, "SETTLE_CHUNK", 37)
     location = app.config["LDP_DB"]
-    nodes = [open_database(location)[0] for _ in range(3)]  # a pool each, as other nodes have
+    nodes = [open_database(location) for _ in range(3)]  # a pool each, as other nodes have
     stop, errors = threading.Event(), []
 
-    def settle_until_stopped(store) -> None:
+    def settle_until_stopped(node) -> None:
         while not stop.is_set():
             try:
-                store.settle()
+                node.writer.settle()
             except Exception as exc:  # noqa: BLE001 (reported below)
                 errors.append(exc)
                 return
@@ -446,7 +446,7 @@ def test_nodes_settling_at_once_beside_retried_ingests_keep_every_report_exactly
         for thread in threads:
             thread.join(60)
         for node in nodes:
-            node.close()
+            node.store.close()
     assert errors == []
     assert answers[0::2] == [{"accepted": 10, "duplicates": 0}] * 1 + [{"accepted": 0, "duplicates": 10}] * 59
     assert answers[1::2] == [{"accepted": 10, "duplicates": 0}] * 59
@@ -454,7 +454,7 @@ def test_nodes_settling_at_once_beside_retried_ingests_keep_every_report_exactly
     assert sql(location, "SELECT count(*) FROM unsettled") == [(0,)]
     assert sorted(sql(location, 'SELECT id, "values" FROM reports')) == sorted(
         (r["id"], json.dumps(r["values"], separators=(",", ":"))) for r in every)
-    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, every)
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, every)
 
 
 @pytest.mark.postgres_only
@@ -468,11 +468,11 @@ def test_a_settle_rewrites_a_bounded_number_of_reports_and_the_next_one_goes_on(
     assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
     left = []
     for _ in range(4):
-        store_of(app).settle()
+        settle(app)
         with psycopg_connection(location) as conn:
             left.append(conn.execute("SELECT count(*) FROM unsettled").fetchone()[0])
     assert left == [13, 6, 0, 0]
-    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
 
 
 def psycopg_connection(location: str):
@@ -494,23 +494,23 @@ def test_a_report_rewritten_while_retention_erases_its_window_is_erased_all_the_
     from ldp_telemetry.aggregator.store import postgres
     from ldp_telemetry.shared.windows import window_end
 
-    rewrite = postgres._rewrite_unsettled
+    rewrite = postgres.PostgresTx.rewrite_unsettled
     rewritten = threading.Event()
 
-    def slow_rewrite(conn, after):
-        ids = rewrite(conn, after)
+    def slow_rewrite(tx, after):
+        ids = rewrite(tx, after)
         if ids:
             rewritten.set()
             time.sleep(1.5)  # still in its transaction, as a large chunk would be
         return ids
 
-    monkeypatch.setattr(postgres, "_rewrite_unsettled", slow_rewrite)
+    monkeypatch.setattr(postgres.PostgresTx, "rewrite_unsettled", slow_rewrite)
     sent = reports(5, window=YESTERDAY)
     assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
-    settling = threading.Thread(target=store_of(app).settle)
+    settling = threading.Thread(target=settle, args=(app,))
     settling.start()
     assert rewritten.wait(30)
-    other = open_database(app.config["LDP_DB"])[0]  # another node's retention job
+    other = open_database(app.config["LDP_DB"]).store  # another node's retention job
     try:
         other.expire(int(window_end(YESTERDAY, "day").timestamp()))
     finally:
@@ -532,4 +532,4 @@ def test_connections_the_server_ended_are_replaced(app, client):
     assert ended and all(ok for (ok,) in ended)
     statuses = [client.post("/api/v1/reports", json={"reports": second}).status_code for _ in range(3)]
     assert statuses[-1] == 202 and set(statuses) <= {503, 202}
-    assert stored_counters(store_of(app), APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, first + second)
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, first + second)

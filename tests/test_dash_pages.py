@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from html import unescape
 
 import pytest
-from conftest import ADMIN, ADMIN_TOKEN, APP_USAGE
+from conftest import settle, ADMIN, ADMIN_TOKEN, APP_USAGE
 
 from ldp_telemetry.shared import parse_schema, randomize
 

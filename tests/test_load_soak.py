@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, stored_counters
+from conftest import read, write, ADMIN, APP_USAGE, LiveServer, expected_counters, stored_counters
 
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.store.sqlite_connection import CACHE_KIB
@@ -266,7 +266,7 @@ def test_mixed_load_keeps_exact_counts_and_flat_memory(tmp_path: Path) -> None:
         store = open_database(str(server.db_path))[0]
         try:
             stored = stored_counters(store, APP_USAGE, [r["window"] for r in sent])
-            reports = store.footprint()["reports"]
+            reports = read(store, "footprint")["reports"]
         finally:
             store.close()
         assert reports == len(sent) + wide_reports

@@ -28,7 +28,7 @@ from .. import context
 from ..catalog import version_number
 from ..retention import retention_cutoff
 from ..estimation.readout import ReadError, check_range, read, window_bound
-from ..store import Activity
+from ..store import Activity, Store
 
 # Templates and the stylesheet live in this package's templates/ and static/ folders, which the
 # app itself serves (create_app names them), outside this blueprint and so outside its read-token
@@ -149,9 +149,9 @@ def _render(template: str, status: int = 200, **values: Any) -> tuple[str, int]:
 def index() -> tuple[str, int]:
     store, catalog = context.store(), context.catalog()
     schemas = []
-    for definition in store.latest_schemas():
+    for definition in store.run_tx("latest_schemas", lambda tx: tx.latest_schemas(), write=False):
         schema = catalog.schema(definition["name"], definition["version"])
-        schemas.append({"schema": schema, "counts": counts(schema, store.activity(schema.name, schema.version))})
+        schemas.append({"schema": schema, "counts": counts(schema, _activity(store, schema))})
     return _render("index.html", schemas=schemas)
 
 
@@ -168,14 +168,14 @@ def schema_page(name: str) -> tuple[str, int]:
     store = context.store()
     first = since or _latest_since(schema)
     view = current_app.extensions["ldp"]["pages"].get(
-        (schema.name, schema.version, first, until), store.estimates_generation(), lambda: _view(schema, first, until))
+        (schema.name, schema.version, first, until), store.run_tx("estimates_generation", lambda tx: tx.estimates_generation(), write=False), lambda: _view(schema, first, until))
     csv_query = {"schema": schema.name, "version": schema.version, "format": "csv",
                  **{k: v for k, v in (("since", since), ("until", until)) if v}}
     return _render(
         "schema.html",
         page=view.page,
-        counts=counts(schema, store.activity(schema.name, schema.version)),
-        versions=store.schema_versions(schema.name),
+        counts=counts(schema, _activity(store, schema)),
+        versions=store.run_tx("schema_versions", lambda tx: tx.schema_versions(schema.name), write=False),
         truncated=view.truncated,
         version_param=version_param,
         since=since,
@@ -223,7 +223,8 @@ class View:
 
 def _view(schema: Schema, since: str, until: str | None) -> View:
     readout = read(current_app, schema, since=since, until=until)
-    added = candidates.sources(context.store().candidates(schema.name, schema.version))
+    added = candidates.sources(context.store().run_tx(
+        "candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False))
     return View(pages.schema_page(schema, readout.rows, readout.confidence, added), readout.next is not None,
                 readout.confidence)
 
@@ -265,3 +266,7 @@ def _presets(schema: Schema, version_param: str) -> list[tuple[str, str]]:
     oldest = window_of(retention_cutoff(now, current_app.config["LDP_RETENTION_DAYS"]), schema.window)
     links.append(("every retained window", url_for("dashboard.schema_page", since=oldest, **base)))
     return links
+
+
+def _activity(store: Store, schema: Schema) -> Activity:
+    return store.run_tx("activity", lambda tx: tx.activity(schema.name, schema.version), write=False)

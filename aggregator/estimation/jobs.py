@@ -20,7 +20,8 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from .. import candidates, context, discovery
+from .. import context, discovery
+from ..questions import backfill
 from .. import retention
 from . import refresh
 
@@ -46,7 +47,7 @@ def init_app(app: Flask) -> None:
                       args=(app, refresh.refresh), id="refresh", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, retention.expire),
                       id="retention", next_run_time=context.system_clock(), **common)
-    scheduler.add_job(run_if_leader, "interval", seconds=candidates.BACKFILL_INTERVAL, args=(app, candidates.backfill),
+    scheduler.add_job(run_if_leader, "interval", seconds=backfill.BACKFILL_INTERVAL, args=(app, backfill.backfill),
                       id="backfill", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=discovery.DISCOVERY_INTERVAL, args=(app, discover),
                       id="discovery", **common)

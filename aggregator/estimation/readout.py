@@ -86,7 +86,8 @@ def read(app: Flask, schema: Schema, *, attribute: str | None = None, since: str
     most ``limit`` rows from after the position ``after``."""
     check_range(since, until)
     store = context.store(app)
-    rows = store.estimates(EstimatesQuery(schema.name, schema.version, attribute, since, until, limit + 1, after))
+    query = EstimatesQuery(schema.name, schema.version, attribute, since, until, limit + 1, after)
+    rows = store.run_tx("estimates", lambda tx: tx.estimates(query), write=False)
     more = len(rows) > limit
     rows = rows[:limit]
     levels = {r.confidence for r in rows}

@@ -10,6 +10,7 @@ beside it; a window that changed while it was computed stays dirty for the next 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Sequence
@@ -20,7 +21,9 @@ from ...shared.estimators import no_narrower_than_a_window
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from .. import context
-from ..store import CandidateRow, EstimateRow, Stale, WindowCounters
+from ..store import CandidateRow, EstimateRow, Stale, StoreBusy, WindowCounters
+
+log = logging.getLogger(__name__)
 
 # Windows whose counters are read from one snapshot; estimate rows written per transaction (a
 # window's rows always go together): ingest waits at most one such write.
@@ -44,27 +47,40 @@ def refresh(app: Flask) -> RefreshResult:
     computed_at = context.iso(context.now(app))
     written = windows = 0
     with context.metrics(app).refresh_seconds.time():
-        stale = store.stale_windows(confidence)
+        settle(app)
+        stale = store.run_tx("stale_windows", lambda tx: tx.stale_windows(confidence), write=False)
         for (name, version), group in groupby(stale, key=lambda s: (s.schema, s.version)):
             schema = catalog.schema(name, version)
             if schema is None:  # counters exist only for published schemas, which are never deleted
                 raise RuntimeError(f"counters of {name!r} version {version}, which is not published")
             keys = list(group)
-            groups = candidate_groups(schema, [c for c in store.candidates(name, version) if c.complete and c.estimated])
+            stored = store.run_tx("candidates", lambda tx: tx.candidates(name, version), write=False)
+            groups = candidate_groups(schema, [c for c in stored if c.complete and c.estimated])
             for start in range(0, len(keys), WINDOWS_PER_READ):
                 chunk = keys[start:start + WINDOWS_PER_READ]
-                counters = store.window_counters(name, version, [s.window for s in chunk])
+                counters = store.run_tx("window_counters", lambda tx: tx.window_counters(
+                    name, version, [s.window for s in chunk]), write=False)
                 rows: list[EstimateRow] = []
                 done: list[Stale] = []
                 for s in chunk:
                     rows += estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, groups=groups)
                     done.append(s)
                     if len(rows) >= ROWS_PER_WRITE or s is chunk[-1]:
-                        store.save_estimates(rows, done)
+                        store.run_tx("save_estimates", lambda tx: tx.save_estimates(rows, done))
                         written += len(rows)
                         rows, done = [], []
                 windows += sum(s.window != ROLLUP for s in chunk)
     return RefreshResult(written, windows)
+
+
+def settle(app: Flask) -> None:
+    """The refresh's first step: count what was acknowledged so far (and take arrival order out of
+    what was stored). A database too busy for it now leaves the counters as they are: the next
+    refresh counts the rest."""
+    try:
+        context.writer(app).settle()
+    except StoreBusy as exc:
+        log.warning("could not count every acknowledged report before the refresh: %s", exc)
 
 
 def candidate_groups(schema: Schema, added: Sequence[CandidateRow]) -> dict[str, list[tuple[Attribute, int, dict]]]:

@@ -54,7 +54,7 @@ def publish_schema() -> tuple[Response, int]:
 
 @bp.get("/schemas")
 def list_schemas() -> Response:
-    return jsonify({"schemas": context.store().latest_schemas()})
+    return jsonify({"schemas": context.store().run_tx("latest_schemas", lambda tx: tx.latest_schemas(), write=False)})
 
 
 @bp.get("/schemas/<name>")
@@ -88,9 +88,9 @@ def get_candidates(name: str, version: str) -> Response:
     if attribute is not None and attribute not in schema.attribute_names:
         raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
                        [detail("attribute", "not found")])
-    store = context.store()
-    rows = candidates.listing(schema, store.candidates(schema.name, schema.version),
-                              store.published_at(schema.name, schema.version), attribute)
+    stored, published_at = context.store().run_tx("candidates", lambda tx: (
+        tx.candidates(schema.name, schema.version), tx.published_at(schema.name, schema.version)), write=False)
+    rows = candidates.listing(schema, stored, published_at, attribute)
     return jsonify({"schema": schema.name, "version": schema.version, "candidates": rows})
 
 
@@ -147,7 +147,7 @@ def post_reports() -> tuple[Response, int]:
         metrics.rejected_batches.inc()
         metrics.rejected.inc(len({d["index"] for d in exc.details if "index" in d}))
         raise
-    outcome = store_batch(context.store(), reports, window_ends)
+    outcome = store_batch(context.writer(), reports, window_ends)
     metrics.accepted.inc(outcome.accepted)
     metrics.duplicates.inc(outcome.duplicates)
     metrics.batch_size.observe(len(reports))
@@ -185,7 +185,8 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     # shows one: their rows rank after every listed value; listed ones are answered by their type.
     sourced = any(a.kind.candidates_apart for a in schema.attributes)
     stored = sourced and any(row.rank >= refresh.ADDED_RANK for row in page.rows)
-    added = candidates.sources(context.store().candidates(schema.name, schema.version)) if stored else {}
+    added = candidates.sources(context.store().run_tx(
+        "candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False)) if stored else {}
     estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:

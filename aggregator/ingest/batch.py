@@ -2,11 +2,9 @@
 
 The batch is all-or-nothing: every report is validated (the shared validator, then the server's
 window policy) before anything is written, and one invalid report rejects the request with a
-detail per bad index. Then the store takes the new ones (:meth:`Store.ingest`): durably before
-the answer, each counted exactly once (by :mod:`.counting`), all of the batch or none; an id
-repeated in the batch, or already stored, is a duplicate and changes no counter. PostgreSQL
-stores and counts them in one transaction; SQLite appends them to its inbox and counts them a
-moment later (:mod:`..store.inbox`).
+detail per bad index. Then the writer takes the new ones (:class:`.writer.ReportWriter`): durably
+before the answer, each counted exactly once (by :mod:`.counting`), all of the batch or none; an id
+repeated in the batch, or already stored, is a duplicate and changes no counter.
 A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
 """
 
@@ -25,7 +23,8 @@ from .. import context
 from ..catalog import Catalog
 from ..errors import ApiError, detail
 from ..retention import kept_cutoff, retention_cutoff
-from ..store import ReportRow, Store, first_of_each_id
+from .writer import ReportWriter
+from ..store import ReportRow, first_of_each_id
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
@@ -124,7 +123,7 @@ def report_rows(reports: Sequence[Report], window_ends: Sequence[int]) -> list[R
                             for r, end in zip(reports, window_ends))
 
 
-def store_batch(store: Store, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:
-    """Store the valid ``reports``: each id once, counted (by the store's counting) if new."""
-    accepted = store.ingest(report_rows(reports, window_ends))
+def store_batch(writer: ReportWriter, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:
+    """Store the valid ``reports``: each id once, counted if new."""
+    accepted = writer.write(report_rows(reports, window_ends))
     return Outcome(accepted, len(reports) - accepted)

@@ -6,13 +6,14 @@ mechanism's statistics name (:meth:`Mechanism.statistics`: hits for shares, Σ a
 means) that key's amount; only amounts that are not zero become rows, so a report adds a few rows
 per attribute however many categories it has (DESIGN.md, "Storage").
 
-:class:`Counting` is built once per app (``create_app``) and given to the store, which applies it,
-whichever backend it is, to the rows it found new, inside the transaction that stores them. So
-counting is one step with one input (stored report rows) and one output (:class:`Increments`),
-and the store itself never runs mechanism math nor decodes a report. The back-fill's bulk read is
-the one place the database extracts wire fields, those counting names (:meth:`Counting.columns`),
-as numbers it does not interpret (:class:`WireColumns`): counting checks and counts them
-(:meth:`Counting.backfill_columns`), and decodes any rows it is given into the same columns.
+:class:`Counting` is built once per app (``create_app``) and called by the writer
+(:mod:`.writer`) inside the transaction that stores the reports it counts, and by the back-fill
+(:mod:`..questions.backfill`). So counting is one step with one input (stored report rows) and one
+output (:class:`Increments`), and the store itself never runs mechanism math nor decodes a report.
+The back-fill's bulk read is the one place the database extracts wire fields, those counting names
+(:meth:`Counting.columns`), as numbers it does not interpret (:class:`WireColumns`): counting
+checks and counts them (:meth:`Counting.backfill_columns`), and decodes any rows it is given into
+the same columns.
 """
 
 from __future__ import annotations

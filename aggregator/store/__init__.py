@@ -1,24 +1,29 @@
-"""The aggregator's database, behind one interface (:class:`Store`): the only package that
-speaks SQL or imports a database driver.
+"""The aggregator's database, behind one door (:class:`Store`, :meth:`Store.run_tx`): the only
+package that speaks SQL or imports a database driver.
 
-``open_store(LDP_DB)`` picks the implementation from the setting: a ``postgresql://`` (or
-``postgres://``) URL is the PostgreSQL store (:mod:`.postgres`; psycopg is imported only then);
-anything else is a file path, the embedded SQLite store (:mod:`.sqlite`).
+``open_store(LDP_DB)`` picks the backend from the setting: a ``postgresql://`` (or
+``postgres://``) URL is PostgreSQL (:mod:`.postgres`; psycopg is imported only then); anything
+else is a file path, the embedded SQLite (:mod:`.sqlite`).
 
-The rooms: :mod:`.base` (the interface and the rows that cross it), :mod:`.errors` (the store's
-own errors), :mod:`.dialect` (the SQL both databases share), :mod:`.rollup` (increments arranged
-for writing), :mod:`.sqlite` with :mod:`.sqlite_connection`, :mod:`.sqlite_migrations` and :mod:`.inbox` (where SQLite's
-acknowledged reports wait to be folded in), :mod:`.postgres` with :mod:`.postgres_migrations`,
-and :mod:`.groupcommit` (one commit for the requests that arrive meanwhile).
+The rooms: :mod:`.store` (the door), :mod:`.dialect` (what one transaction can do: the SQL both
+databases share), :mod:`.rows` (the rows that cross the boundary), :mod:`.errors` (the store's
+own errors), :mod:`.rollup` (increments arranged for writing), :mod:`.sqlite` with
+:mod:`.sqlite_connection` and :mod:`.sqlite_migrations`, :mod:`.postgres` with
+:mod:`.postgres_migrations`.
 """
 
 from __future__ import annotations
 
-from .base import (BATCH_N_PREFIX, Activity, AmountRow, BackfillChunk, CandidateBatch, CandidateRow, Counts, EstimateRow,
-                   EstimatesQuery, Expired, Increments, Known, NOT_READ, ReportRow, Retention, Stale, Store, TotalRow,
-                   WindowCounters, WireColumns, first_of_each_id)
+from typing import Callable
+
+from .dialect import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
-from .sqlite import SQLiteStore
+from .rollup import with_rollup
+from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BackfillChunk, CandidateBatch, CandidateRow,
+                   EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, TotalRow,
+                   WindowCounters, WireColumns, first_of_each_id)
+from .sqlite import SQLiteDatabase
+from .store import Database, Store
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -28,20 +33,25 @@ def is_postgres(location: str) -> bool:
     return location.startswith(POSTGRES_SCHEMES)
 
 
-def open_store(location: str, synchronous: str = "full") -> Store:
-    """The store ``LDP_DB`` names, not yet migrated, and not yet given its counting
-    (:meth:`Store.count_with`). ``synchronous`` is SQLite's durability; a PostgreSQL commit is as
-    durable as the server is configured to make it."""
+def open_store(location: str, synchronous: str = "full",
+               observe: Callable[[str, float], None] | None = None) -> Store:
+    """The store ``LDP_DB`` names, not yet migrated. ``synchronous`` is SQLite's durability; a
+    PostgreSQL commit is as durable as the server is configured to make it. ``observe(name,
+    seconds)`` records each transaction's duration."""
+    db: Database
     if is_postgres(location):
         try:
-            from .postgres import PostgresStore
+            from .postgres import PostgresDatabase
         except ModuleNotFoundError as exc:
             raise StoreUnavailable(f"a postgresql:// LDP_DB needs {exc.name}: "
                                    "pip install 'ldp-telemetry[aggregator]'") from None
-        return PostgresStore(location)
-    return SQLiteStore(location, synchronous)
+        db = PostgresDatabase(location)
+    else:
+        db = SQLiteDatabase(location, synchronous)
+    return Store(db, observe)
 
 
-__all__ = ["BATCH_N_PREFIX", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow", "Counts", "Known", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "NOT_READ", "ReportRow",
-           "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "WindowCounters", "WireColumns",
-           "first_of_each_id", "is_postgres", "open_store"]
+__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow",
+           "Database", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "ReportRow", "Retention",
+           "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
+           "WireColumns", "first_of_each_id", "is_postgres", "open_store", "with_rollup"]

@@ -1,48 +1,70 @@
-"""The SQL both stores share, behind one dialect object per database.
+"""What can be done inside one transaction: :class:`Tx`, the SQL both databases share.
 
-A :class:`Dialect` knows its driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg)
-and runs the statements that read the same on both: the stale windows, one window's counters,
-a page of estimates, a schema version's activity, and the retention walk. Each store passes the
-connection (or its transaction and snapshot factories); the dialect holds no connection itself.
-What differs between the databases (inserting, upserting, locking) stays in each store.
+A :class:`Tx` wraps the connection of one transaction that :meth:`.store.Store.run_tx` opened, and
+its methods are the statements the aggregator runs, each written once with ``param``, the
+driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg). What differs between the databases
+(inserting many rows at once, the JSON functions, locking clauses) is a class attribute or a
+method that :class:`.sqlite.SQLiteTx` and :class:`.postgres.PostgresTx` give. A transaction
+never commits, retries or translates errors itself: the door (``run_tx``) does.
 
-Words used in both stores: a window is *dirty* while its counters changed since its estimates
-were computed, and its *dirty mark* is a number that changes at every change, so a refresh that
-read a window can tell, when it saves, whether the window changed meanwhile.
+Words used here: a window is *dirty* while its counters changed since its estimates were
+computed, and its *dirty mark* is a number that changes at every change, so a refresh that read a
+window can tell, when it saves, whether the window changed meanwhile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Sequence
+import json
+from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
 from ...shared.windows import ROLLUP
-from .base import (BATCH_N_PREFIX, NOT_READ, Activity, BackfillChunk, CandidateBatch, CandidateRow, Counts,
-                   EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, WindowCounters,
-                   WireColumns)
-from .rollup import with_rollup
+from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, CandidateBatch, CandidateRow, EstimateRow, EstimatesQuery,
+                   Increments, Known, ReportRow, Retention, Stale, WindowCounters, WireColumns, estimates_by_window,
+                   schema_key_ok)
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
-# Rows deleted per retention transaction: no lock is held long.
-DELETE_CHUNK = 5_000
 # Ids per "IN (...)" list (SQLite binds at most 32,766 parameters).
-_IN_CHUNK = 500
+IN_CHUNK = 500
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
 WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
-NEXT_GENERATION = "UPDATE generation SET n = n + 1"
+ESTIMATE_COLUMNS = EstimateRow._fields
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """The shared statements, written with ``param``, the driver's placeholder."""
+class Tx:
+    """One transaction's statements on ``conn`` (a DB-API connection)."""
 
-    param: str
-    share_lock: str = ""  # what holds a row read until commit (SQLite's write lock already does)
-    update_lock: str = ""  # what holds a row read until commit against share_lock readers too
-    new_mark: str = "random()"  # a dirty mark never used before
-    aggregate: str = "group_concat"  # joins a column's texts, with a separator
+    param: ClassVar[str] = "?"
+    share_lock: ClassVar[str] = ""  # what holds a row read until commit (SQLite's write lock already does)
+    update_lock: ClassVar[str] = ""  # what holds a row read until commit against share_lock readers too
+    new_mark: ClassVar[str] = "random()"  # a dirty mark never used before
+    aggregate: ClassVar[str] = "group_concat"  # joins a column's texts, with a separator
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+    def _in(self, values: Sequence[Any]) -> str:
+        return ", ".join([self.param] * len(values))
+
+    # -- what differs between the databases ---------------------------------------------------
+
+    def insert_new(self, rows: Sequence[ReportRow]) -> set[str]:
+        """Insert ``rows`` in id order, skipping stored ids: the ids inserted (one statement checks
+        and inserts, so no id goes in twice)."""
+        raise NotImplementedError
+
+    def add(self, increments: Increments) -> None:
+        """Add ``increments`` (summed, in key order: :func:`.rollup.with_rollup`) to the counters and
+        mark their windows dirty with a fresh mark."""
+        raise NotImplementedError
 
     def json_source(self, attribute: str) -> tuple[str, list[Any]]:
         """SQL and its parameters: what of a report's values the JSON functions below take (as
@@ -66,27 +88,218 @@ class Dialect:
         """SQL joining the numbers ``columns`` into one text, separated by spaces."""
         return " || ' ' || ".join(columns)
 
-    def stale_windows(self, conn: Any, confidence: float) -> list[Stale]:
-        """:meth:`Store.stale_windows` read on ``conn``: dirty windows with their marks, and windows
-        estimated at another confidence (their mark None)."""
+    # -- schemas -------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """A read the database must answer."""
+        self._one("SELECT count(*) FROM schemas")
+
+    def published_at(self, name: str, version: int) -> str | None:
+        """When schema ``name`` version ``version`` was published (ISO 8601 UTC), or None."""
+        if not schema_key_ok(name, version):
+            return None
+        p = self.param
+        return self._one(f"SELECT published_at FROM schemas WHERE name = {p} AND version = {p}", (name, version))
+
+    def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        """The definition of ``name`` at ``version`` (latest if None), or None if unpublished."""
+        if not schema_key_ok(name, version):
+            return None
+        p = self.param
+        if version is None:
+            text = self._one(f"SELECT definition FROM schemas WHERE name = {p} ORDER BY version DESC LIMIT 1", (name,))
+        else:
+            text = self._one(f"SELECT definition FROM schemas WHERE name = {p} AND version = {p}", (name, version))
+        return None if text is None else json.loads(text)
+
+    def latest_schemas(self) -> list[dict[str, Any]]:
+        """The latest version of every schema, by name."""
+        rows = self._all("SELECT definition FROM schemas s WHERE version = "
+                         "(SELECT max(version) FROM schemas WHERE name = s.name) ORDER BY name")
+        return [json.loads(definition) for (definition,) in rows]
+
+    def schema_versions(self, name: str) -> list[int]:
+        """Every published version of ``name``, oldest first."""
+        return [v for (v,) in self._all(f"SELECT version FROM schemas WHERE name = {self.param} ORDER BY version",
+                                        (name,))]
+
+    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
+        """Store a derived schema: ``"created"``, ``"identical"`` (already stored) or ``"conflict"``."""
+        p = self.param
+        name, version = definition["name"], definition["version"]
+        created = self._one(f"INSERT INTO schemas (name, version, definition, published_at) VALUES ({p}, {p}, {p}, {p}) "
+                            "ON CONFLICT DO NOTHING RETURNING 1", (name, version, json.dumps(definition), published_at))
+        if created:
+            return "created"
+        stored = self._one(f"SELECT definition FROM schemas WHERE name = {p} AND version = {p}", (name, version))
+        return "identical" if json.loads(stored) == definition else "conflict"
+
+    def footprint(self) -> dict[str, int]:
+        """Rows per table (full counts: for operators and the bench, never on a request's path)."""
+        return {table: self._one(f"SELECT count(*) FROM {table}") for table in TABLES}
+
+    # -- ingest ----------------------------------------------------------------------------------
+
+    def within_retention(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
+        """``rows`` less those of windows the kept cutoff has erased, read in the ingest's own
+        transaction and held (``share_lock``) until it commits: a retention run raises the
+        cutoff only after the ingests that read the old one are stored, so its walk finds their
+        reports, and a retry of an erased report is never counted twice."""
+        cutoff = self._one("SELECT cutoff FROM retention" + self.share_lock)
+        return list(rows) if cutoff is None else [r for r in rows if r.window_end > cutoff]
+
+    # Exactly once for questions added later: a batch's counters hold the supports of the stored
+    # reports with id up to its watermark. Counting a report for it (ingest: iff its id is at most
+    # the watermark, or the batch is complete) and moving the watermark (the back-fill: count the
+    # stored reports up to the new one) both run while the schema version's row is locked: shared
+    # by ingest (``share_lock``; under SQLite's write lock anyway), exclusive by the back-fill and by
+    # adding (``update_lock``). So no report is stored between a back-fill's read and its new
+    # watermark without ingest seeing it.
+
+    def known(self, pairs: Iterable[tuple[str, int]], cache: dict[tuple[str, int], Known]
+              ) -> dict[tuple[str, int], Known]:
+        """The counted candidates of each schema version in ``pairs``, with the schema's row locked
+        (``share_lock``) until commit; ``cache`` keeps what was read, reloaded when a schema
+        version's mark moved."""
+        p = self.param
+        out = {}
+        for schema, version in sorted(set(pairs)):
+            mark = self._one(f"SELECT candidates_mark FROM schemas WHERE name = {p} AND version = {p}"
+                             + self.share_lock, (schema, version))
+            if mark is None:
+                continue
+            known = cache.get((schema, version))
+            if known is None or known.mark != mark:
+                known = cache[(schema, version)] = self._read_known(schema, version, mark)
+            out[(schema, version)] = known
+        return out
+
+    def _read_known(self, schema: str, version: int, mark: int) -> Known:
+        """The batches of estimated candidates of a schema version: each one being back-filled on
+        its own, the complete ones of an attribute together (they count every report)."""
+        p = self.param
+        rows = self._all(
+            "SELECT b.batch, b.attribute, b.watermark, c.value FROM backfills b JOIN candidates c "
+            "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
+            f"WHERE b.schema = {p} AND b.version = {p} ORDER BY b.attribute, c.rank", (schema, version))
+        filling: dict[int, tuple[str, str, list[str]]] = {}
+        complete: dict[str, list[str]] = {}
+        for batch, attribute, watermark, value in rows:
+            if watermark is None:
+                complete.setdefault(attribute, []).append(value)
+            else:
+                filling.setdefault(batch, (attribute, watermark, []))[2].append(value)
+        batches = [CandidateBatch(-1, a, tuple(values), None) for a, values in complete.items()]
+        batches += [CandidateBatch(b, a, tuple(values), w) for b, (a, w, values) in sorted(filling.items())]
+        return Known(mark, tuple(batches))
+
+    # -- estimation ------------------------------------------------------------------------------
+
+    def stale_windows(self, confidence: float) -> list[Stale]:
+        """Windows (the rollup included) whose counters changed since their estimates were computed
+        (with their marks), or whose estimates are at another confidence level (mark None); by
+        schema and version."""
         p = self.param
         sql = ('SELECT schema, version, "window", mark FROM dirty UNION ALL '
                'SELECT DISTINCT schema, version, "window", CAST(NULL AS BIGINT) FROM estimates e '
                f'WHERE confidence != {p} AND NOT EXISTS (SELECT 1 FROM dirty d '
                'WHERE (d.schema, d.version, d."window") = (e.schema, e.version, e."window")) ORDER BY 1, 2, 3')
-        return [Stale(*row) for row in conn.execute(sql, (confidence,)).fetchall()]
+        return [Stale(*row) for row in self._all(sql, (confidence,))]
 
-    def _smallest_windows_sql(self) -> str:
-        """Each attribute's ``n`` in its smallest retained window of one schema version (parameters
-        schema, version, :data:`ROLLUP`): what a memoised attribute's rollup interval is made from."""
+    def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
+        """The counters of ``windows`` of one schema version (read from one snapshot: run it in a
+        read transaction). For the rollup also each attribute's ``n`` in its smallest retained
+        window (what a memoised attribute's rollup interval is made from)."""
         p = self.param
-        return (f'SELECT attribute, min(n) FROM totals WHERE schema = {p} AND version = {p} AND "window" != {p} '
-                'GROUP BY attribute')
+        key_sql = f'schema = {p} AND version = {p} AND "window" = {p}'
+        out = {}
+        for window in windows:
+            key = (schema, version, window)
+            totals = dict(self._all(f"SELECT attribute, n FROM totals WHERE {key_sql}", key))
+            amounts: dict[str, dict[str, int | float]] = {}
+            for attribute, value, amount in self._all(f"SELECT attribute, value, amount FROM counters WHERE {key_sql}",
+                                                      key):
+                # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
+                whole = isinstance(amount, float) and amount.is_integer()
+                amounts.setdefault(attribute, {})[value] = int(amount) if whole else amount
+            smallest = {} if window != ROLLUP else dict(self._all(
+                f'SELECT attribute, min(n) FROM totals WHERE schema = {p} AND version = {p} AND "window" != {p} '
+                "GROUP BY attribute", key))
+            out[window] = WindowCounters(totals, amounts, smallest)
+        return out
 
-    def estimates(self, conn: Any, query: EstimatesQuery) -> list[EstimateRow]:
-        """The page of estimates ``query`` asks for, read on ``conn`` (a DB-API connection). The rollup's name sorts after every window name (a letter after
-        digits, compared bytewise), so the primary key's order is the order to show, and a page is a
-        range of it."""
+    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
+        """Replace estimates with ``rows``; clear the ``done`` windows' dirty marks unless they
+        changed since they were read (then what was computed is older than what is due, so it is
+        left for the next refresh). Deleting the mark that was read, and only it, decides that
+        atomically against any ingest."""
+        p = self.param
+        by_window = estimates_by_window(rows)
+        where = f'FROM dirty WHERE schema = {p} AND version = {p} AND "window" = {p}'
+        upsert = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in ESTIMATE_COLUMNS)}) "
+                  f"VALUES ({', '.join([p] * len(ESTIMATE_COLUMNS))}) "
+                  'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
+                  + ", ".join(f'"{c}" = excluded."{c}"' for c in ESTIMATE_COLUMNS[4:]))
+        for stale in done:
+            key = (stale.schema, stale.version, stale.window)
+            if stale.mark is None:
+                current = self._one(f"SELECT 1 {where}", key) is None
+            else:
+                current = self.conn.execute(f"DELETE {where} AND mark = {p}", (*key, stale.mark)).rowcount == 1
+            if current:
+                self.conn.cursor().executemany(upsert, by_window.get(key, ()))
+        self.next_generation()
+
+    def next_generation(self) -> None:
+        """Stored estimates changed: what was derived from them is stale."""
+        self.conn.execute("UPDATE generation SET n = n + 1")
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def retention(self) -> Retention:
+        """The kept retention cutoff and the oldest retained window's end."""
+        return Retention(self.retention_cutoff(), self._one("SELECT min(window_end) FROM totals"))
+
+    def retention_cutoff(self) -> int | None:
+        """The kept retention cutoff (None before retention first ran): what ingest refuses windows by."""
+        return self._one("SELECT cutoff FROM retention")
+
+    def raise_cutoff(self, cutoff: int) -> int:
+        """Raise the kept cutoff to ``cutoff`` (it never goes down): the cutoff kept now."""
+        self.conn.execute(
+            f"INSERT INTO retention (id, cutoff) VALUES (1, {self.param}) ON CONFLICT (id) DO UPDATE SET cutoff = "
+            "CASE WHEN excluded.cutoff > retention.cutoff THEN excluded.cutoff ELSE retention.cutoff END", (cutoff,))
+        return self._one("SELECT cutoff FROM retention")
+
+    def any_window_due(self, cutoff: int) -> bool:
+        return self._one(f"SELECT 1 FROM totals WHERE window_end <= {self.param} LIMIT 1", (cutoff,)) is not None
+
+    def expired_report_ids(self, after: str, cutoff: int, limit: int) -> list[str]:
+        """Ids of reports of windows that ended at or before ``cutoff``, after ``after``, in id order."""
+        p = self.param
+        return [i for (i,) in self._all(f"SELECT id FROM reports WHERE id > {p} AND window_end <= {p} "
+                                        f"ORDER BY id LIMIT {p}", (after, cutoff, limit))]
+
+    def delete_reports(self, ids: Sequence[str]) -> int:
+        return int(self.conn.execute(f"DELETE FROM reports WHERE id IN ({self._in(ids)})", list(ids)).rowcount)
+
+    def expired_windows(self, cutoff: int) -> list[tuple[str, int, str]]:
+        return [tuple(r) for r in self._all(
+            f'SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= {self.param}', (cutoff,))]
+
+    def delete_window(self, key: tuple[str, int, str]) -> None:
+        """A window's counters, totals, estimates and dirty mark (the rollup keeps their sums)."""
+        p = self.param
+        for table in WINDOW_TABLES:
+            self.conn.execute(f'DELETE FROM {table} WHERE schema = {p} AND version = {p} AND "window" = {p}', key)
+        self.next_generation()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
+        """The page of estimates ``query`` asks for: windows in time order with the rollup last, values
+        in schema order. The rollup's name sorts after every window name (a letter after digits,
+        compared bytewise), so the primary key's order is the order to show, and a page is a range of it."""
         p = self.param
         sql = f"SELECT * FROM estimates WHERE schema = {p} AND version = {p}"
         params: list[Any] = [query.schema, query.version]
@@ -104,170 +317,50 @@ class Dialect:
             params += list(query.after)
         sql += f' ORDER BY "window", rank LIMIT {p}'
         params.append(query.limit)
-        cursor = conn.execute(sql, params)
+        cursor = self.conn.execute(sql, params)
         names = [column[0] for column in cursor.description or ()]
         return [EstimateRow(**dict(zip(names, row))) for row in cursor]
 
-    def window_counters(self, conn: Any, schema: str, version: int,
-                        windows: Sequence[str]) -> dict[str, WindowCounters]:
-        """:meth:`Store.window_counters` read on ``conn`` (inside the store's snapshot)."""
-        p = self.param
-        key_sql = f'schema = {p} AND version = {p} AND "window" = {p}'
-        out = {}
-        for window in windows:
-            key = (schema, version, window)
-            totals = dict(conn.execute(f"SELECT attribute, n FROM totals WHERE {key_sql}", key).fetchall())
-            amounts: dict[str, dict[str, int | float]] = {}
-            rows = conn.execute(f"SELECT attribute, value, amount FROM counters WHERE {key_sql}", key)
-            for attribute, value, amount in rows:
-                # Hits are whole numbers (kept exactly: below 2**53); sums of numeric values are not.
-                whole = isinstance(amount, float) and amount.is_integer()
-                amounts.setdefault(attribute, {})[value] = int(amount) if whole else amount
-            smallest = {} if window != ROLLUP else dict(conn.execute(self._smallest_windows_sql(), key).fetchall())
-            out[window] = WindowCounters(totals, amounts, smallest)
-        return out
+    def estimates_generation(self) -> int:
+        """A number that changes whenever stored estimates change: what is derived from the
+        estimates may be kept until it moves. Cheap: one row."""
+        return int(self._one("SELECT n FROM generation"))
 
-    def activity(self, conn: Any, schema: str, version: int) -> Activity:
-        """:meth:`Store.activity` read on ``conn`` (a DB-API connection)."""
+    def activity(self, schema: str, version: int) -> Activity:
+        """Report counts per attribute, windows, last refresh and pending changes of one schema version."""
         p = self.param
         key = f"schema = {p} AND version = {p}"
         rollup = (schema, version, ROLLUP)
-        carried = dict(conn.execute(f'SELECT attribute, n FROM totals WHERE {key} AND "window" = {p}',
-                                    rollup).fetchall())
-        windows = conn.execute(f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {p}',
-                               rollup).fetchone()[0]
-        computed_at = conn.execute(f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {p}',
-                                   rollup).fetchone()[0]
-        pending = conn.execute(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version)).fetchone()
+        carried = dict(self._all(f'SELECT attribute, n FROM totals WHERE {key} AND "window" = {p}', rollup))
+        windows = self._one(f'SELECT count(DISTINCT "window") FROM totals WHERE {key} AND "window" != {p}', rollup)
+        computed_at = self._one(f'SELECT max(computed_at) FROM estimates WHERE {key} AND "window" = {p}', rollup)
+        pending = self._one(f"SELECT 1 FROM dirty WHERE {key} LIMIT 1", (schema, version))
         return Activity(carried, windows, computed_at, pending is not None)
 
-    def retention(self, conn: Any) -> Retention:
-        """:meth:`Store.retention` read on ``conn``."""
-        oldest = conn.execute("SELECT min(window_end) FROM totals").fetchone()[0]  # the rollup's is NULL
-        return Retention(self.retention_cutoff(conn), oldest)
+    # -- candidates (questions added later) ------------------------------------------------------
 
-    def retention_cutoff(self, conn: Any) -> int | None:
-        """:meth:`Store.retention_cutoff` read on ``conn``."""
-        row = conn.execute("SELECT cutoff FROM retention").fetchone()
-        return None if row is None else row[0]
-
-    def expire(self, transaction: Callable[[], ContextManager[Any]], snapshot: Callable[[], ContextManager[Any]],
-               cutoff: int) -> Expired:
-        """Raise the kept cutoff to ``cutoff`` (it never goes down) and delete what belongs to
-        windows that ended at or before the kept cutoff (:meth:`Store.expire`): reports in chunks,
-        then each window's rows in a transaction of its own, so no lock is held long.
-        ``transaction()`` is the store's write transaction and ``snapshot()`` a read, each yielding
-        a DB-API connection. The cutoff is kept first, so an ingest that reads it in its own
-        transaction refuses those windows from then on.
-
-        ``reports`` has no index on ``window_end``: it cost every stored report a second random page
-        write, for a job that runs once an hour. So the expired reports are found by walking the id key
-        in chunks, each read outside the write lock and then deleted by id; the walk runs only when a
-        window is due (``totals`` is indexed by window end, and a window's totals go after its reports).
-        """
+    def candidates(self, schema: str, version: int) -> list[CandidateRow]:
+        """The stored candidates of a schema version, by attribute and rank."""
         p = self.param
-        with transaction() as conn:
-            conn.execute(f"INSERT INTO retention (id, cutoff) VALUES (1, {p}) ON CONFLICT (id) DO UPDATE SET cutoff = "
-                         "CASE WHEN excluded.cutoff > retention.cutoff THEN excluded.cutoff ELSE retention.cutoff END",
-                         (cutoff,))
-            cutoff = conn.execute("SELECT cutoff FROM retention").fetchone()[0]
-        with snapshot() as conn:
-            due = conn.execute(f"SELECT 1 FROM totals WHERE window_end <= {p} LIMIT 1", (cutoff,)).fetchone()
-        reports, after = 0, ""
-        while due:
-            with snapshot() as conn:
-                ids = [i for (i,) in conn.execute(f"SELECT id FROM reports WHERE id > {p} AND window_end <= {p} "
-                                                  f"ORDER BY id LIMIT {p}", (after, cutoff, DELETE_CHUNK))]
-            if ids:
-                with transaction() as conn:
-                    reports += conn.execute(f"DELETE FROM reports WHERE id IN ({', '.join([p] * len(ids))})",
-                                            ids).rowcount
-                after = ids[-1]
-            due = len(ids) == DELETE_CHUNK
-        with transaction() as conn:
-            windows = conn.execute(f'SELECT DISTINCT schema, version, "window" FROM totals WHERE window_end <= {p}',
-                                   (cutoff,)).fetchall()
-        for key in windows:  # a window per transaction: its rows are few (sparse counters)
-            with transaction() as conn:
-                for table in WINDOW_TABLES:
-                    conn.execute(f'DELETE FROM {table} WHERE schema = {p} AND version = {p} AND "window" = {p}',
-                                 key)
-                conn.execute(NEXT_GENERATION)
-        return Expired(reports, len(windows))
-
-    def within_retention(self, conn: Any, rows: Sequence[ReportRow]) -> list[ReportRow]:
-        """``rows`` less those of windows the kept cutoff has erased, read in the ingest's own
-        transaction and held (``share_lock``) until it commits: a retention run raises the
-        cutoff only after the ingests that read the old one are stored, so its walk finds their
-        reports, and a retry of an erased report is never counted twice."""
-        row = conn.execute("SELECT cutoff FROM retention" + self.share_lock).fetchone()
-        return list(rows) if row is None else [r for r in rows if r.window_end > row[0]]
-
-
-    # -- candidates (beyond the schema's own) ----------------------------------------------------
-    #
-    # Exactly once: a batch's counters hold the supports of the stored reports with id up to its
-    # watermark. Counting a report for it (ingest: iff its id is at most the watermark, or the batch
-    # is complete) and moving the watermark (the back-fill: count the stored reports up to the new
-    # one) both run while the schema version's row is locked: shared by ingest (``share_lock``; under
-    # SQLite's write lock anyway), exclusive by the back-fill and by adding (``update_lock``). So no
-    # report is stored between a back-fill's read and its new watermark without ingest seeing it.
-
-    def known(self, conn: Any, pairs: Iterable[tuple[str, int]], cache: dict[tuple[str, int], Known]
-              ) -> dict[tuple[str, int], Known]:
-        """The counted candidates of each schema version in ``pairs``, read in the counting
-        transaction with the schema's row locked (``share_lock``) until it commits; ``cache`` keeps
-        what was read, reloaded when a schema version's mark moved."""
-        p = self.param
-        out = {}
-        for schema, version in sorted(set(pairs)):
-            row = conn.execute(f"SELECT candidates_mark FROM schemas WHERE name = {p} AND version = {p}"
-                               + self.share_lock, (schema, version)).fetchone()
-            if row is None:
-                continue
-            known = cache.get((schema, version))
-            if known is None or known.mark != row[0]:
-                known = cache[(schema, version)] = self._read_known(conn, schema, version, row[0])
-            out[(schema, version)] = known
-        return out
-
-    def _read_known(self, conn: Any, schema: str, version: int, mark: int) -> Known:
-        """The batches of estimated candidates of a schema version: each one being back-filled on
-        its own, the complete ones of an attribute together (they count every report)."""
-        p = self.param
-        rows = conn.execute(
-            "SELECT b.batch, b.attribute, b.watermark, c.value FROM backfills b JOIN candidates c "
-            "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
-            f"WHERE b.schema = {p} AND b.version = {p} ORDER BY b.attribute, c.rank", (schema, version)).fetchall()
-        filling: dict[int, tuple[str, str, list[str]]] = {}
-        complete: dict[str, list[str]] = {}
-        for batch, attribute, watermark, value in rows:
-            if watermark is None:
-                complete.setdefault(attribute, []).append(value)
-            else:
-                filling.setdefault(batch, (attribute, watermark, []))[2].append(value)
-        batches = [CandidateBatch(-1, a, tuple(values), None) for a, values in complete.items()]
-        batches += [CandidateBatch(b, a, tuple(values), w) for b, (a, w, values) in sorted(filling.items())]
-        return Known(mark, tuple(batches))
-
-    def candidates(self, conn: Any, schema: str, version: int) -> list[CandidateRow]:
-        """:meth:`Store.candidates` read on ``conn``."""
-        p = self.param
-        rows = conn.execute(
+        rows = self._all(
             "SELECT c.attribute, c.value, c.source, c.added_at, c.estimated, c.rank, c.batch, b.watermark, b.deficit "
             "FROM candidates c LEFT JOIN backfills b ON b.batch = c.batch "
             f"WHERE c.schema = {p} AND c.version = {p} ORDER BY c.attribute, c.rank", (schema, version))
         return [CandidateRow(a, v, s, at, bool(e), r, b, b is not None and w is None, d)
                 for a, v, s, at, e, r, b, w, d in rows]
 
-    def add_candidates(self, conn: Any, schema: str, version: int, attribute: str, values: Sequence[str],
-                       source: str, estimated: bool, added_at: str, most: int) -> int | None:
-        """:meth:`Store.add_candidates` in the caller's write transaction."""
+    def add_candidates(self, schema: str, version: int, attribute: str, values: Sequence[str], *, source: str,
+                       estimated: bool, added_at: str, most: int) -> int | None:
+        """Store those of ``values`` (prepared, distinct) not stored for the attribute yet, as one
+        batch to back-fill (``estimated``) or never counted; how many were new. None, and nothing
+        stored, if the attribute would then have more than ``most`` stored candidates. The schema
+        version's row is locked first (``update_lock``): a report is counted for them by ingest or
+        by the back-fill, never both."""
         p = self.param
         key = (schema, version, attribute)
-        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, key[:2])
+        self.lock_schema(schema, version)
         where = f"schema = {p} AND version = {p} AND attribute = {p}"
-        stored = {v for (v,) in conn.execute(f"SELECT value FROM candidates WHERE {where}", key)}
+        stored = {v for (v,) in self._all(f"SELECT value FROM candidates WHERE {where}", key)}
         new = [v for v in dict.fromkeys(values) if v not in stored]
         if len(stored) + len(new) > most:
             return None
@@ -275,61 +368,65 @@ class Dialect:
             return 0
         batch = None
         if estimated:  # watermark '': no report counted yet (every id is longer)
-            batch = conn.execute(f"INSERT INTO backfills (schema, version, attribute, watermark) "
-                                 f"VALUES ({p}, {p}, {p}, '') RETURNING batch", key).fetchone()[0]
-        first = conn.execute(f"SELECT coalesce(max(rank), -1) + 1 FROM candidates WHERE schema = {p} AND version = {p}",
-                             key[:2]).fetchone()[0]
-        conn.cursor().executemany(
+            batch = self._one(f"INSERT INTO backfills (schema, version, attribute, watermark) "
+                              f"VALUES ({p}, {p}, {p}, '') RETURNING batch", key)
+        first = self._one(f"SELECT coalesce(max(rank), -1) + 1 FROM candidates WHERE schema = {p} AND version = {p}",
+                          key[:2])
+        self.conn.cursor().executemany(
             "INSERT INTO candidates (schema, version, attribute, value, source, added_at, estimated, rank, batch) "
             f"VALUES ({', '.join([p] * 9)})",
             [(*key, value, source, added_at, estimated, first + i, batch) for i, value in enumerate(new)])
-        self._moved(conn, schema, version)
+        self.candidates_moved(schema, version)
         return len(new)
 
-    def _moved(self, conn: Any, schema: str, version: int) -> None:
+    def lock_schema(self, schema: str, version: int) -> None:
+        """Hold the schema version's row against ingest's counting until commit (``update_lock``)."""
+        p = self.param
+        self.conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock,
+                          (schema, version))
+
+    def candidates_moved(self, schema: str, version: int) -> None:
         """A new mark for the schema version's candidates: counting reloads them."""
         p = self.param
-        conn.execute(f"UPDATE schemas SET candidates_mark = candidates_mark + 1 WHERE name = {p} AND version = {p}",
-                     (schema, version))
+        self.conn.execute(f"UPDATE schemas SET candidates_mark = candidates_mark + 1 WHERE name = {p} AND version = {p}",
+                          (schema, version))
 
-    def filling(self, conn: Any) -> list[tuple[str, int, int, int]]:
-        """:meth:`Store.filling` read on ``conn``."""
-        return [tuple(r) for r in conn.execute(
+    def filling(self) -> list[tuple[str, int, int, int]]:
+        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)``."""
+        return [tuple(r) for r in self._all(
             "SELECT b.schema, b.version, b.batch, count(*) FROM backfills b JOIN candidates c "
             "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
             "WHERE b.watermark IS NOT NULL GROUP BY b.schema, b.version, b.batch ORDER BY b.batch")]
 
-    def backfill_read(self, conn: Any, schema: str, version: int, batch: int, reports: int,
-                      counts: Counts) -> BackfillChunk | None:
-        """:meth:`Store.backfill_read` on ``conn`` (a read: no lock is taken). The reports are read
-        as :class:`WireColumns` of the fields counting names, which the database extracts from
-        their JSON (:meth:`wire_columns`): no Python object per report."""
+    def batch(self, schema: str, version: int, batch: int) -> CandidateBatch | None:
+        """A batch of candidates with its watermark (None: back-filled over every report), or None
+        if there is no such batch."""
         p = self.param
-        row = conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
-        if row is None or row[1] is None:
+        row = self.conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
+        if row is None:
             return None
         attribute, watermark = row
-        values = tuple(v for (v,) in conn.execute(
+        values = tuple(v for (v,) in self._all(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
-        read, count, last, ids = self.wire_columns(conn, schema, version, attribute,
-                                                   counts.columns(schema, version, attribute), watermark, reports)
-        target = CandidateBatch(batch, attribute, values, watermark)
-        per_window = np.bincount(read.window, minlength=len(read.windows))
-        return BackfillChunk(schema, version, target, last if count == reports else None, ids,
-                             counts.backfill_columns(read, target), dict(zip(read.windows, read.ends)),
-                             {w: int(n) for w, n in zip(read.windows, per_window)})
+        return CandidateBatch(batch, attribute, values, watermark)
 
-    def wire_columns(self, conn: Any, schema: str, version: int, attribute: str, fields: Sequence[str], after: str,
+    def watermark(self, batch: int) -> tuple[bool, str | None]:
+        """Whether ``batch`` exists, and its watermark."""
+        row = self.conn.execute(f"SELECT watermark FROM backfills WHERE batch = {self.param}", (batch,)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def move_watermark(self, batch: int, through: str) -> None:
+        self.conn.execute(f"UPDATE backfills SET watermark = {self.param} WHERE batch = {self.param}", (through, batch))
+
+    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str,
                      limit: int, through: str | None = None) -> tuple[WireColumns, int, str | None, str]:
-        """:meth:`Store.wire_columns` on ``conn``: the stored reports of a schema version after the id
-        ``after`` (and at most ``through``), in id order, at most ``limit``, as ``attribute``'s
-        ``fields`` (:class:`WireColumns`), with how many were read,
-        the last id and every id read (separated by spaces). The database extracts the fields and
-        joins each report's into one text for all: SQLite's and PostgreSQL's JSON functions run in
-        C, and one text of numbers is one numpy parse (measured over 100,000 reports on SQLite,
-        before the fields' type checks: 0.16 s, where their rows as Python tuples took 0.18 s and
-        their JSON decoded in Python 0.29 s; the ids as one text, not 100,000 strings)."""
+        """The stored reports of a schema version after the id ``after`` (and at most ``through``), in
+        id order, at most ``limit``, as ``attribute``'s ``fields`` (:class:`WireColumns`), with how
+        many were read, the last id and every id read (separated by spaces): a job reads the
+        retained reports a page at a time, never all at once, and never as a Python object per
+        report. The database extracts the fields and joins each report's into one text for all
+        (its JSON functions run in C; one text of numbers is one numpy parse)."""
         p = self.param
         carried, carried_params = self.json_carried(attribute)
         extracted = [self.json_integer(attribute, f) for f in fields]
@@ -338,14 +435,14 @@ class Dialect:
         bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
         params = [*carried_params, *(v for _, ps in extracted for v in ps), *source_params, after, *bound_params,
                   schema, version, limit]
-        count, last, ids, text = conn.execute(
+        count, last, ids, text = self.conn.execute(
             f"SELECT count(*), max(id), {self.aggregate}(id, ' '), {self.aggregate}(n, ' ') FROM ("
             f"SELECT id, {numbers} AS n FROM (SELECT id, window_end, {source} AS v FROM reports "
             f"WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}) AS r) AS c",
             params).fetchone()
-        windows = conn.execute(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
-                               f"AND schema = {p} AND version = {p} ORDER BY window_end",
-                               (after, last, schema, version)).fetchall() if count else []
+        windows = self._all(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
+                            f"AND schema = {p} AND version = {p} ORDER BY window_end",
+                            (after, last, schema, version)) if count else []
         table = np.fromstring(text or "", dtype=np.int64, sep=" ").reshape(count, 2 + len(fields))
         ends = np.array([end for _, end in windows], dtype=np.int64)
         read = WireColumns(schema, version, tuple(w for w, _ in windows), tuple(int(e) for e in ends),
@@ -353,100 +450,49 @@ class Dialect:
                            {f: table[:, 2 + i] for i, f in enumerate(fields)})
         return read, count, last, ids or ""
 
-    def backfill_apply(self, conn: Any, chunk: BackfillChunk, counts: Counts,
-                       add: Callable[[Any, Increments], None]) -> bool:
-        """:meth:`Store.backfill_apply` in the caller's write transaction; ``add(conn, increments)``
-        is the store's own adding to the counters."""
-        p = self.param
-        schema, version, batch = chunk.schema, chunk.version, chunk.batch
-        conn.execute(f"SELECT 1 FROM schemas WHERE name = {p} AND version = {p}" + self.update_lock, (schema, version))
-        row = conn.execute(f"SELECT watermark FROM backfills WHERE batch = {p}", (batch.batch,)).fetchone()
-        if row is None or row[0] != batch.watermark:  # moved by another back-fill meanwhile
-            return row is None or row[0] is None
-        # The reports of the range now: those stored since the read are counted here, those whose
-        # window retention erased since are left out with their window. Reports of a window after
-        # the cutoff are never deleted (retention, and PostgreSQL's rewrite, delete only reports of
-        # windows at or before it), so the range holds as many of them as were read iff none was
-        # stored since: only then are the ids compared.
-        cutoff = self._cutoff(conn)
-        bound, params = "", [schema, version, batch.watermark]
-        if chunk.through is not None:
-            bound, params = f" AND id <= {p}", [*params, chunk.through]
-        in_range = f"FROM reports WHERE schema = {p} AND version = {p} AND id > {p}{bound}"
-        kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
-        rows: list[ReportRow] = []
-        if conn.execute(f"SELECT count(*) {in_range} AND window_end > {p}", [*params, cutoff]).fetchone()[0] != kept_read:
-            read = set(chunk.ids.split())
-            late = [i for (i,) in conn.execute(f"SELECT id {in_range}", params) if i not in read]
-            rows = [ReportRow._make(r) for start in range(0, len(late), _IN_CHUNK) for r in conn.execute(
-                f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
-                f"({', '.join([p] * len(late[start:start + _IN_CHUNK]))})", late[start:start + _IN_CHUNK])]
-        counted = counts.backfill(rows, batch)
-        ends = {**chunk.ends, **{r.window: r.window_end for r in rows}}
-        kept = {w for w, end in ends.items() if end > cutoff}
-        add(conn, with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in kept])))
-        if chunk.through is None:
-            self._complete(conn, schema, version, batch.attribute, batch.batch)
-        else:
-            conn.execute(f"UPDATE backfills SET watermark = {p} WHERE batch = {p}", (chunk.through, batch.batch))
-        self._moved(conn, schema, version)
-        return chunk.through is None
-
-    def _cutoff(self, conn: Any) -> float:
+    def cutoff(self) -> float:
         """The kept retention cutoff, held (``share_lock``) until the transaction ends; -inf if none."""
-        row = conn.execute("SELECT cutoff FROM retention" + self.share_lock).fetchone()
-        return float("-inf") if row is None else row[0]
+        cutoff = self._one("SELECT cutoff FROM retention" + self.share_lock)
+        return float("-inf") if cutoff is None else cutoff
 
-    def _complete(self, conn: Any, schema: str, version: int, attribute: str, batch: int) -> None:
+    def count_in_range(self, schema: str, version: int, after: str, through: str | None, cutoff: float) -> int:
+        """Stored reports of a schema version with id in (``after``, ``through``] and a window after ``cutoff``."""
+        sql, params = self._range(schema, version, after, through)
+        return int(self._one(f"SELECT count(*) {sql} AND window_end > {self.param}", [*params, cutoff]))
+
+    def rows_in_range_except(self, schema: str, version: int, after: str, through: str | None,
+                             read: set[str]) -> list[ReportRow]:
+        """The stored reports of the range (as :meth:`count_in_range`) whose id is not in ``read``."""
+        sql, params = self._range(schema, version, after, through)
+        late = [i for (i,) in self._all(f"SELECT id {sql}", params) if i not in read]
+        return [ReportRow._make(r) for start in range(0, len(late), IN_CHUNK) for r in self._all(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
+            f"({self._in(late[start:start + IN_CHUNK])})", late[start:start + IN_CHUNK])]
+
+    def _range(self, schema: str, version: int, after: str, through: str | None) -> tuple[str, list[Any]]:
+        p = self.param
+        bound, params = "", [schema, version, after]
+        if through is not None:
+            bound, params = f" AND id <= {p}", [*params, through]
+        return f"FROM reports WHERE schema = {p} AND version = {p} AND id > {p}{bound}", params
+
+    def complete_batch(self, schema: str, version: int, attribute: str, batch: int) -> None:
         """A batch back-filled over every stored report: keep its deficit (the attribute's reports in
         the rollup it was not counted over), drop its count of reports, and mark the schema
         version's windows dirty so its candidates are estimated at the next refresh."""
         p = self.param
         key = (schema, version, ROLLUP, attribute)
-        n = conn.execute(f'SELECT n FROM totals WHERE schema = {p} AND version = {p} AND "window" = {p} '
-                         f"AND attribute = {p}", key).fetchone()
-        counted = conn.execute(f'SELECT amount FROM counters WHERE schema = {p} AND version = {p} AND "window" = {p} '
-                               f"AND attribute = {p} AND value = {p}", (*key, f"{BATCH_N_PREFIX}{batch}")).fetchone()
-        deficit = (n[0] if n else 0) - int(counted[0] if counted else 0)
-        conn.execute(f"UPDATE backfills SET watermark = NULL, deficit = {p} WHERE batch = {p}", (deficit, batch))
-        conn.execute(f"DELETE FROM counters WHERE schema = {p} AND version = {p} AND attribute = {p} AND value = {p}",
-                     (schema, version, attribute, f"{BATCH_N_PREFIX}{batch}"))
+        n = self._one(f'SELECT n FROM totals WHERE schema = {p} AND version = {p} AND "window" = {p} '
+                      f"AND attribute = {p}", key)
+        counted = self._one(f'SELECT amount FROM counters WHERE schema = {p} AND version = {p} AND "window" = {p} '
+                            f"AND attribute = {p} AND value = {p}", (*key, f"{BATCH_N_PREFIX}{batch}"))
+        deficit = (n or 0) - int(counted or 0)
+        self.conn.execute(f"UPDATE backfills SET watermark = NULL, deficit = {p} WHERE batch = {p}", (deficit, batch))
+        self.conn.execute(f"DELETE FROM counters WHERE schema = {p} AND version = {p} AND attribute = {p} AND value = {p}",
+                          (schema, version, attribute, f"{BATCH_N_PREFIX}{batch}"))
         # (WHERE true: SQLite would read ON CONFLICT as a join's ON otherwise.)
-        conn.execute(f'INSERT INTO dirty (schema, version, "window", mark) SELECT schema, version, "window", '
-                     f'{self.new_mark} FROM (SELECT DISTINCT schema, version, "window" FROM totals '
-                     f'WHERE schema = {p} AND version = {p}) AS t WHERE true '
-                     'ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark',
-                     (schema, version))
-
-
-@dataclass(frozen=True)
-class PostgresDialect(Dialect):
-    """PostgreSQL's JSON functions. Its ingest stores only reports it validated (it has no inbox to
-    recover), so every stored value is a JSON object: one that were not would fail the read (no
-    JSON) or read as not carrying the attribute (no object), never be counted."""
-
-    aggregate: str = "string_agg"
-
-    def json_source(self, attribute: str) -> tuple[str, list[Any]]:
-        # The attribute's value, taken once a report rather than from the values for each field
-        # (the back-fill of 1,000 candidates over 1,000,000 reports: 14.0 s against 14.4 s; most of
-        # it is the id-ordered read of the hash-partitioned table itself).
-        return f'"values"::jsonb -> {self.param}::text', [attribute]
-
-    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
-        return "CASE WHEN v IS NULL THEN 0 ELSE 1 END", []
-
-    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
-        # jsonb_typeof says "number" for 1.5 and 1e3 too; only digits make an integer (at most 18 of
-        # them: within 64 bits).
-        p = self.param
-        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {p}::text) = 'number' AND v ->> {p}::text ~ '^-?[0-9]{{1,18}}$' "
-                f"THEN (v ->> {p}::text)::bigint END, {NOT_READ})", [field] * 3)
-
-    def joined(self, columns: Sequence[str]) -> str:
-        return f"concat_ws(' ', {', '.join(columns)})"
-
-
-SQLITE = Dialect("?")
-POSTGRES = PostgresDialect("%s", share_lock=" FOR SHARE", update_lock=" FOR UPDATE",
-                           new_mark="nextval('dirty_marks')")
+        self.conn.execute(f'INSERT INTO dirty (schema, version, "window", mark) SELECT schema, version, "window", '
+                          f'{self.new_mark} FROM (SELECT DISTINCT schema, version, "window" FROM totals '
+                          f'WHERE schema = {p} AND version = {p}) AS t WHERE true '
+                          'ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark',
+                          (schema, version))

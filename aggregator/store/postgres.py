@@ -10,16 +10,17 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   does not answer (or anything else) is :class:`StoreUnavailable`.
 - **Exactly once, across processes and nodes**: one transaction inserts the reports with
   ``ON CONFLICT (id) DO NOTHING RETURNING id`` and adds the counters of the returned (new) ids
-  only. A second transaction inserting the same id waits on the first's index entry and then
-  skips it, so an id is counted once whoever stores it. Batches handed in while a transaction
-  commits share the next one (:class:`.groupcommit.GroupCommit`), and every writer locks rows in
-  key order (reports sorted by id, counters by key), so concurrent ingests do not deadlock.
+  only (:mod:`..ingest.writer`). A second transaction inserting the same id waits on the first's
+  index entry and then skips it, so an id is counted once whoever stores it. Every writer locks
+  rows in key order (reports sorted by id, counters by key), so concurrent ingests do not
+  deadlock; one that does anyway (or fails to serialize) is rolled back and run again by the door
+  (:meth:`.store.Store.run_tx`).
 - **No arrival order**: reports are partitioned by hash of their id (:mod:`.postgres_migrations`)
   and inserted in id order. That spreads a request's reports over the partitions, but every row
   also carries the id of the transaction that wrote it (``xmin``, in commit order) and sits in its
   partition's heap in commit order (``ctid``): ``SELECT xmin, id FROM reports`` grouped a request's
   reports and ordered the requests. So ingest also notes each new id in ``unsettled``, and
-  :meth:`PostgresStore.settle` (every refresh calls it) rewrites those reports: it takes up to
+  :meth:`PostgresDatabase.erase_arrival_order` (the first step of every refresh) rewrites those reports: it takes up to
   :data:`SETTLE_CHUNK` ids from ``unsettled`` in id order (``FOR UPDATE SKIP LOCKED``: nodes
   settling at once take different ones), deletes the reports and inserts them again in id order,
   in one transaction, chunk after chunk for at most :data:`SETTLE_SECONDS`. Then the reports
@@ -47,27 +48,27 @@ makes it (on by default: it survives a crash of the server).
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .base import (Activity, BackfillChunk, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow,
-                   Retention, Stale, Store, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
-from .dialect import NEXT_GENERATION, POSTGRES, TABLES
-from .errors import StoreBusy, StoreError, StoreUnavailable, translating
-from .groupcommit import GroupCommit
+from .dialect import Tx
+from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
-from .rollup import dirty_windows, with_rollup
+from .rollup import dirty_windows
+from .rows import NOT_READ, Increments, ReportRow
+
+if TYPE_CHECKING:
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +81,9 @@ POOL_SIZE = 10
 # Advisory lock keys (the first of the two int4 keys; the second is the schema's hash).
 _JOBS_LOCK, _MIGRATIONS_LOCK = 0x1D9_0001, 0x1D9_0002
 # Settling rewrites this many reports per transaction, chunk after chunk for at most SETTLE_SECONDS
-# per call (several nodes settling at once share the work); what is left waits for the next settle.
+# per call (several nodes settling at once share the work); what is left waits for the next call.
 SETTLE_CHUNK = 10_000
 SETTLE_SECONDS = 5.0
-# Tries of an ingest transaction that hit a deadlock or a serialization failure (each rolled back whole).
-_TRIES = 3
-_ESTIMATE_COLUMNS = EstimateRow._fields
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
          pg_errors.QueryCanceled, PoolTimeout)
 _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
@@ -122,55 +120,6 @@ _MARK_DIRTY = """
     INSERT INTO dirty (schema, version, "window", mark)
     SELECT s, v, w, nextval('dirty_marks') FROM unnest(%s::text[], %s::integer[], %s::text[]) AS d(s, v, w)
     ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark"""
-_SAVE_ESTIMATE = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in _ESTIMATE_COLUMNS)}) "
-                  f"VALUES ({', '.join(['%s'] * len(_ESTIMATE_COLUMNS))}) "
-                  'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
-                  + ", ".join(f'"{c}" = excluded."{c}"' for c in _ESTIMATE_COLUMNS[4:]))
-
-# What a schema version's candidates count as before they were read: a mark no version has, so the
-# transaction reads them (and counts again).
-_UNREAD = Known(-1)
-
-
-class Batch(NamedTuple):
-    """One ingest call's reports, handed to a group commit, with what they count if all are new:
-    counted before any lock is taken, since most batches hold no id already stored (the rare one
-    that does is counted again, for its new reports, inside the transaction), with the candidates'
-    marks they were counted at (counted again if the transaction reads others)."""
-
-    rows: Sequence[ReportRow]
-    counted: Increments
-    marks: dict[tuple[str, int], int]
-
-
-def insert_batches(batches: Sequence[Batch], insert_new: Callable[[Sequence[ReportRow]], set[str]],
-                   counts: Callable[[Sequence[ReportRow]], Increments]) -> tuple[list[int], Increments]:
-    """Insert each batch's reports (``insert_new`` stores those whose id is not stored yet and
-    returns their ids), batch after batch so an id in two batches is new in the first only; how
-    many of each batch were new, and the increments of the new ones, rollup included."""
-    news, increments = [], Increments()
-    for b in batches:
-        inserted = insert_new(b.rows)
-        new = [r for r in b.rows if r.id in inserted]
-        counted = b.counted if len(new) == len(b.rows) else counts(new)
-        increments.totals += counted.totals
-        increments.amounts += counted.amounts
-        news.append(len(new))
-    return news, with_rollup(increments)
-
-
-def _classify(store: PostgresStore, exc: Exception) -> StoreError | None:
-    """The store's own error for a psycopg one (busy is a class of error, never words in a message)."""
-    if isinstance(exc, _BUSY):
-        if isinstance(exc, PoolTimeout) and not store._answers():
-            return StoreUnavailable(f"the database cannot be reached: {exc}")
-        return StoreBusy(f"the database is busy: {exc}")
-    if isinstance(exc, psycopg.Error):
-        return StoreUnavailable(f"the database cannot be used: {exc}")
-    return None
-
-
-_translated = translating(_classify)
 
 
 def _columns(rows: Sequence[tuple], width: int) -> list[list[Any]]:
@@ -178,8 +127,72 @@ def _columns(rows: Sequence[tuple], width: int) -> list[list[Any]]:
     return [[row[i] for row in rows] for i in range(width)]
 
 
-class PostgresStore(Store):
+class PostgresTx(Tx):
+    """PostgreSQL's statements: row locks for what SQLite's write lock holds, arrays for many rows,
+    its JSON functions. Its ingest stores only reports it validated (no inbox to recover), so
+    every stored value is a JSON object: one that were not would fail the read (no JSON) or read
+    as not carrying the attribute (no object), never be counted."""
+
+    param = "%s"
+    share_lock = " FOR SHARE"
+    update_lock = " FOR UPDATE"
+    new_mark = "nextval('dirty_marks')"
+    aggregate = "string_agg"
+
+    def insert_new(self, rows: Sequence[ReportRow]) -> set[str]:
+        # Each new id is also noted in ``unsettled``: rewritten by the next erase_arrival_order.
+        return {i for (i,) in self.conn.execute(_INSERT_NEW_REPORTS, _columns(rows, len(ReportRow._fields)))}
+
+    def add(self, increments: Increments) -> None:
+        if increments.totals:
+            self.conn.execute(_ADD_TOTALS, _columns(increments.totals, 6))
+        if increments.amounts:
+            amounts = [(*a[:5], float(a.amount)) for a in increments.amounts]
+            self.conn.execute(_ADD_COUNTERS, _columns(amounts, 6))
+        windows = dirty_windows(increments)
+        if windows:
+            self.conn.execute(_MARK_DIRTY, _columns(windows, 3))
+
+    def json_source(self, attribute: str) -> tuple[str, list[Any]]:
+        # The attribute's value, taken once a report rather than from the values for each field.
+        return f'"values"::jsonb -> {self.param}::text', [attribute]
+
+    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
+        return "CASE WHEN v IS NULL THEN 0 ELSE 1 END", []
+
+    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
+        # jsonb_typeof says "number" for 1.5 and 1e3 too; only digits make an integer (at most 18 of
+        # them: within 64 bits).
+        p = self.param
+        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {p}::text) = 'number' AND v ->> {p}::text ~ '^-?[0-9]{{1,18}}$' "
+                f"THEN (v ->> {p}::text)::bigint END, {NOT_READ})", [field] * 3)
+
+    def joined(self, columns: Sequence[str]) -> str:
+        return f"concat_ws(' ', {', '.join(columns)})"
+
+    def rewrite_unsettled(self, after: str) -> list[str]:
+        """One chunk of settling: up to :data:`SETTLE_CHUNK` unsettled ids after ``after``, their
+        reports deleted and inserted again in id order, less those of windows retention has
+        erased. The ids taken.
+
+        Retention reads the expired ids in a snapshot, then deletes them by id: a row rewritten by a
+        transaction that commits in between is a new row that delete cannot see, and the report would
+        outlive its window for good. So a chunk holds the retention table in SHARE mode: retention's
+        raising of the cutoff waits for the chunks in progress (their new rows are then in its
+        snapshot), and a chunk that starts later reads the new cutoff and leaves those reports out."""
+        self.conn.execute("LOCK TABLE retention IN SHARE MODE")
+        ids = [i for (i,) in self.conn.execute(_TAKE_UNSETTLED, (after, SETTLE_CHUNK))]
+        if ids:
+            self.conn.execute(_REWRITE_REPORTS, (ids,))
+        return ids
+
+
+class PostgresDatabase:
     """The database at the URL ``location``; a connection pool per process."""
+
+    tx = PostgresTx
+    inbox_folder: Path | None = None  # a commit per request is cheap enough: stored as acknowledged
+    durable = True  # as durable as the server's synchronous_commit makes a commit
 
     def __init__(self, location: str, busy_timeout: float = BUSY_TIMEOUT):
         self.location = location
@@ -189,12 +202,10 @@ class PostgresStore(Store):
         self._pool_mutex = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._pool_pid = 0
-        self._group: GroupCommit[Batch] = GroupCommit(self._commit_batches)
         self._lock_mutex = threading.Lock()
         self._leader: psycopg.Connection | None = None
         self._leader_pid = 0
         self._held = False
-        self._known: dict[tuple[str, int], Known] = {}  # counted candidates per schema version, by mark
 
     # -- connections and transactions -------------------------------------------------------
 
@@ -229,24 +240,25 @@ class PostgresStore(Store):
             return False
 
     @contextmanager
-    def _transaction(self, snapshot: bool = False) -> Iterator[psycopg.Connection]:
-        """A pooled connection in a transaction, committed at the end (rolled back on error).
-        ``snapshot``: every read in it sees the database as of its first read."""
+    def transaction(self, write: bool) -> Iterator[psycopg.Connection]:
         with self._connections().connection() as conn:
-            if snapshot:
+            if not write:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield conn
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        with self._transaction() as conn:
-            row = conn.execute(sql, params).fetchone()
-        return None if row is None else row[0]
+    def classify(self, exc: Exception) -> StoreError | None:
+        # Busy is a class of error, never words in a message.
+        if isinstance(exc, _BUSY):
+            if isinstance(exc, PoolTimeout) and not self._answers():
+                return StoreUnavailable(f"the database cannot be reached: {exc}")
+            return StoreBusy(f"the database is busy: {exc}")
+        if isinstance(exc, psycopg.Error):
+            return StoreUnavailable(f"the database cannot be used: {exc}")
+        return None
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self._transaction() as conn:
-            return conn.execute(sql, params).fetchall()
+    def retryable(self, exc: Exception) -> bool:
+        return isinstance(exc, _RETRY)
 
-    @_translated
     def close(self) -> None:
         """Close this process's pool (the next call makes a new one) and resign the jobs' lock."""
         self.resign()
@@ -255,7 +267,6 @@ class PostgresStore(Store):
                 self._pool.close()
             self._pool = None
 
-    @_translated
     def migrate(self) -> None:
         with self._connect() as conn:
             with conn.transaction():
@@ -268,220 +279,37 @@ class PostgresStore(Store):
                         conn.execute(sql)
                         conn.execute("INSERT INTO migrations (name) VALUES (%s)", (name,))
 
-    @_translated
-    def check(self) -> None:
-        applied = {name for (name,) in self._all("SELECT name FROM migrations")}
-        if {name for name, _ in MIGRATIONS} - applied:
-            raise StoreUnavailable("the database has pending migrations")
-        self._one("SELECT count(*) FROM schemas")
+    def pending_migrations(self) -> bool:
+        with self.transaction(write=False) as conn:
+            applied = {name for (name,) in conn.execute("SELECT name FROM migrations")}
+        return bool({name for name, _ in MIGRATIONS} - applied)
 
-    # -- schemas -----------------------------------------------------------------------------
-
-    @_translated
-    def published_at(self, name: str, version: int) -> str | None:
-        if not schema_key_ok(name, version):
-            return None
-        return self._one("SELECT published_at FROM schemas WHERE name = %s AND version = %s", (name, version))
-
-    @_translated
-    def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
-        if not schema_key_ok(name, version):
-            return None
-        if version is None:
-            definition = self._one("SELECT definition FROM schemas WHERE name = %s ORDER BY version DESC LIMIT 1",
-                                   (name,))
-        else:
-            definition = self._one("SELECT definition FROM schemas WHERE name = %s AND version = %s", (name, version))
-        return None if definition is None else json.loads(definition)
-
-    @_translated
-    def latest_schemas(self) -> list[dict[str, Any]]:
-        rows = self._all("SELECT DISTINCT ON (name) definition FROM schemas ORDER BY name, version DESC")
-        return [json.loads(definition) for (definition,) in rows]
-
-    @_translated
-    def schema_versions(self, name: str) -> list[int]:
-        return [v for (v,) in self._all("SELECT version FROM schemas WHERE name = %s ORDER BY version", (name,))]
-
-    @_translated
-    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
-        name, version = definition["name"], definition["version"]
-        with self._transaction() as conn:
-            created = conn.execute("INSERT INTO schemas (name, version, definition, published_at) "
-                                   "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                                   (name, version, json.dumps(definition), published_at)).fetchone()
-            if created:
-                return "created"
-            (stored,) = conn.execute("SELECT definition FROM schemas WHERE name = %s AND version = %s",
-                                     (name, version)).fetchone()
-        return "identical" if json.loads(stored) == definition else "conflict"
-
-    # -- ingest ------------------------------------------------------------------------------
-
-    @_translated
-    def ingest(self, rows: Sequence[ReportRow]) -> int:
-        known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
-        return self._group.run(Batch(rows, self._counts()(rows, known), {k: v.mark for k, v in known.items()}))
-
-    def _commit_batches(self, batches: Sequence[Batch]) -> list[int]:
-        """Store a group of batches in one transaction: how many reports of each were new. A
-        deadlock or serialization failure rolls it back whole; it is tried again a few times. The
-        schema versions' rows are locked (shared) first and their candidates read: a batch counted
-        at other marks is counted again, so no back-fill moves a watermark under it."""
-        for attempt in range(_TRIES):
-            try:
-                with self._transaction() as conn:
-                    known = POSTGRES.known(conn, {(r.schema, r.version) for b in batches for r in b.rows}, self._known)
-                    counts = functools.partial(self._counts(), known=known)
-                    batches = [b if b.marks == {k: known[k].mark for k in b.marks if k in known} else
-                               Batch(b.rows, counts(b.rows), b.marks) for b in batches]
-                    news, increments = insert_batches(batches, functools.partial(_insert_kept, conn), counts)
-                    _add(conn, increments)
-                return news
-            except _RETRY:
-                if attempt == _TRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    @_translated
-    def settle(self, *, wait: bool = True) -> None:
-        """Every report is counted as it is stored; what settling does here is take arrival order
-        out of the reports stored since the last settle (see the module's "No arrival order"):
-        rewrite them, :data:`SETTLE_CHUNK` per transaction, for at most :data:`SETTLE_SECONDS`.
-        ``wait=False`` (a process starting up): nothing, the next refresh does it."""
-        if not wait:
-            return
+    def erase_arrival_order(self, store: Store) -> bool:
+        """Every report is counted as it is stored; what is left is to take arrival order out of the
+        reports stored since the last call (see the module's "No arrival order"): rewrite them,
+        :data:`SETTLE_CHUNK` per transaction, for at most :data:`SETTLE_SECONDS`."""
         deadline = time.monotonic() + SETTLE_SECONDS
         after, moved = "", 0
         while True:
-            with self._transaction() as conn:
-                ids = _rewrite_unsettled(conn, after)
+            ids = store.run_tx("rewrite_unsettled", lambda tx: cast(PostgresTx, tx).rewrite_unsettled(after))
             moved += len(ids)
             # Fewer than a chunk: none left past ``after`` but those other settles are rewriting.
-            if len(ids) < SETTLE_CHUNK or time.monotonic() >= deadline:
+            if len(ids) < SETTLE_CHUNK:
+                done = True
+                break
+            if time.monotonic() >= deadline:
+                done = False
                 break
             after = max(ids)
         if moved:
-            self._vacuum_unsettled()
+            # Reclaim the ids just taken from ``unsettled`` (they were in arrival order) and, if it
+            # is empty now and no one is writing it, cut its file back; never waits for a lock.
+            with self._connect(autocommit=True) as conn:
+                conn.execute("VACUUM (SKIP_LOCKED) unsettled")
+        return done
 
-    def _vacuum_unsettled(self) -> None:
-        """Reclaim the ids just taken from ``unsettled`` (they were in arrival order) and, if it is
-        empty now and no one is writing it, cut its file back; never waits for a lock."""
-        with self._connect(autocommit=True) as conn:
-            conn.execute("VACUUM (SKIP_LOCKED) unsettled")
+    # -- the jobs' leader --------------------------------------------------------------------
 
-    @_translated
-    def footprint(self) -> dict[str, int]:
-        with self._transaction(snapshot=True) as conn:
-            return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
-
-    # -- estimation --------------------------------------------------------------------------
-
-    @_translated
-    def stale_windows(self, confidence: float) -> list[Stale]:
-        try:
-            self.settle()  # what a refresh reads first: the reports stored since the last one are rewritten
-        except StoreBusy as exc:  # the counters are right as they are: it is tried again next time
-            log.warning("could not rewrite the reports stored since the last settle: %s", exc)
-        with self._transaction() as conn:
-            return POSTGRES.stale_windows(conn, confidence)
-
-    @_translated
-    def window_counters(self, schema: str, version: int, windows: Sequence[str]) -> dict[str, WindowCounters]:
-        with self._transaction(snapshot=True) as conn:
-            return POSTGRES.window_counters(conn, schema, version, windows)
-
-    @_translated
-    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
-        by_window = estimates_by_window(rows)
-        with self._transaction() as conn:
-            for stale in done:
-                key = (stale.schema, stale.version, stale.window)
-                where = 'FROM dirty WHERE schema = %s AND version = %s AND "window" = %s'
-                # Changed since it was read (or saved by a newer refresh): what we computed is
-                # older than what is stored or due, so it is left for the next refresh. Deleting
-                # the mark we read, and only it, decides that atomically against any ingest.
-                if stale.mark is None:
-                    current = conn.execute(f"SELECT 1 {where}", key).fetchone() is None
-                else:
-                    current = conn.execute(f"DELETE {where} AND mark = %s", (*key, stale.mark)).rowcount == 1
-                if not current:
-                    continue
-                with conn.cursor() as cursor:
-                    cursor.executemany(_SAVE_ESTIMATE, by_window.get(key, ()))
-            conn.execute(NEXT_GENERATION)
-
-    # -- retention ---------------------------------------------------------------------------
-
-    @_translated
-    def retention(self) -> Retention:
-        with self._transaction() as conn:
-            return POSTGRES.retention(conn)
-
-    @_translated
-    def retention_cutoff(self) -> int | None:
-        with self._transaction() as conn:
-            return POSTGRES.retention_cutoff(conn)
-
-    @_translated
-    def expire(self, cutoff: int) -> Expired:
-        return POSTGRES.expire(self._transaction, functools.partial(self._transaction, snapshot=True), cutoff)
-
-    # -- reading -----------------------------------------------------------------------------
-
-    @_translated
-    def estimates(self, query: EstimatesQuery) -> list[EstimateRow]:
-        with self._transaction() as conn:
-            return POSTGRES.estimates(conn, query)
-
-    @_translated
-    def estimates_generation(self) -> int:
-        return self._one("SELECT n FROM generation")
-
-    @_translated
-    def activity(self, schema: str, version: int) -> Activity:
-        with self._transaction(snapshot=True) as conn:
-            return POSTGRES.activity(conn, schema, version)
-
-    @_translated
-    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str, limit: int,
-                     through: str | None = None) -> tuple[WireColumns, int, str | None]:
-        with self._transaction() as conn:
-            read, count, last, _ = POSTGRES.wire_columns(conn, schema, version, attribute, fields, after, limit,
-                                                         through)
-            return read, count, last
-
-    # -- candidates --------------------------------------------------------------------------
-
-    @_translated
-    def candidates(self, schema: str, version: int) -> list[CandidateRow]:
-        with self._transaction() as conn:
-            return POSTGRES.candidates(conn, schema, version)
-
-    @_translated
-    def add_candidates(self, schema: str, version: int, attribute: str, values: Sequence[str], *, source: str,
-                       estimated: bool, added_at: str, most: int) -> int | None:
-        with self._transaction() as conn:
-            return POSTGRES.add_candidates(conn, schema, version, attribute, values, source, estimated, added_at, most)
-
-    @_translated
-    def filling(self) -> list[tuple[str, int, int, int]]:
-        with self._transaction() as conn:
-            return POSTGRES.filling(conn)
-
-    @_translated
-    def backfill_read(self, schema: str, version: int, batch: int, reports: int) -> BackfillChunk | None:
-        with self._transaction(snapshot=True) as conn:
-            return POSTGRES.backfill_read(conn, schema, version, batch, reports, self._counts())
-
-    @_translated
-    def backfill_apply(self, chunk: BackfillChunk) -> bool:
-        with self._transaction() as conn:
-            return POSTGRES.backfill_apply(conn, chunk, self._counts(), _add)
-
-    # -- scheduled jobs ----------------------------------------------------------------------
-
-    @_translated
     def lead(self) -> bool:
         # A session-level advisory lock on a connection of its own: the server drops it when the
         # session ends, so when a leader dies (or its connection breaks) the next to try leads.
@@ -512,43 +340,3 @@ class PostgresStore(Store):
                                              (_JOBS_LOCK,))
                 self._leader.close()
             self._leader, self._held = None, False
-
-
-def _rewrite_unsettled(conn: psycopg.Connection, after: str) -> list[str]:
-    """One chunk of settling, in the caller's transaction: up to :data:`SETTLE_CHUNK` unsettled ids
-    after ``after``, their reports deleted and inserted again in id order, less those of windows
-    retention has erased. The ids taken.
-
-    Retention reads the expired ids in a snapshot, then deletes them by id: a row rewritten by a
-    transaction that commits in between is a new row that delete cannot see, and the report would
-    outlive its window for good. So a chunk holds the retention table in SHARE mode: retention's
-    raising of the cutoff waits for the chunks in progress (their new rows are then in its
-    snapshot), and a chunk that starts later reads the new cutoff and leaves those reports out."""
-    conn.execute("LOCK TABLE retention IN SHARE MODE")
-    ids = [i for (i,) in conn.execute(_TAKE_UNSETTLED, (after, SETTLE_CHUNK))]
-    if ids:
-        conn.execute(_REWRITE_REPORTS, (ids,))
-    return ids
-
-
-def _insert_kept(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:
-    """:func:`_insert_new` of the rows whose window retention has not erased."""
-    return _insert_new(conn, POSTGRES.within_retention(conn, rows))
-
-
-def _insert_new(conn: psycopg.Connection, rows: Sequence[ReportRow]) -> set[str]:
-    """Insert ``rows`` in id order, skipping stored ids: the ids inserted."""
-    return {i for (i,) in conn.execute(_INSERT_NEW_REPORTS, _columns(rows, len(ReportRow._fields)))}
-
-
-def _add(conn: psycopg.Connection, increments: Increments) -> None:
-    """Add ``increments`` (in key order: rows are locked in the same order by every writer) to the
-    counters and mark their windows dirty with a fresh mark."""
-    if increments.totals:
-        conn.execute(_ADD_TOTALS, _columns(increments.totals, 6))
-    if increments.amounts:
-        amounts = [(*a[:5], float(a.amount)) for a in increments.amounts]
-        conn.execute(_ADD_COUNTERS, _columns(amounts, 6))
-    windows = dirty_windows(increments)
-    if windows:
-        conn.execute(_MARK_DIRTY, _columns(windows, 3))

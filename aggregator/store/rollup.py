@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...shared.windows import ROLLUP
-from .base import AmountRow, Increments, TotalRow
+from .rows import AmountRow, Increments, TotalRow
 
 
 def with_rollup(increments: Increments) -> Increments:

@@ -1,7 +1,6 @@
 """SQLite connections as the store uses them: one per thread, set up once (WAL, durability, cache,
 checkpoints, secure delete), write transactions that take the write lock first, read snapshots,
-the WAL's truncation, and the translation of every ``sqlite3`` error into the store's own
-(:mod:`.errors`).
+the WAL's truncation, and which of the store's own errors (:mod:`.errors`) a ``sqlite3`` error is.
 
 Every write runs in ``BEGIN IMMEDIATE``: it takes SQLite's write lock before reading, so a
 transaction never has to upgrade a read lock (which SQLite refuses without waiting when another
@@ -15,9 +14,9 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator
 
-from .errors import StoreBusy, StoreError, StoreUnavailable, translating
+from .errors import StoreBusy, StoreError, StoreUnavailable
 
 # Seconds a writer waits for another process's write lock before the store is busy.
 BUSY_TIMEOUT = 10.0
@@ -33,16 +32,13 @@ _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 
-def classify(store: Any, exc: Exception) -> StoreError | None:
+def classify(exc: Exception) -> StoreError | None:
     """The store's own error for a ``sqlite3`` one (busy is a code, not words in a message)."""
     if not isinstance(exc, sqlite3.Error):
         return None
     if getattr(exc, "sqlite_errorcode", None) is not None and exc.sqlite_errorcode & 0xFF in _BUSY_CODES:
         return StoreBusy(f"the database is busy: {exc}")
     return StoreUnavailable(f"the database cannot be used: {exc}")
-
-
-translated = translating(classify)
 
 
 class Connections:

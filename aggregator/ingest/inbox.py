@@ -16,7 +16,7 @@ and counted only then, in the same transaction. Folding is idempotent, so a segm
 stored are passed to ``on_duplicates`` (``/metrics``), since the answer could not know them.
 
 Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fields of
-:class:`.base.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
+:class:`..store.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
 process appending to it. A segment whose lock can be taken was left by a process that died: it is
 folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
 or a folding thread). Segments are deleted once folded, a fraction of a second after they were
@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .base import ReportRow
-from .errors import StoreBusy, StoreError, StoreUnavailable
+from ..store import ReportRow, StoreBusy, StoreError, StoreUnavailable
 from .groupcommit import GroupCommit
 
 log = logging.getLogger(__name__)

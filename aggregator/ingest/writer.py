@@ -1,0 +1,129 @@
+"""The one write path of reports: each new id stored once and counted once, in the same transaction.
+
+:class:`ReportWriter` sits above the store (as Janus's report write batcher does): it calls
+counting (:mod:`.counting`) and hands the store the rows and their increments, in one
+transaction per group (:meth:`..store.Store.run_tx`). Two ways to the same transaction, chosen by
+what the database can afford:
+
+- **Through an inbox** (SQLite, whose one write lock a commit holds through its fsync): a request's
+  new reports are appended to this process's inbox segment and acknowledged
+  (:mod:`.inbox`); the segment is *folded* in a moment later, :data:`FOLD_CHUNK` reports per
+  transaction, each stored only if its id is not and counted only then. The reports found stored
+  when folded were answered as new (a retry that raced its first send): ``on_late_duplicates``.
+- **Directly** (PostgreSQL): the requests that arrive while a transaction commits share the next
+  one (:class:`.groupcommit.GroupCommit`). Their increments are counted before the transaction
+  (most batches hold no stored id and no candidate moved meanwhile) and counted again inside it
+  only when that was not so.
+
+Either way, inside the transaction: the reports of windows retention erased are left out, the new
+ids are inserted, the schema versions' candidates are read with their rows locked against a
+back-fill moving a watermark (:meth:`..store.Tx.known`), and what the new reports count is added.
+
+*Settling* (:meth:`ReportWriter.settle`) is the explicit first step of the jobs that read the
+counters: fold everything acknowledged so far, and take arrival order out of what was stored.
+No read of the store does it behind a caller's back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple, Sequence
+
+from ..store import Increments, Known, ReportRow, Store, Tx, first_of_each_id, with_rollup
+from .counting import Counting
+from .groupcommit import GroupCommit
+from .inbox import SETTLE_SECONDS, Inbox
+
+log = logging.getLogger(__name__)
+
+# Reports folded in from the inbox per transaction: a bound on how long the write lock is held.
+FOLD_CHUNK = 5_000
+# What a schema version's candidates count as before they were read: a mark no version has, so the
+# transaction reads them (and counts again).
+_UNREAD = Known(-1)
+
+
+class _Batch(NamedTuple):
+    """One request's new reports, handed to a group commit, with what they count if all are new
+    and the candidates' marks they were counted at."""
+
+    rows: Sequence[ReportRow]
+    counted: Increments
+    marks: dict[tuple[str, int], int]
+
+
+class ReportWriter:
+    """Stores and counts reports exactly once (see the module). ``on_late_duplicates(n)`` is told
+    of reports answered as new and found stored when they were folded in."""
+
+    def __init__(self, store: Store, counting: Counting, on_late_duplicates: Callable[[int], None] = lambda n: None):
+        self.store = store
+        self.counting = counting
+        self._known: dict[tuple[str, int], Known] = {}  # counted candidates per schema version, by mark
+        folder = store.db.inbox_folder
+        self._inbox = None if folder is None else Inbox(
+            folder, self._store_folded, durable=store.db.durable, on_duplicates=on_late_duplicates,
+            after_folding=store.erase_arrival_order)
+        self._group: GroupCommit[_Batch] = GroupCommit(self._commit_batches)
+
+    def write(self, rows: Sequence[ReportRow]) -> int:
+        """Store ``rows`` (ids distinct, validated) durably before it returns: how many were new as far
+        as is known now (through the inbox, an id already stored is found when folded)."""
+        if self._inbox is not None:
+            return self._inbox.append(rows)
+        known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
+        return int(self._group.run(_Batch(rows, self.counting(rows, known), {k: v.mark for k, v in known.items()})))
+
+    def settle(self, *, wait: bool = True) -> None:
+        """Count every report acknowledged before this call (in this process or another) and take
+        arrival order out of what was stored. ``wait=False`` (a process starting up): only this
+        process's and those of processes that died, without waiting for live ones."""
+        if self._inbox is not None:
+            self._inbox.settle(SETTLE_SECONDS if wait else 0.0)  # it erases arrival order after folding
+        elif wait:
+            self.store.erase_arrival_order()
+
+    def _store_new(self, tx: Tx, rows: Sequence[ReportRow], counted: Increments | None = None,
+                   marks: dict[tuple[str, int], int] | None = None) -> tuple[list[ReportRow], Increments]:
+        """In ``tx``: insert those of ``rows`` whose id is new and whose window is retained; the new
+        ones and what they count (``counted``, if it was counted at ``marks`` and all are new)."""
+        inserted = tx.insert_new(tx.within_retention(rows))
+        new = [r for r in rows if r.id in inserted]
+        known = tx.known({(r.schema, r.version) for r in new}, self._known)
+        if counted is None or len(new) != len(rows) or marks != {k: known[k].mark for k in marks if k in known}:
+            counted = self.counting(new, known)
+        return new, counted
+
+    def _commit_batches(self, batches: Sequence[_Batch]) -> list[int]:
+        """Store a group of batches in one transaction: how many reports of each were new (batch
+        after batch, so an id in two batches is new in the first only)."""
+
+        def commit(tx: Tx) -> list[int]:
+            news, increments = [], Increments()
+            for b in batches:
+                new, counted = self._store_new(tx, b.rows, b.counted, b.marks)
+                increments.totals += counted.totals
+                increments.amounts += counted.amounts
+                news.append(len(new))
+            tx.add(with_rollup(increments))
+            return news
+
+        return self.store.run_tx("ingest", commit)
+
+    def _store_folded(self, rows: list[ReportRow], validated: bool) -> int:
+        """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order: how many were stored
+        already. A row that cannot be counted (a damaged line of a dead process's segment: only
+        rows not ``validated`` by this process's ingest are checked) is left out."""
+        unique = first_of_each_id(rows)
+        countable = sorted(unique if validated else self.counting.countable(unique))
+        new_count = 0
+        for start in range(0, len(countable), FOLD_CHUNK):
+            chunk = countable[start:start + FOLD_CHUNK]
+
+            def fold(tx: Tx) -> int:
+                new, counted = self._store_new(tx, chunk)
+                tx.add(with_rollup(counted))
+                return len(new)
+
+            new_count += self.store.run_tx("fold", fold)
+        return len(countable) - new_count

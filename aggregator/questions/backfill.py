@@ -1,0 +1,114 @@
+"""The back-fill: count the retained reports for a question added after they arrived, exactly once.
+
+Each batch of candidates added together has a watermark (an id): its counters hold what the
+stored reports with ids up to it count for it, and ingest counts a report for it iff the report's
+id is at most the watermark (:meth:`..ingest.counting.Counting.__call__`). The back-fill moves the
+watermark forward over the stored reports, a chunk at a time:
+
+1. read the next chunk after the watermark, in id order, as columns of the wire fields counting
+   needs (a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`);
+2. in one short transaction, with the schema version's row locked against ingest's counting: if
+   the watermark is still where it was read, add what the chunk counts, and what the reports stored
+   in its range since the read count, less those of windows retention erased since, and move the
+   watermark past it (or mark the batch complete).
+
+So every retained report is counted for the batch once, by ingest or here, on every node and
+store; several processes may back-fill at once (a chunk whose watermark moved meanwhile is
+dropped). A complete batch is estimated: in each retained window over all its reports, in the
+``all`` rollup over the reports of the windows still retained when it reached them (its ``n`` says
+how many).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from flask import Flask
+
+from .. import context
+from ..ingest.counting import Counting
+from ..store import BackfillChunk, Increments, Store, Tx, with_rollup
+
+# (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
+# most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
+# candidate) and moves the watermark, so fewer, larger chunks cost less in all (`make bench` prints
+# what a back-fill of 1,000 candidates over 1,000,000 reports takes). 250,000 reports keep a chunk's
+# memory near 85 MB and the apply's lock short: under steady ingest new reports land inside the
+# chunk's id range (ids are random), and the apply then compares the range's ids under the lock.
+BACKFILL_CELLS = 250_000_000
+MIN_BACKFILL_REPORTS = 100
+MAX_BACKFILL_REPORTS = 250_000
+BACKFILL_SECONDS = 30.0  # one run of the job goes on for about this long; the next run goes on
+BACKFILL_INTERVAL = 5.0  # seconds between runs of the job (it also runs right after an add)
+
+
+def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:
+    """The back-fill job: count the stored reports for the questions added since, a chunk of
+    :data:`BACKFILL_CELLS` (report, candidate) pairs (at most :data:`MAX_BACKFILL_REPORTS` reports)
+    at a time, for about ``seconds`` (what is left waits for the next run); how many batches it
+    completed."""
+    store, counting = context.store(app), context.writer(app).counting
+    deadline = time.monotonic() + seconds
+    completed = 0
+    for schema, version, batch, size in store.run_tx("filling", lambda tx: tx.filling(), write=False):
+        reports = min(MAX_BACKFILL_REPORTS, max(MIN_BACKFILL_REPORTS, BACKFILL_CELLS // max(1, size)))
+        while not backfill_chunk(store, counting, schema, version, batch, reports):
+            if time.monotonic() >= deadline:
+                return completed
+        completed += 1
+    return completed
+
+
+def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, batch: int, reports: int) -> bool:
+    """Count for ``batch`` the next (at most ``reports``) stored reports of the schema version after
+    its watermark, and move the watermark past them: whether the batch is now complete (or gone)."""
+    chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
+                         write=False)
+    return True if chunk is None else store.run_tx("backfill_apply", lambda tx: apply_chunk(tx, counting, chunk))
+
+
+def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,
+               reports: int) -> BackfillChunk | None:
+    """The next chunk of ``batch``'s back-fill, read (as :class:`WireColumns` of the fields counting
+    names) and counted; None if the batch is complete or gone."""
+    target = tx.batch(schema, version, batch)
+    if target is None or target.watermark is None:
+        return None
+    read, count, last, ids = tx.wire_columns(schema, version, target.attribute,
+                                             counting.columns(schema, version, target.attribute), target.watermark,
+                                             reports)
+    per_window = np.bincount(read.window, minlength=len(read.windows))
+    return BackfillChunk(schema, version, target, last if count == reports else None, ids,
+                         counting.backfill_columns(read, target), dict(zip(read.windows, read.ends)),
+                         {w: int(n) for w, n in zip(read.windows, per_window)})
+
+
+def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
+    """Add what ``chunk`` counts (and the reports stored in its range since it was read; less those
+    of windows retention erased since) and move the batch's watermark past it, unless another
+    back-fill moved it first; whether the batch is complete.
+
+    Reports of a window after the cutoff are never deleted (retention, and PostgreSQL's rewrite,
+    delete only reports of windows at or before it), so the range holds as many of them as were
+    read iff none was stored since: only then are the ids compared."""
+    schema, version, batch = chunk.schema, chunk.version, chunk.batch
+    tx.lock_schema(schema, version)
+    exists, watermark = tx.watermark(batch.batch)
+    if not exists or watermark != batch.watermark:  # moved by another back-fill meanwhile
+        return not exists or watermark is None
+    cutoff = tx.cutoff()
+    kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
+    late = []
+    if tx.count_in_range(schema, version, batch.watermark, chunk.through, cutoff) != kept_read:
+        late = tx.rows_in_range_except(schema, version, batch.watermark, chunk.through, set(chunk.ids.split()))
+    counted = counting.backfill(late, batch)
+    ends = {**chunk.ends, **{r.window: r.window_end for r in late}}
+    kept = {w for w, end in ends.items() if end > cutoff}
+    tx.add(with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in kept])))
+    if chunk.through is None:
+        tx.complete_batch(schema, version, batch.attribute, batch.batch)
+    else:
+        tx.move_watermark(batch.batch, chunk.through)
+    tx.candidates_moved(schema, version)
+    return chunk.through is None

@@ -1,0 +1,254 @@
+"""The rows that cross the store's boundary, as plain tuples and dataclasses. The tables they come
+from (DESIGN.md, "Storage"):
+
+- schemas: name, version, the derived definition;
+- reports: the randomised reports as received (id unique), with their window's end for retention;
+- totals: ``n`` once per (schema, version, window, attribute);
+- counters: per (schema, version, window, attribute, value) the amount counting adds
+  (:mod:`..ingest.counting`: hits for shares; Σ and Σ² for numeric means), only where it is not zero;
+- dirty: the windows whose counters changed since their estimates were computed, each with a mark
+  that changes at every change, so a refresh computed from a snapshot can tell it is still current;
+- estimates: the latest estimate per (schema, version, window, attribute, value);
+- candidates: a string attribute's candidates beyond those the schema lists (added through the
+  API, or discovered), each in a *batch* (``backfills``: the candidates added together, and how far
+  their counters are back-filled over the stored reports' ids).
+
+Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
+when they are stored (:mod:`.rollup`). What a report adds to the counters is not the store's to
+say: the caller counts (:mod:`..ingest.counting`) inside the transaction it runs
+(:meth:`.store.Store.run_tx`), and hands the store the increments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+
+from ...shared.schema import NAME_RE, is_version
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class ReportRow(NamedTuple):
+    """A validated report as stored."""
+
+    id: str
+    schema: str
+    version: int
+    window: str
+    window_end: int  # Unix seconds: retention drops the report once this is past
+    values: str  # JSON
+
+
+def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
+    """``rows`` with each id once, the first of an id kept (an id repeated in a batch, or in the
+    inbox, is a duplicate: stored and counted once)."""
+    unique: dict[str, ReportRow] = {}
+    for row in rows:
+        unique.setdefault(row.id, row)
+    return list(unique.values())
+
+
+class TotalRow(NamedTuple):
+    """Reports that carried an attribute in a window (an increment, or a stored total)."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    n: int
+    window_end: int | None  # Unix seconds; None for the rollup, which never expires
+
+
+class AmountRow(NamedTuple):
+    """What a value key adds up to in a window (an increment, or a stored sum); never zero."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    value: str
+    amount: int | float
+
+
+@dataclass
+class Increments:
+    """The counter increments of some reports: per window and attribute ``n``, per value its amount."""
+
+    totals: list[TotalRow] = field(default_factory=list)
+    amounts: list[AmountRow] = field(default_factory=list)
+
+
+class CandidateBatch(NamedTuple):
+    """Candidates added together (one add), as counting sees them. Their counters hold the supports
+    of the stored reports with id up to ``watermark`` (ids compared as text); the back-fill moves
+    it forward over the stored reports, and ingest counts a report for them iff its id is at most
+    the watermark. ``watermark`` None: back-filled over every retained report, so every report
+    counts."""
+
+    batch: int
+    attribute: str
+    candidates: tuple[str, ...]
+    watermark: str | None
+
+
+@dataclass(frozen=True)
+class Known:
+    """The counted candidates of one schema version beyond those its schema lists, as of ``mark``
+    (a number that changes whenever they or a watermark change)."""
+
+    mark: int
+    batches: tuple[CandidateBatch, ...] = ()
+
+
+# The counter key of how many reports a batch being back-filled has counted (per window): a control
+# character first, which no prepared candidate holds (they become U+FFFD), so it names no value.
+BATCH_N_PREFIX = "\x01n:"
+
+
+# What a column of :class:`WireColumns` holds where its field is absent or no integer.
+NOT_READ = -1
+
+
+class WireColumns(NamedTuple):
+    """Stored reports of one schema version with an attribute's wire values as integer columns (what
+    the back-fill counts, without a Python object per report): per report the index of its window
+    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or its values are
+    damaged: no JSON object), and each field counting reads (:meth:`Counts.columns`), or
+    :data:`NOT_READ`."""
+
+    schema: str
+    version: int
+    windows: tuple[str, ...]
+    ends: tuple[int, ...]
+    window: np.ndarray
+    carried: np.ndarray
+    fields: dict[str, np.ndarray]
+
+
+class BackfillChunk(NamedTuple):
+    """Stored reports of a batch's back-fill read after its ``watermark`` (in ``batch``), up to
+    ``through`` (None: every one after it), and what they count for it, per window; ``read``: how
+    many reports of each window were read, and ``ids`` theirs (separated by spaces: they are
+    split only when reports were stored in the range since)."""
+
+    schema: str
+    version: int
+    batch: CandidateBatch
+    through: str | None
+    ids: str
+    counted: Increments
+    ends: dict[str, int]  # window -> its end (Unix seconds)
+    read: dict[str, int]
+
+
+class CandidateRow(NamedTuple):
+    """A stored candidate. ``estimated`` False: never counted nor estimated (a discovered string
+    still holding U+FFFD). ``complete``: its batch is back-filled; ``deficit``: then, how many of
+    the attribute's reports in the rollup it was never counted over (their windows were erased
+    before it was added or back-filled): its rollup ``n`` is the attribute's less this."""
+
+    attribute: str
+    value: str
+    source: str
+    added_at: str
+    estimated: bool
+    rank: int
+    batch: int | None
+    complete: bool
+    deficit: int | None
+
+
+class Stale(NamedTuple):
+    """A window whose estimates are out of date, and the dirty mark it had when read (None: its
+    estimates were computed at another confidence level, not changed)."""
+
+    schema: str
+    version: int
+    window: str
+    mark: int | None
+
+
+@dataclass(frozen=True)
+class WindowCounters:
+    """One window's counters, read from one snapshot: ``n`` per attribute, amounts per value key;
+    for the rollup also each attribute's ``n`` in its smallest retained window (what a memoised
+    attribute's rollup interval is made from: its reports in several windows are not independent)."""
+
+    totals: dict[str, int]
+    amounts: dict[str, dict[str, int | float]]
+    smallest: dict[str, int] = field(default_factory=dict)
+
+
+class EstimateRow(NamedTuple):
+    """A stored estimate, fields in column order. ``rank`` orders the values of a window as the
+    schema lists them."""
+
+    schema: str
+    version: int
+    window: str
+    attribute: str
+    value: str
+    rank: int
+    estimate: float
+    estimate_clipped: float
+    ci_low: float
+    ci_high: float
+    n: int
+    epsilon: float
+    confidence: float
+    computed_at: str
+
+
+def estimates_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str], list[EstimateRow]]:
+    """Estimate rows grouped by their (schema, version, window), for :meth:`Store.save_estimates`."""
+    out: dict[tuple[str, int, str], list[EstimateRow]] = {}
+    for row in rows:
+        out.setdefault((row.schema, row.version, row.window), []).append(row)
+    return out
+
+
+def schema_key_ok(name: object, version: int | None) -> bool:
+    """False for a name or version no published schema can have (nothing to look up)."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and (
+        version is None or is_version(version))
+
+
+@dataclass(frozen=True)
+class EstimatesQuery:
+    """Which estimates to read: windows ``since``..``until`` (the rollup always), at most ``limit``
+    rows from after the position ``after`` (``(window, rank)``, from the previous page)."""
+
+    schema: str
+    version: int
+    attribute: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 10_000
+    after: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a schema version has received, from its counters, and when it was last estimated."""
+
+    carried: dict[str, int]  # attribute -> reports that carried it, over every window
+    windows: int  # retained windows with at least one report
+    computed_at: str | None  # latest estimate refresh, ISO 8601 UTC
+    pending: bool  # counters changed since the last refresh
+
+
+class Retention(NamedTuple):
+    """Where retention stands, in Unix seconds."""
+
+    cutoff: int | None  # windows that ended at or before it are erased and refused; None: never ran
+    oldest_end: int | None  # the end of the oldest window with counters; None: nothing stored
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What the retention job removed."""
+
+    reports: int
+    windows: int  # windows whose counters, estimates and dirty marks went (the rollup keeps their sums)
