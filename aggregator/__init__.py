@@ -24,7 +24,7 @@ from . import errors, settings
 from .catalog import Catalog
 from .context import system_clock
 from .dashboard.pagecache import PageCache
-from .estimation import jobs
+from . import jobs
 from .http import cors, headers, logs
 from .ingest.counting import Counting
 from .ingest.writer import ReportWriter

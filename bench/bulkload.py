@@ -1,6 +1,6 @@
 """Build big aggregator databases fast, for the read-latency benchmarks.
 
-Rows go in through the store's own :meth:`Store.ingest` (same tables, same transaction, same
+Rows go in through the aggregator's own writer (:class:`ReportWriter`: same tables, same transaction, same
 counting and counter upserts) in chunks of 50,000, but their content is synthetic: ids are
 sequential and every report carries the same values, so counting decodes one distinct value per
 window. 10 million reports then take minutes instead of the hours the HTTP path would.
@@ -16,7 +16,7 @@ import numpy as np
 
 from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.store import ReportRow
-from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
+from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 from ldp_telemetry.shared import randomize
 from ldp_telemetry.shared.schema import Schema
 
@@ -33,10 +33,11 @@ def window_days(count: int, today: datetime | None = None) -> list[tuple[str, in
 def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windows: int = 30, seed: int = 1) -> None:
     """Add reports ``start`` .. ``start + count - 1`` to ``db`` (a SQLite file or a PostgreSQL
     URL), spread evenly over ``windows`` days."""
-    store = open_database(str(db), "normal")[0]
+    database = open_database(str(db), "normal")
+    store = database.store
     store.migrate()
-    if read(store, "get_schema", schema.name, schema.version) is None:
-        write(store, "publish_schema", schema.to_dict(), "2026-01-01T00:00:00Z")
+    if store.run_tx("get_schema", lambda tx: tx.get_schema(schema.name, schema.version), write=False) is None:
+        store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
     days = window_days(windows)
     sample = json.dumps(randomize(schema, {a.name: a.kind.example(a)
                                            for a in schema.attributes})["values"], separators=(",", ":"))
@@ -45,6 +46,6 @@ def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windo
         day_of = np.arange(chunk_start, chunk_start + size) % windows
         rows = [ReportRow(f"bulk{i:028d}", schema.name, schema.version, days[d][0], days[d][1], sample)
                 for i, d in zip(range(chunk_start, chunk_start + size), day_of.tolist())]
-        store.ingest(rows)
-        store.settle()  # counted before the next chunk
+        database.writer.write(rows)
+        database.writer.settle()  # counted before the next chunk
     store.close()

@@ -86,7 +86,7 @@ def job(n: int = 1_000_000, epsilon: float = 4.0, seed: int = 1) -> dict[str, An
 
     from ldp_telemetry.aggregator import create_app
     from ldp_telemetry.aggregator.store import ReportRow
-    from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
+    from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 
     from .bulkload import window_days
     from .servers import ADMIN_TOKEN
@@ -103,14 +103,14 @@ def job(n: int = 1_000_000, epsilon: float = 4.0, seed: int = 1) -> dict[str, An
         published = app.test_client().post("/api/v1/schemas", json=schema,
                                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert published.status_code == 201, published.json
-        store = app.extensions["ldp"]["store"]
+        store, writer = app.extensions["ldp"]["store"], app.extensions["ldp"]["writer"]
         day, end = window_days(1)[0]
         for start in range(0, n, MAX_UNFOLDED):
             stop = min(n, start + MAX_UNFOLDED)
-            store.ingest([ReportRow(f"r{i:015d}", "sites", 1, day, end, json.dumps(
+            writer.write([ReportRow(f"r{i:015d}", "sites", 1, day, end, json.dumps(
                 {"home": {"a": int(a[i]), "b": int(b[i]), "y": int(y[i]), "level": int(level[i])}}))
                 for i in range(start, stop)])
-            store.settle()
+            writer.settle()
         store.close()
         done = subprocess.run([sys.executable, "-c", f"from bench.discovery import _job_child; _job_child({db!r})"],
                               capture_output=True, text=True, check=True)

@@ -58,11 +58,12 @@ def run() -> dict[str, Any]:
 
 
 def _footprint(db: Path) -> dict[str, int]:
-    store = open_database(str(db))[0]
+    database = open_database(str(db))
     try:
-        return read(store, "footprint")
+        database.writer.settle()
+        return database.store.run_tx("footprint", lambda tx: tx.footprint(), write=False)
     finally:
-        store.close()
+        database.store.close()
 
 
 # What an anonymous visitor can ask for: the dashboard and the estimates (default page size).

@@ -121,15 +121,13 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                     servers.publish(url, encoders.BENCH_SCHEMA.to_dict())
                     ours = figures["ours"][synchronous] = _both_batch_sizes(url, runs, seconds)
                     # The SQLite store counts a moment after it answers: how far behind the load it was.
-                    store = open_database(str(db))[0]
+                    database = open_database(str(db))
                     started = time.perf_counter()
-                    store.settle()
+                    database.writer.settle()
                     ours["count_lag_seconds"] = time.perf_counter() - started
-                    store.close()
+                    database.store.close()
                 acknowledged = sum(r["reports"] for key, b in ours.items() if key.startswith("batch") for r in b["runs"])
-                store = open_database(str(db))[0]
-                stored = read(store, "footprint")["reports"]
-                store.close()
+                stored = stored_reports(str(db))
                 # A load generator stops at its deadline with requests in flight: the server may
                 # have stored those without the generator reading the 202. So: nothing
                 # acknowledged is missing, and the extra is at most one request per connection per run.
@@ -137,6 +135,16 @@ def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
                 ours["no_acknowledged_report_lost"] = acknowledged <= stored <= acknowledged + in_flight
                 ours["stored"], ours["acknowledged"] = stored, acknowledged
     return out
+
+
+def stored_reports(location: str) -> int:
+    """How many reports the database at ``location`` holds, once what was acknowledged is counted."""
+    database = open_database(location)
+    try:
+        database.writer.settle()
+        return database.store.run_tx("footprint", lambda tx: tx.footprint(), write=False)["reports"]
+    finally:
+        database.store.close()
 
 
 def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) -> dict[str, Any]:
@@ -167,9 +175,7 @@ def bench_nodes(runs: int, seconds: float, counts: tuple[int, ...] = (1, 2, 3)) 
             with servers.nodes(location, count, Path(folder)) as urls:
                 figures = out[f"postgres_{count}"] = load(urls)
             acknowledged = sum(r["reports"] for r in figures["runs"])
-            store = open_database(location)[0]
-            figures["stored"] = read(store, "footprint")["reports"]
-            store.close()
+            figures["stored"] = stored_reports(location)
             # As for one node: nothing acknowledged missing, at most one request per connection extra.
             figures["no_acknowledged_report_lost"] = (
                 acknowledged <= figures["stored"] <= acknowledged + runs * count * CONNECTIONS * 100)
@@ -235,7 +241,7 @@ def bench_refresh(runs: int, reports_per_window: int = 200, windows: int = 30) -
             for day in days:  # touch every window so the refresh recomputes all 30 and the rollup
                 body = {"reports": [randomize(schema, record, window=day) for _ in range(reports_per_window)]}
                 assert client.post("/api/v1/reports", json=body).status_code == 202
-            app.extensions["ldp"]["store"].settle()  # counted first: the refresh alone is measured
+            app.extensions["ldp"]["writer"].settle()  # counted first: the refresh alone is measured
             started = time.perf_counter()
             written = refresh(app).written
             durations.append((time.perf_counter() - started) * 1000)

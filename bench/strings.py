@@ -22,7 +22,8 @@ import requests
 
 from ldp_telemetry.aggregator import candidates, create_app
 from ldp_telemetry.aggregator.store import ReportRow
-from ldp_telemetry.aggregator.store.inbox import MAX_UNFOLDED
+from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
+from ldp_telemetry.aggregator.questions.backfill import backfill as backfill_job
 from ldp_telemetry.shared import parse_schema
 from ldp_telemetry.shared.mechanisms.olh import P, buckets
 
@@ -64,21 +65,22 @@ def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str
         app = create_app({"LDP_DB": f"{folder}/backfill.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
                           "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
         store, catalog = app.extensions["ldp"]["store"], app.extensions["ldp"]["catalog"]
-        write(store, "publish_schema", schema.to_dict(), "2026-01-01T00:00:00Z")
+        writer = app.extensions["ldp"]["writer"]
+        store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
         days = bulkload.window_days(30)
         started = time.perf_counter()
         for start in range(0, reports, MAX_UNFOLDED):
             size = min(MAX_UNFOLDED, reports - start)
             values = _values(rng, size, True)
-            store.ingest([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
+            writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
                           zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values)])
-            store.settle()
+            writer.settle()
         loaded = time.perf_counter() - started
         started = time.perf_counter()
         added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added")
         runs = 0
-        while read(store, "filling"):
-            candidates.backfill(app, seconds=math.inf)
+        while store.run_tx("filling", lambda tx: tx.filling(), write=False):
+            backfill_job(app, seconds=math.inf)
             runs += 1
         seconds = time.perf_counter() - started
         store.close()

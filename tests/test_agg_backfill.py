@@ -18,6 +18,7 @@ import pytest
 from conftest import settle, read, write, ADMIN, db_state, publish, sql, store_of
 
 from ldp_telemetry.aggregator import candidates, retention
+from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.windows import ROLLUP
 
@@ -63,10 +64,14 @@ def reference(location: str, strings: list[str]) -> dict[tuple[str, str], int]:
     return out
 
 
+def counting_of(app):
+    return app.extensions["ldp"]["writer"].counting
+
+
 def supports(app, strings: list[str]) -> dict[tuple[str, str], int]:
     """The same, as the store's counters hold them."""
     store = store_of(app)
-    store.settle()
+    settle(app)
     windows = sorted({w for (w,) in sql(app.config["LDP_DB"], 'SELECT DISTINCT "window" FROM totals')})
     out = {}
     for window, counters in read(store, "window_counters", "homes", 1, windows).items():
@@ -80,15 +85,16 @@ def backfill_in_chunks(app, client, rng: random.Random, chunk: int, window: str)
     """Back-fill every batch ``chunk`` reports at a time, posting reports between a chunk's read
     and its apply and between chunks (ids random, so some fall below the watermark, some in the
     chunk's range, some above); how many chunks it took."""
-    store, chunks = store_of(app), 0
+    store, counting, chunks = store_of(app), counting_of(app), 0
     for schema, version, batch, _ in read(store, "filling"):
-        while (read := store.backfill_read(schema, version, batch, chunk)) is not None:
+        while (chunk_read := store.run_tx("backfill_read", lambda tx: backfill.read_chunk(
+                tx, counting, schema, version, batch, chunk), write=False)) is not None:
             chunks += 1
             post(client, reports(rng, 9, window))
-            store.settle()  # stored now (SQLite: folded from the inbox), beside the watermark
-            done = store.backfill_apply(read)
+            settle(app)  # stored now (SQLite: folded from the inbox), beside the watermark
+            done = store.run_tx("backfill_apply", lambda tx: backfill.apply_chunk(tx, counting, chunk_read))
             post(client, reports(rng, 9, window))
-            store.settle()
+            settle(app)
             if done:
                 break
     return chunks
@@ -164,9 +170,9 @@ def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimat
     post(client, reports(rng, 40, windows[1]))  # before any chunk: all above the watermark ''
     # A second batch, added while the first is half done; and one never estimated.
     store = store_of(app)
-    store.settle()
+    settle(app)
     (schema, version, first, size), = read(store, "filling")
-    assert size == 15 and not store.backfill(schema, version, first, 60)
+    assert size == 15 and not backfill.backfill_chunk(store, counting_of(app), schema, version, first, 60)
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ADDED[15:],
                                      source="discovered") == len(ADDED) - 15
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ["ab\ufffd"],
@@ -215,7 +221,7 @@ def test_a_window_erased_before_the_back_fill_has_no_estimate_and_leaves_the_rol
     while retention.expire(app).windows == 0:
         pass
     assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
-    candidates.backfill(app)
+    backfill.backfill(app)
     refresh.refresh(app)
     expected = reference(app.config["LDP_DB"], ADDED[:5])
     assert expected[(ROLLUP, "\n")] == 80 and expected_old[(ROLLUP, "\n")] == 140
@@ -239,8 +245,8 @@ def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(ma
     rng = random.Random(3)
     post(clients[0], reports(rng, 400, "2026-11-21T11"))
     assert clients[1].post(URL, json={"attribute": "home", "candidates": ADDED}, headers=ADMIN).status_code == 202
-    monkeypatch.setattr(candidates, "BACKFILL_CELLS", 30 * len(ADDED))
-    monkeypatch.setattr(candidates, "MIN_BACKFILL_REPORTS", 1)
+    monkeypatch.setattr(backfill, "BACKFILL_CELLS", 30 * len(ADDED))
+    monkeypatch.setattr(backfill, "MIN_BACKFILL_REPORTS", 1)
     batches = [reports(rng, 10, "2026-11-21T11") for _ in range(12)]
     errors = []
 
@@ -250,7 +256,7 @@ def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(ma
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(lambda node=node: candidates.backfill(node, seconds=60),))
+    threads = [threading.Thread(target=run, args=(lambda node=node: backfill.backfill(node, seconds=60),))
                for node in nodes]
     threads.append(threading.Thread(target=run, args=(lambda: [post(clients[i % 2], b) for i, b in enumerate(batches)],)))
     for t in threads:
@@ -258,12 +264,12 @@ def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(ma
     for t in threads:
         t.join()
     assert errors == []
-    assert store_of(nodes[0]).filling() == []
+    assert read(store_of(nodes[0]), "filling") == []
     assert supports(nodes[1], ADDED) == reference(location, ADDED)
 
 
 def test_the_scheduler_back_fills_right_after_an_add(make_app):
-    from ldp_telemetry.aggregator.estimation import jobs
+    from ldp_telemetry.aggregator import jobs
 
     # The back-fill's interval is seconds; the add asks for a run at once.
     app = make_app(LDP_SCHEDULER=True, LDP_ESTIMATE_INTERVAL=3600, LDP_CLOCK=lambda: NOW)
@@ -309,10 +315,12 @@ def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_coun
     assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
     store = store_of(app)
     (schema, version, batch, _), = read(store, "filling")
-    read = store.backfill_read(schema, version, batch, 10_000)
+    counting = counting_of(app)
+    chunk = store.run_tx("backfill_read", lambda tx: backfill.read_chunk(tx, counting, schema, version, batch, 10_000),
+                         write=False)
     insert("1", [*DAMAGED, "{not json"])
     with caplog.at_level("WARNING"):
-        assert store.backfill_apply(read)
+        assert store.run_tx("backfill_apply", lambda tx: backfill.apply_chunk(tx, counting, chunk))
     assert sum("cannot be counted" in r.getMessage() for r in caplog.records) == 2
     held = supports(app, ADDED[:5])
     assert {k: v for k, v in held.items() if k[1] != "\n"} == {k: v for k, v in expected.items() if k[1] != "\n"}

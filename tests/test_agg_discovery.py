@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from conftest import settle, read, write, ADMIN, sql, store_of
-from ldp_telemetry.aggregator import candidates, discovery
+from ldp_telemetry.aggregator import discovery
+from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.mechanisms.randomness import HmacStream
 from ldp_telemetry.shared.reports import randomize
@@ -58,7 +59,7 @@ def test_discovered_strings_are_listed_as_discovered_and_estimated_from_level_0_
     assert discovery.discover_strings(app, seed=7) == 3
     assert discovery.discover_strings(app, seed=8) == 0  # found again: already candidates
     while read(store_of(app), "filling"):
-        candidates.backfill(app)
+        backfill.backfill(app)
     refresh.refresh(app)
 
     listed = requests.get(url + "/api/v1/schemas/sites/1/candidates", timeout=10).json()["candidates"]
@@ -157,7 +158,7 @@ def test_discovery_reads_a_bounded_sample_from_a_random_id_on_and_wraps_round(ma
     for start in range(0, len(reports), 1000):
         assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
     store = store_of(app)
-    store.settle()
+    settle(app)
     by_id = {r["id"]: (r["values"]["home"]["a"], r["values"]["home"]["b"]) for r in reports}
     ids = sorted(by_id)
     attribute = derived.attribute("home")

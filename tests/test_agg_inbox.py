@@ -178,8 +178,7 @@ def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db
     app = sqlite_app(db)
     client = app.test_client()
     publish(client)
-    store = store_of(app)
-    store.busy_timeout = 0.2
+    store_of(app).db.busy_timeout = 0.2
     with write_lock_held(db):
         reports = make_reports(20)
         assert client.post("/api/v1/reports", json={"reports": reports}).status_code == 202
@@ -187,7 +186,7 @@ def test_a_fold_that_finds_the_database_locked_is_tried_again_and_counts_once(db
         while "folding the inbox failed" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)  # until the folding thread has tried, and failed, at least once
         assert "folding the inbox failed" in caplog.text and len(segments(db)) == 1
-    store.settle()
+    settle(app)
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == []
 
@@ -203,12 +202,11 @@ def test_a_dead_process_segment_that_meets_a_busy_database_waits_and_is_counted_
     with write_lock_held(db):
         app = sqlite_app(db)  # a start that cannot count it yet still starts
         assert "could not yet count" in caplog.text
-        store = store_of(app)
-        store.busy_timeout = 0.2
+        store_of(app).db.busy_timeout = 0.2
         with pytest.raises(StoreBusy):
-            store.settle(wait=False)
+            app.extensions["ldp"]["writer"].settle(wait=False)
         assert segments(db) == [orphan] and not list(Path(db + "-inbox").glob("*.bad"))
-    store.settle()
+    settle(app)
     assert counters(app, reports) == expected_counters(APP_USAGE, reports)
     assert segments(db) == []
 
@@ -242,13 +240,9 @@ def test_an_append_the_disk_cuts_short_is_a_503_and_leaves_nothing_behind(db, sl
 
 
 def _settle_at_once(db: str, start, late) -> None:
-    from ldp_telemetry.aggregator import open_database
-
-    store = open_database(db)[0]
-    found: list[int] = []
-    store.on_late_duplicates = found.append
+    writer, found = another_process(db)
     start.wait(30)
-    store.settle()
+    writer.settle()
     late.send(sum(found))
 
 
@@ -313,13 +307,13 @@ def late(app) -> str:
 
 
 def another_process(db: str):
-    """The store of another process on ``db`` (as a worker has it), and the late duplicates it finds."""
+    """The writer of another process on ``db`` (as a worker has it), and the late duplicates it finds."""
     from ldp_telemetry.aggregator import open_database
+    from ldp_telemetry.aggregator.ingest.writer import ReportWriter
 
-    store = open_database(db)[0]
+    database = open_database(db)
     found: list[int] = []
-    store.on_late_duplicates = found.append
-    return store, found
+    return ReportWriter(database.store, database.writer.counting, found.append), found
 
 
 def test_a_folded_segment_whose_folder_forbids_deleting_it_is_emptied_and_never_counted_again(db, slow_fold, caplog):

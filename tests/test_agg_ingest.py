@@ -175,6 +175,7 @@ def test_sample_split_counts_only_the_carried_attribute(make_app):
     batch = [randomize(sample, {"dark_mode": True, "os": "macos"}, window=TODAY) for _ in range(40)]
     assert client.post("/api/v1/reports", json={"reports": batch}).status_code == 202
     carried = {name: sum(name in r["values"] for r in batch) for name in ("dark_mode", "os")}
+    settle(app)
     totals = read(store_of(app), "window_counters", "sampled", 1, [TODAY])[TODAY].totals
     assert totals == {k: v for k, v in carried.items() if v}
 

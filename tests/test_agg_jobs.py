@@ -7,10 +7,10 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import read, write, settle, APP_USAGE, db_state, publish
+from conftest import read, settle, APP_USAGE, db_state, publish
 
 from ldp_telemetry.aggregator.estimation import refresh
-from ldp_telemetry.aggregator.estimation import jobs
+from ldp_telemetry.aggregator import jobs
 from ldp_telemetry.aggregator import retention
 from ldp_telemetry.aggregator.store import EstimatesQuery, Expired
 from ldp_telemetry.aggregator import open_database
@@ -131,6 +131,7 @@ def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_count
     sent = {day: [randomize(APP_USAGE, {"dark_mode": True, "os": "linux"}, window=day) for _ in range(2)]
             for day in days}
     assert client.post("/api/v1/reports", json={"reports": [r for d in days for r in sent[d]]}).status_code == 202
+    settle(app)
     rollup = read(store, "window_counters", "app-usage", 1, [ROLLUP])[ROLLUP]
     clock[0] = NOW + timedelta(days=40)
     # The first run ever may move the cutoff 6 hours past the oldest window's end: 2026-11-19 only.
@@ -146,15 +147,15 @@ def test_a_clock_that_jumps_ahead_erases_at_most_a_day_per_run_and_nothing_count
     assert retry.status_code == 400 and "older than the retention period" in retry.get_data(as_text=True)
     again = client.post("/api/v1/reports", json={"reports": sent["2026-11-20"] + sent["2026-11-21"]})
     assert again.status_code == 202
-    store.settle()
+    settle(app)
     assert read(store, "window_counters", "app-usage", 1, [ROLLUP])[ROLLUP] == rollup
 
 
 def test_retention_walks_the_ids_in_chunks_and_erases_only_expired_reports(make_app, monkeypatch):
     # Chunks of 4 against 11 expired reports (random ids, so spread among the 9 kept ones):
     # the walk must resume after each chunk's last id and stop after the short last chunk.
-    from ldp_telemetry.aggregator.store import dialect
-    monkeypatch.setattr(dialect, "DELETE_CHUNK", 4)
+    from ldp_telemetry.aggregator.store import store as store_module
+    monkeypatch.setattr(store_module, "DELETE_CHUNK", 4)
     clock = [NOW]
     app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
     client = app.test_client()

@@ -143,13 +143,13 @@ def test_three_nodes_count_exactly_once_through_kills_and_retries(backend, postg
 
         # The database: every report once, the counters exactly those of the wire values.
         sent = [r for batch in batches for r in batch]
-        store = open_database(location)[0]
+        database = open_database(location)
         try:
-            assert read(store, "footprint")["reports"] == len(sent)
             windows = sorted({r["window"] for r in sent})
-            assert stored_counters(store, APP_USAGE, windows) == expected_counters(APP_USAGE, sent)
+            assert stored_counters(database, APP_USAGE, windows) == expected_counters(APP_USAGE, sent)
+            assert read(database.store, "footprint")["reports"] == len(sent)
         finally:
-            store.close()
+            database.store.close()
 
         # The answers: accepted adds up to every report, less at most what was in doubt.
         accepted = sum(a for _, _, a, _ in answers)
@@ -270,11 +270,12 @@ def test_two_nodes_add_discover_and_back_fill_strings_while_ingesting_and_count_
             for c in candidates:
                 supported = ((wire["a"] * x(c) + wire["b"]) % big_p) % g == wire["y"]
                 expected[(report["window"], c)] = expected.get((report["window"], c), 0) + supported
-        store = open_database(location)[0]
+        database = open_database(location)
         try:
-            counted = read(store, "window_counters", "homes", 1, sorted(level_0))
+            database.writer.settle()
+            counted = read(database.store, "window_counters", "homes", 1, sorted(level_0))
         finally:
-            store.close()
+            database.store.close()
         assert {w: c.totals["home"] for w, c in counted.items()} == level_0
         assert {(w, c): counted[w].amounts.get("home", {}).get(c, 0) for w, c in expected} == expected
 

@@ -27,14 +27,14 @@ def stored(location: str) -> tuple[list[dict], dict[tuple, tuple[int, int]]]:
     """The raw reports (as wire dicts; from the database itself, as no API reads them back) and
     the counters (through the store), once everything acknowledged is counted (``settle``: what
     a restarted server does first)."""
-    store = open_database(location)[0]
+    database = open_database(location)
     try:
-        store.settle()
+        database.writer.settle()
         reports = [{"id": i, "window": w, "values": json.loads(v)}
                    for i, w, v in sql(location, 'SELECT id, "window", "values" FROM reports')]
-        return reports, stored_counters(store, APP_USAGE, [r["window"] for r in reports])
+        return reports, stored_counters(database, APP_USAGE, [r["window"] for r in reports])
     finally:
-        store.close()
+        database.store.close()
 
 
 def metric(url: str, name: str) -> float:

@@ -84,7 +84,7 @@ def test_reports_waiting_for_a_refresh_are_announced(clocked_app, publish_schema
     client = clocked_app.test_client()
     schema = publish_schema(client)
     post_reports(client, schema, [{"dark_mode": True, "os": "linux"}] * 30, "2026-11-21")
-    clocked_app.extensions["ldp"]["store"].settle()  # counted (a moment after the answer, in SQLite)
+    settle(clocked_app)  # counted (a moment after the answer, in SQLite)
     html = client.get("/schemas/app-usage").get_data(as_text=True)
     assert "30 reports have arrived; estimates appear after the next refresh" in html
     assert "new reports waiting for the next refresh" in client.get("/").get_data(as_text=True)

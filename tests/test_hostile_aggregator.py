@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 import requests
-from conftest import read, write, ADMIN, APP_USAGE, db_state, file_state, publish, store_of
+from conftest import read, settle, ADMIN, APP_USAGE, db_state, file_state, publish, store_of
 
 from ldp_telemetry.shared import parse_schema, randomize
 
@@ -215,5 +215,6 @@ def test_one_id_a_thousand_times_is_stored_once(loaded):
     report = randomize(APP_USAGE, {"dark_mode": False, "os": "macos"}, window="2026-11-21")
     response = client.post("/api/v1/reports", json={"reports": [report] * 1000})
     assert response.get_json() == {"accepted": 1, "duplicates": 999}
+    settle(app)
     totals = read(store_of(app), "window_counters", "app-usage", 1, ["2026-11-21"])["2026-11-21"].totals
     assert totals["dark_mode"] == 2  # the fixture's report and this one

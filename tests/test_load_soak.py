@@ -263,12 +263,12 @@ def test_mixed_load_keeps_exact_counts_and_flat_memory(tmp_path: Path) -> None:
 
         sent = [r for t in traffic for r in t.valid]
         assert len({r["id"] for r in sent}) == len(sent)
-        store = open_database(str(server.db_path))[0]
+        database = open_database(str(server.db_path))
         try:
-            stored = stored_counters(store, APP_USAGE, [r["window"] for r in sent])
-            reports = read(store, "footprint")["reports"]
+            stored = stored_counters(database, APP_USAGE, [r["window"] for r in sent])
+            reports = read(database.store, "footprint")["reports"]
         finally:
-            store.close()
+            database.store.close()
         assert reports == len(sent) + wide_reports
         assert stored == expected_counters(APP_USAGE, sent)
         metrics = requests.get(server.url + "/metrics", timeout=30).text

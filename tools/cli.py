@@ -200,14 +200,14 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     try:
         # A bad setting or an unusable database stops here, before any worker starts.
         values = load(config, config_source="command line")
-        migrated_database(values)[0].close()
+        migrated_database(values).store.close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     try:
         run_server(config, host=host, port=port, workers=workers, access_log=access_log)
     finally:
         # Count what the stopped workers acknowledged and had not counted yet (migrated_database settles).
-        migrated_database(values)[0].close()
+        migrated_database(values).store.close()
 
 
 @main.group()

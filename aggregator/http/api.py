@@ -11,7 +11,8 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import candidates, context, discovery
-from ..estimation import jobs, refresh, readout
+from .. import jobs
+from ..estimation import refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import version_number
 from .body import json_object

@@ -5,7 +5,7 @@ granian's Rust front end reads request headers without holding a Python thread, 
 socket each and stop nobody (under gunicorn's sync workers, two connections that sent half a
 header line stopped all ingest). Each worker process imports :func:`~.rsgi.create_rsgi_app` by
 name and builds its own app, so the scheduler threads start in the workers; the jobs themselves
-make sure only one worker runs them at a time (:mod:`..estimation.jobs`). The workers read the settings from
+make sure only one worker runs them at a time (:mod:`..jobs`). The workers read the settings from
 ``LDP_*`` variables: :func:`serve` puts the checked command-line values there first.
 
 Connections are bounded in number and in idle time. HTTP/1.1 only: TLS and HTTP/2 are the

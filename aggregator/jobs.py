@@ -8,7 +8,7 @@ Under ``serve --workers N`` every worker has a scheduler, but only the *leader* 
 the process holding the store's jobs lock (:meth:`Store.lead`), which goes when that process
 dies, so the next worker to try becomes the leader and exactly one process runs the jobs at any
 time. (A refresh that runs beside another, e.g. an admin's manual one, never overwrites newer
-estimates: see :mod:`.refresh`.)
+estimates: see :mod:`.estimation.refresh`.)
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from .. import context, discovery
-from ..questions import backfill
-from .. import retention
-from . import refresh
+from . import context, discovery, retention
+from .estimation import refresh
+from .questions import backfill
 
 RETENTION_INTERVAL = 3600.0  # seconds
 
