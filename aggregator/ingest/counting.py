@@ -99,13 +99,13 @@ class Counting:
         back-filled counts only the reports whose id is at most its watermark (the others are the
         back-fill's to count, :meth:`backfill`), and how many those are."""
         complete: dict[tuple[str, int, str], tuple[str, ...]] = {}
-        filling: list[tuple[str, int, CandidateBatch]] = []
+        filling: list[tuple[str, int, str, CandidateBatch]] = []
         for (schema, version), k in (known or {}).items():
             for batch in k.batches:
                 if batch.watermark is None:
                     complete[(schema, version, batch.attribute)] = batch.candidates
                 else:
-                    filling.append((schema, version, batch))
+                    filling.append((schema, version, batch.watermark, batch))
         wire, ends = _wire(rows)
         wire = self._counted(wire)
         totals: list[TotalRow] = []
@@ -118,9 +118,9 @@ class Counting:
             totals.append(TotalRow(schema, version, window, name, sum(c for _, c in reported),
                                    ends[(schema, version, window)]))
             amounts += _amounts(attribute, (schema, version, window, name), reported)
-        for schema, version, batch in filling:
+        for schema, version, watermark, batch in filling:
             amounts += self.backfill([r for r in rows if r.schema == schema and r.version == version
-                                      and r.id <= batch.watermark], batch).amounts
+                                      and r.id <= watermark], batch).amounts
         return Increments(totals, amounts)
 
     def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:

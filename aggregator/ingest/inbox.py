@@ -126,7 +126,7 @@ class Inbox:
     def _append_group(self, works: Sequence[Sequence[ReportRow]]) -> list[int]:
         with self._lock:
             self._own_process()
-            pending, group = self._pending, set()  # ids appended before, and in this group
+            pending, group = self._pending, set[str]()  # ids appended before, and in this group
             news: list[list[ReportRow]] = []
             for rows in works:
                 fresh = [r for r in rows if r.id not in pending and r.id not in group]

@@ -90,7 +90,8 @@ class ReportWriter:
         inserted = tx.insert_new(tx.within_retention(rows))
         new = [r for r in rows if r.id in inserted]
         known = tx.known({(r.schema, r.version) for r in new}, self._known)
-        if counted is None or len(new) != len(rows) or marks != {k: known[k].mark for k in marks if k in known}:
+        moved = marks is None or marks != {k: known[k].mark for k in marks if k in known}
+        if counted is None or len(new) != len(rows) or moved:
             counted = self.counting(new, known)
         return new, counted
 

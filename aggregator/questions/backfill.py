@@ -28,7 +28,7 @@ from flask import Flask
 
 from .. import context
 from ..ingest.counting import Counting
-from ..store import BackfillChunk, Increments, Store, Tx, with_rollup
+from ..store import BackfillChunk, Increments, ReportRow, Store, Tx, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
@@ -95,13 +95,13 @@ def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
     schema, version, batch = chunk.schema, chunk.version, chunk.batch
     tx.lock_schema(schema, version)
     exists, watermark = tx.watermark(batch.batch)
-    if not exists or watermark != batch.watermark:  # moved by another back-fill meanwhile
+    if watermark is None or watermark != batch.watermark:  # gone, complete, or moved by another back-fill
         return not exists or watermark is None
     cutoff = tx.cutoff()
     kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
-    late = []
-    if tx.count_in_range(schema, version, batch.watermark, chunk.through, cutoff) != kept_read:
-        late = tx.rows_in_range_except(schema, version, batch.watermark, chunk.through, set(chunk.ids.split()))
+    late: list[ReportRow] = []
+    if tx.count_in_range(schema, version, watermark, chunk.through, cutoff) != kept_read:
+        late = tx.rows_in_range_except(schema, version, watermark, chunk.through, set(chunk.ids.split()))
     counted = counting.backfill(late, batch)
     ends = {**chunk.ends, **{r.window: r.window_end for r in late}}
     kept = {w for w, end in ends.items() if end > cutoff}

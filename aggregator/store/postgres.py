@@ -325,8 +325,9 @@ class PostgresDatabase:
             if self._leader is None:
                 self._leader, self._leader_pid = self._connect(autocommit=True), os.getpid()
             if not self._held:
-                self._held = self._leader.execute("SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
-                                                  (_JOBS_LOCK,)).fetchone()[0]
+                row = self._leader.execute("SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
+                                           (_JOBS_LOCK,)).fetchone()
+                self._held = bool(row and row[0])
             return self._held
 
     def resign(self) -> None:

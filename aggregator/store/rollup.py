@@ -20,15 +20,16 @@ def with_rollup(increments: Increments) -> Increments:
     rows one after another all lock them in the same order."""
     totals: Counter[tuple[str, int, str, str]] = Counter()
     ends: dict[tuple[str, int, str, str], int | None] = {}
-    amounts: Counter[tuple[str, int, str, str, str]] = Counter()
+    amounts: dict[tuple[str, int, str, str, str], int | float] = {}
     for t in increments.totals:
         for window, end in ((t.window, t.window_end), (ROLLUP, None)):
             key = (t.schema, t.version, window, t.attribute)
             totals[key] += t.n
             ends[key] = end
     for a in increments.amounts:
-        amounts[(a.schema, a.version, a.window, a.attribute, a.value)] += a.amount
-        amounts[(a.schema, a.version, ROLLUP, a.attribute, a.value)] += a.amount
+        for window in (a.window, ROLLUP):
+            key5 = (a.schema, a.version, window, a.attribute, a.value)
+            amounts[key5] = amounts.get(key5, 0) + a.amount
     return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
                       [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]])
 

@@ -19,18 +19,18 @@ MIGRATIONS = Migrations("ldp-telemetry-aggregator")
 
 @MIGRATIONS()
 def m001_initial(db: Database) -> None:
-    db["schemas"].create({"name": str, "version": int, "definition": str, "published_at": str},
-                         pk=("name", "version"))
-    db["reports"].create({"id": str, "schema": str, "version": int, "window": str, "window_end": int,
-                          "values": str}, pk="id")
-    db["reports"].create_index(["window_end"])
+    db.table("schemas").create({"name": str, "version": int, "definition": str, "published_at": str},
+                               pk=("name", "version"))
+    db.table("reports").create({"id": str, "schema": str, "version": int, "window": str, "window_end": int,
+                                "values": str}, pk="id")
+    db.table("reports").create_index(["window_end"])
     key = {"schema": str, "version": int, "window": str, "attribute": str, "value": str}
-    db["counters"].create({**key, "n": int, "hits": int}, pk=tuple(key))
-    db["dirty"].create({"schema": str, "version": int, "window": str}, pk=("schema", "version", "window"))
-    db["estimates"].create({**key, "estimate": float, "estimate_clipped": float, "ci_low": float,
-                            "ci_high": float, "n": int, "hits": int, "epsilon": float,
-                            "computed_at": str}, pk=tuple(key))
-    db["meta"].create({"key": str, "value": str}, pk="key")
+    db.table("counters").create({**key, "n": int, "hits": int}, pk=tuple(key))
+    db.table("dirty").create({"schema": str, "version": int, "window": str}, pk=("schema", "version", "window"))
+    db.table("estimates").create({**key, "estimate": float, "estimate_clipped": float, "ci_low": float,
+                                  "ci_high": float, "n": int, "hits": int, "epsilon": float,
+                                  "computed_at": str}, pk=tuple(key))
+    db.table("meta").create({"key": str, "value": str}, pk="key")
 
 
 @MIGRATIONS()

@@ -36,11 +36,14 @@ class Database(Protocol):
     """What a backend gives the store: connections, transactions and what only it knows."""
 
     location: str  # what LDP_DB named, for messages
-    tx: type[Tx]  # its statements
     # Where acknowledged reports wait to be stored (SQLite: a commit per request would hold its one
     # write lock; :mod:`..ingest.inbox`), or None where ingest stores as it acknowledges.
     inbox_folder: Path | None
     durable: bool  # whether a commit (and an inbox append) survives a power cut, not only a killed process
+
+    @property
+    def tx(self) -> type[Tx]:
+        """Its statements: what a transaction's function is given (on the transaction's connection)."""
 
     def transaction(self, write: bool) -> AbstractContextManager[Any]:
         """A connection in a transaction, committed at the end and rolled back on error: ``write``
