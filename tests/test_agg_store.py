@@ -9,8 +9,8 @@ import json
 import sqlite3
 
 import pytest
-from conftest import (settle, read, write, ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, sql, store_of,
-                      stored_counters)
+from conftest import (ADMIN, APP_USAGE, db_state, expected_counters, free_port, publish, read, settle, sql,
+                      store_of, stored_counters, write)
 from sqlite_utils import Database
 
 from ldp_telemetry.aggregator.estimation import refresh
@@ -533,3 +533,66 @@ def test_connections_the_server_ended_are_replaced(app, client):
     statuses = [client.post("/api/v1/reports", json={"reports": second}).status_code for _ in range(3)]
     assert statuses[-1] == 202 and set(statuses) <= {503, 202}
     assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, first + second)
+
+
+# -- the one door --------------------------------------------------------------------------------
+
+
+def test_every_transaction_is_timed_under_its_name_in_metrics(app, client):
+    client.post("/api/v1/reports", json={"reports": reports(3)})
+    settle(app)
+    refresh.refresh(app)
+    text = client.get("/metrics").get_data(as_text=True)
+    write_path = "ingest" if is_postgres(app.config["LDP_DB"]) else "fold"
+    for name in ("publish_schema", write_path, "stale_windows", "window_counters", "save_estimates"):
+        assert f'ldp_store_transaction_seconds_count{{name="{name}"}}' in text, name
+
+
+def test_a_driver_error_leaves_the_door_as_the_store_s_own_and_anything_else_as_it_is(app, client):
+    store = store_of(app)
+    with pytest.raises(StoreUnavailable):
+        store.run_tx("broken", lambda tx: tx.conn.execute("SELECT * FROM no_such_table"))
+
+    def bug(tx):
+        raise KeyError("not the database's")
+
+    with pytest.raises(KeyError):
+        store.run_tx("bug", bug)
+    assert read(store, "schema_versions", "app-usage") == [1]  # the door still opens
+
+
+@pytest.mark.postgres_only
+def test_a_deadlock_is_rolled_back_and_run_again_by_the_door(app, client):
+    """Two transactions take the same two rows in opposite orders: PostgreSQL aborts one of them
+    (deadlock detected); the door runs it again, so both commit and the victim ran twice."""
+    import threading
+
+    store = store_of(app)
+    write(store, "publish_schema", {"name": "b", "version": 1}, "2026-11-21T00:00:00Z")
+    both_hold_one = threading.Barrier(2, timeout=30)
+    runs = {"ab": 0, "ba": 0}
+
+    def lock(order: str):
+        def fn(tx):
+            runs[order] += 1
+            first, second = ("app-usage", "b") if order == "ab" else ("b", "app-usage")
+            tx.conn.execute("SELECT 1 FROM schemas WHERE name = %s FOR UPDATE", (first,))
+            if runs[order] == 1:
+                both_hold_one.wait()
+            tx.conn.execute("SELECT 1 FROM schemas WHERE name = %s FOR UPDATE", (second,))
+        return fn
+
+    errors = []
+
+    def run(order: str) -> None:
+        try:
+            store.run_tx(order, lock(order))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(o,)) for o in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and sorted(runs.values()) == [1, 2]
