@@ -20,9 +20,9 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from . import context, discovery, retention
+from . import context, retention
 from .estimation import refresh
-from .questions import backfill
+from .questions import backfill, discovery
 
 RETENTION_INTERVAL = 3600.0  # seconds
 

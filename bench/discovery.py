@@ -6,7 +6,7 @@ domain-like names of at most 24 code points; devices simulated in bulk with nump
 olh's bulk encoder), then the server's discovery (:func:`ldp_telemetry.shared.discovery.discover`)
 over all of their reports. Recall: the share of the 10 most common names among the strings found;
 false: strings found that no device holds. The ``discovery-job`` step runs the scheduled job
-(:func:`ldp_telemetry.aggregator.discovery.discover_strings`) over such reports stored in SQLite,
+(:func:`ldp_telemetry.aggregator.questions.discovery.discover_strings`) over such reports stored in SQLite,
 in a process of its own, for its time and peak RSS.
 
     python -m bench.discovery [--keep 16,32,64] [--runs 3]   # the ablation behind K
@@ -127,7 +127,7 @@ def _schema(epsilon: float) -> dict[str, Any]:
 def _job_child(db: str) -> None:
     """In a fresh process: the job over ``db``; prints its seconds, what it found and its peak RSS."""
     from ldp_telemetry.aggregator import create_app
-    from ldp_telemetry.aggregator.discovery import discover_strings
+    from ldp_telemetry.aggregator.questions.discovery import discover_strings
 
     from .servers import ADMIN_TOKEN
 

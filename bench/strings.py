@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import requests
 
-from ldp_telemetry.aggregator import candidates, create_app
+from ldp_telemetry.aggregator import create_app
+from ldp_telemetry.aggregator.questions import candidates
 from ldp_telemetry.aggregator.store import ReportRow
 from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 from ldp_telemetry.aggregator.questions.backfill import backfill as backfill_job

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import settle, read, write, ADMIN, db_state, publish, sql, store_of
 
-from ldp_telemetry.aggregator import candidates, retention
+from ldp_telemetry.aggregator import retention
+from ldp_telemetry.aggregator.questions import candidates
 from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.windows import ROLLUP

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from conftest import settle, read, write, ADMIN, sql, store_of
-from ldp_telemetry.aggregator import discovery
+from ldp_telemetry.aggregator.questions import discovery
 from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.aggregator.estimation import refresh
 from ldp_telemetry.shared.mechanisms.randomness import HmacStream

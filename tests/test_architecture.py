@@ -73,8 +73,8 @@ ALLOWED = {
                    "aggregator/questions", "aggregator/dashboard", "aggregator/store", "shared"},
     "aggregator/http": {"aggregator", "aggregator/http", "aggregator/ingest", "aggregator/estimation",
                         "aggregator/questions", "aggregator/store", "shared"},
-    "aggregator/dashboard": {"aggregator", "aggregator/dashboard", "aggregator/estimation", "aggregator/store",
-                             "shared"},
+    "aggregator/dashboard": {"aggregator", "aggregator/dashboard", "aggregator/estimation", "aggregator/questions",
+                             "aggregator/store", "shared"},
     "aggregator/ingest": {"aggregator", "aggregator/ingest", "aggregator/store", "shared"},
     # Questions added later: recorded, back-filled (counting, as ingest counts), estimated.
     "aggregator/questions": {"aggregator", "aggregator/questions", "aggregator/ingest", "aggregator/store", "shared"},

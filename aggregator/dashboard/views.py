@@ -22,7 +22,8 @@ from flask import Blueprint, Response, current_app, render_template, request, ur
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
 from ...shared.windows import LENGTH, window_of
-from .. import auth, candidates
+from .. import auth
+from ..questions import candidates
 from . import charts, pages
 from .. import context
 from ..catalog import version_number

@@ -10,7 +10,8 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
-from .. import candidates, context, discovery
+from .. import context
+from ..questions import candidates, discovery
 from .. import jobs
 from ..estimation import refresh, readout
 from ..auth import identified_reader, require_admin, require_reader

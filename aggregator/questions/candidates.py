@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..shared.attribute_types import MAX_CANDIDATES, STRING, parse_candidates
-from ..shared.checks import SchemaError
-from ..shared.schema import Schema
-from . import context
-from .catalog import Catalog
-from .store import CandidateRow
+from ...shared.attribute_types import MAX_CANDIDATES, STRING, parse_candidates
+from ...shared.checks import SchemaError
+from ...shared.schema import Schema
+from .. import context
+from ..catalog import Catalog
+from ..store import CandidateRow
 
 SOURCES = ("added", "discovered")
 

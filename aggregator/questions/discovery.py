@@ -24,11 +24,11 @@ from collections.abc import Iterator
 import numpy as np
 from flask import Flask
 
-from ..shared import discovery
-from ..shared.schema import Attribute, Schema
-from . import context
+from ...shared import discovery
+from ...shared.schema import Attribute, Schema
+from .. import context
+from ..store import Store, WireColumns
 from .candidates import CandidateError, add_candidates
-from .store import Store, WireColumns
 
 log = logging.getLogger(__name__)
 
