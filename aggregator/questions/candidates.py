@@ -1,8 +1,8 @@
 """Candidates of string attributes beyond those a schema lists: added by the analyst (the admin
-API) or discovered (the discovery job), and the back-fill of their counters (DESIGN.md, "Strings").
+API) or discovered (:mod:`.discovery`), DESIGN.md "Strings".
 
 A new candidate's supports among the reports already stored are counted by the back-fill job
-(:mod:`.questions.backfill`); it is estimated once that is complete.
+(:mod:`.backfill`); it is estimated once that is complete.
 """
 
 from __future__ import annotations
