@@ -191,7 +191,8 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:
-        headers["Link"] = f'<{url_for("api.get_estimates", **{**query, "next": page.next})}>; rel="next"'
+        following: dict[str, Any] = {**query, "next": page.next}
+        headers["Link"] = f'<{url_for("api.get_estimates", **following)}>; rel="next"'
     if query.get("format", "json") == "csv":
         return _csv(estimates, headers, sourced)
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,

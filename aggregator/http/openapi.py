@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
-from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_ALPHABET, MAX_CANDIDATES, MAX_STRING_LENGTH
-from ...shared.discovery import MAX_LEVEL_CANDIDATES
+from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
+from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
+from ...shared.mechanisms.olh import MAX_STRING_LENGTH
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                               MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
@@ -70,7 +71,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json(_ref("Error"), meaning[code]) for code in codes}
 
 
-ADMIN = [{"bearer": []}]
+ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
 
 COMPONENTS: dict[str, Any] = {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
