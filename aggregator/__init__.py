@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 try:
     from flask import Flask
+    from flask.json.provider import DefaultJSONProvider
 except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemetry`
     raise ModuleNotFoundError(
         f"the aggregator needs {exc.name}, which comes with the extra: pip install 'ldp-telemetry[aggregator]'",
@@ -71,6 +72,10 @@ def migrated_database(values: Mapping[str, Any], metrics: Metrics | None = None)
     return database
 
 
+class DocumentedOrder(DefaultJSONProvider):
+    sort_keys = False  # JSON fields in the documented order, not sorted
+
+
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The aggregator app. Raises :class:`settings.SettingsError` for a bad setting."""
     config = dict(config or {})
@@ -89,7 +94,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     # The body limit's one home: Werkzeug refuses a longer Content-Length (413), http/body.py a
     # longer body of unknown length, and the RSGI bridge stops reading one byte past it.
     app.config["MAX_CONTENT_LENGTH"] = app.config["LDP_MAX_BODY"]
-    app.json.sort_keys = False  # fields in the documented order
+    app.json = DocumentedOrder(app)
 
     metrics = Metrics()
     database = migrated_database(values, metrics)

@@ -29,11 +29,19 @@ class Catalog:
         if version is not None and (name, version) in self._parsed:
             return self._parsed[(name, version)]
         definition = self.store.run_tx("get_schema", lambda tx: tx.get_schema(name, version), write=False)
-        if definition is None:
-            return None
-        schema = parse_schema(definition)
-        self._parsed[(schema.name, schema.version)] = schema
-        return schema
+        return None if definition is None else self._parse(definition)
+
+    def latest(self) -> list[Schema]:
+        """The latest version of every published schema."""
+        definitions = self.store.run_tx("latest_schemas", lambda tx: tx.latest_schemas(), write=False)
+        return [self._parse(definition) for definition in definitions]
+
+    def _parse(self, definition: dict[str, Any]) -> Schema:
+        """A stored definition, parsed once per process."""
+        key = (definition["name"], definition["version"])
+        if key not in self._parsed:
+            self._parsed[key] = parse_schema(definition)
+        return self._parsed[key]
 
     def lookup(self, name: str, version: int) -> Schema | None:
         """``(name, version) -> Schema | None``, as :func:`validate_report` takes it."""

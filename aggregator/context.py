@@ -15,24 +15,28 @@ if TYPE_CHECKING:
 
 
 def store(app: Flask | None = None) -> "Store":
-    return (app or current_app).extensions["ldp"]["store"]
+    part: Store = (app or current_app).extensions["ldp"]["store"]  # set by create_app
+    return part
 
 
 def catalog(app: Flask | None = None) -> "Catalog":
-    return (app or current_app).extensions["ldp"]["catalog"]
+    part: Catalog = (app or current_app).extensions["ldp"]["catalog"]  # set by create_app
+    return part
 
 
 def writer(app: Flask | None = None) -> "ReportWriter":
-    return (app or current_app).extensions["ldp"]["writer"]
+    part: ReportWriter = (app or current_app).extensions["ldp"]["writer"]  # set by create_app
+    return part
 
 
 def metrics(app: Flask | None = None) -> "Metrics":
-    return (app or current_app).extensions["ldp"]["metrics"]
+    part: Metrics = (app or current_app).extensions["ldp"]["metrics"]  # set by create_app
+    return part
 
 
 def now(app: Flask | None = None) -> datetime:
     """The app's clock (``LDP_CLOCK``, injectable for tests) as an aware UTC time."""
-    moment = (app or current_app).config["LDP_CLOCK"]()
+    moment: datetime = (app or current_app).config["LDP_CLOCK"]()
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 

@@ -8,7 +8,7 @@ with ``Retry-After`` so that clients retry.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from flask import Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -39,6 +39,15 @@ class ApiError(Exception):
 def detail(field: str, message: str, index: int | None = None) -> dict[str, Any]:
     """One entry of ``details``."""
     return {"field": field, "message": message} if index is None else {"index": index, "field": field, "message": message}
+
+
+def refuse_unknown(given: Iterable[str], known: Sequence[str], what: str) -> None:
+    """A 400 naming the first (sorted) of ``given`` that is not ``known``: a body field or query
+    parameter (``what``) that the request's handler does not read is refused, never ignored."""
+    unknown = sorted(key for key in given if key not in known)
+    if unknown:
+        shown = unknown[0][:40]  # a caller's key, of any length
+        raise ApiError(400, f"unknown {what} {shown!r}; known: {', '.join(known)}", [detail(shown, f"unknown {what}")])
 
 
 def error_response(status: int, error: str, details: Iterable[dict[str, Any]] = (),

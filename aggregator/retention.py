@@ -68,4 +68,5 @@ def kept_cutoff(app: Flask) -> int | None:
     if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
         cache["cutoff"] = context.store(app).run_tx("retention_cutoff", lambda tx: tx.retention_cutoff(), write=False)
         cache["read_at"] = time.monotonic()
-    return cache["cutoff"]
+    cutoff: int | None = cache["cutoff"]
+    return cutoff

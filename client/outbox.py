@@ -127,7 +127,8 @@ class Outbox:
         """Delete the oldest reports until ``count`` reports of ``size`` bytes fit the bounds."""
         if count <= self.max_reports and size <= self.max_bytes:
             return 0, 0
-        doomed, freed = [], 0
+        doomed: list[tuple[int]] = []
+        freed = 0
         for seq, bytes_ in self._db.execute("SELECT seq, size FROM outbox WHERE endpoint = ? ORDER BY seq",
                                             (self.endpoint,)):
             if count - len(doomed) <= self.max_reports and size - freed <= self.max_bytes:
@@ -146,7 +147,8 @@ class Outbox:
                 "SELECT seq, body, size FROM outbox WHERE endpoint = ? ORDER BY seq LIMIT ?", (self.endpoint, limit)
             ).fetchall()
         reports: list[tuple[int, dict[str, Any]]] = []
-        unreadable, windows = [], set()
+        unreadable: list[int] = []
+        windows: set[Any] = set()
         total = len('{"reports":[]}')
         for seq, body, size in rows:
             report = _loads(body)

@@ -87,7 +87,7 @@ class Recorder:
         is valid and counts there, which an app that sent 42 for a range of [0, 10] should hear
         about. The line names the attribute and its range, never the value."""
         if self._bounded[0] is not schema:  # computed once per schema, not per record
-            self._bounded = (schema, [(a.name, *(a.range or (a.edges[0], a.edges[-1])))  # type: ignore[misc]
+            self._bounded = (schema, [(a.name, *(a.range or (a.edges[0], a.edges[-1])))
                                       for a in schema.attributes if a.range or a.edges])
         for name, lo, hi in self._bounded[1]:
             value = values.get(name)

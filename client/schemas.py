@@ -171,15 +171,17 @@ class SchemaSource:
             # server refused to give: ask again soon rather than record nothing for schema_refresh.
             LOG.warning("fetching schema %r answered HTTP 200 without a JSON object", self.name)
             return False
-        if self._offer(response.body, "from the server") and self._outbox is not None:
+        taken = self._offer(response.body, "from the server")
+        if taken is not None and self._outbox is not None:
             try:
-                self._outbox.cache_schema(self.current.to_dict())  # type: ignore[union-attr]
+                self._outbox.cache_schema(taken.to_dict())
             except OutboxError as exc:  # the schema is in use; only the copy for the next start is missing
                 LOG.error("%s", exc)
         return True
 
-    def _offer(self, definition: Any, source: str) -> bool:
-        """Use ``definition`` if it is a valid schema of the right name within the budget.
+    def _offer(self, definition: Any, source: str) -> Schema | None:
+        """Use ``definition`` if it is a valid schema of the right name within the budget, and
+        return it as used; None when it is refused.
 
         A refused schema leaves a schema already in use in place: it was accepted, and its
         version stays valid on the server (published schemas are immutable).
@@ -196,9 +198,9 @@ class SchemaSource:
             if self.current is None:
                 self.refusal = reason
                 self.known.set()
-            return False
+            return None
         self._use(schema)
-        return True
+        return schema
 
     def _use(self, schema: Schema) -> None:
         if self.current is not None and self.current.version != schema.version:

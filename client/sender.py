@@ -104,8 +104,9 @@ class Sender(threading.Thread):
 
     # -- the app's side: never blocks, never raises ------------------------------------------
 
-    def put(self, report: dict[str, Any]) -> bool:
-        """Queue a randomised report; False when the queue is full (the sender is stuck)."""
+    def put(self, report: dict[str, Any] | Pending) -> bool:
+        """Queue a randomised report (or a pending true record); False when the queue is full (the
+        sender is stuck)."""
         with self._progress:
             self.settled = False
             try:
@@ -120,7 +121,7 @@ class Sender(threading.Thread):
             if self._held >= self._settings.max_pending:
                 return False
             self._held += 1
-        if self.put(Pending(values, made, time.monotonic() + self._settings.pending_timeout)):  # type: ignore[arg-type]
+        if self.put(Pending(values, made, time.monotonic() + self._settings.pending_timeout)):
             return True
         with self._held_lock:
             self._held -= 1
@@ -326,7 +327,8 @@ class Sender(threading.Thread):
 
     def _request_timeout(self) -> float:
         """The request's overall deadline: ``request_timeout``, and no later than a stop's."""
-        return max(0.001, min(self._settings.request_timeout, self._stop_by - time.monotonic()))
+        limit: float = self._settings.request_timeout
+        return max(0.001, min(limit, self._stop_by - time.monotonic()))
 
     def _post(self, rows: list[tuple[int, dict[str, Any]]]) -> float | None:
         """Post one batch. None when it is settled; else the least seconds to wait before a retry."""

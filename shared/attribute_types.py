@@ -77,9 +77,9 @@ class Fields:
     levels: tuple[int, ...] = ()  # a discovering string attribute's prefix lengths (code points)
 
 
-class Typed(mechanisms.olh.Discovering, Protocol):
-    """What a type reads of an attribute: what its mechanism reads (a string's discovery fields
-    included), a histogram's edges and a string attribute's other fields."""
+class Typed(mechanisms.Target, Protocol):
+    """What a type reads of an attribute: what its mechanism reads, a histogram's edges and a
+    string attribute's other fields."""
 
     @property
     def edges(self) -> tuple[int | float, ...]: ...
@@ -263,7 +263,8 @@ class Boolean(_Shares):
 
     def draw(self, attribute: Typed, shares: Sequence[float], n: int, rng: np.random.Generator, *,
              sampled: bool) -> np.ndarray:
-        return super().draw(attribute, shares, n, rng, sampled=sampled) == 0  # index 0 is True
+        is_true: np.ndarray = super().draw(attribute, shares, n, rng, sampled=sampled) == 0  # index 0 is True
+        return is_true
 
     def realised(self, attribute: Typed, truth: np.ndarray) -> list[float]:
         return [float(truth.mean())]
@@ -344,24 +345,24 @@ class Numeric(AttributeType):
         return Fields(range=(lo, hi))
 
     def to_dict(self, attribute: Typed) -> dict[str, Any]:
-        return {"range": list(attribute.range)}  # type: ignore[arg-type]
+        return {"range": list(mechanisms.span_of(attribute))}
 
     def prepare(self, attribute: Typed, value: Any) -> float:
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = mechanisms.span_of(attribute)
         return float(min(max(_record_number(value), lo), hi))
 
     def keys(self, attribute: Typed) -> tuple[str, ...]:
         return (MEAN_KEY,)
 
     def extent(self, attribute: Typed) -> float:
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = mechanisms.span_of(attribute)
         return float(hi - lo)
 
     def example(self, attribute: Typed) -> int | float:
-        return attribute.range[0]  # type: ignore[index]
+        return mechanisms.span_of(attribute)[0]
 
     def population(self, attribute: Typed, share: Any) -> list[float]:
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = mechanisms.span_of(attribute)
         if not is_number(share) or not lo <= share <= hi:
             raise ValueError(f"{attribute.name}: the mean must be a number from {lo} to {hi}, got {share!r}")
         return [float(share)]
@@ -370,7 +371,7 @@ class Numeric(AttributeType):
              sampled: bool) -> np.ndarray:
         import numpy as np
 
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = mechanisms.span_of(attribute)
         m = (shares[0] - lo) / (hi - lo)
         if 0 < m < 1:
             return lo + (hi - lo) * rng.beta(m * CONCENTRATION, (1 - m) * CONCENTRATION, size=n)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Any
+from typing import Any, TypeGuard
 
 # Two computations of one number agree when they differ by at most this: per-attribute ε summing
 # to the total and a report's ε against its schema's (absolutely, as DESIGN.md says), a derived
@@ -42,12 +42,12 @@ def close(given: int | float, derived: float) -> bool:
     return abs(given - derived) <= TOLERANCE * max(1.0, abs(derived))
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """A JSON integer: an ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """A JSON number: an int (however large) or a finite float, not a bool."""
     if isinstance(value, bool):
         return False

@@ -56,12 +56,12 @@ numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import product
 from typing import TYPE_CHECKING
 
-from .mechanisms import olh
+from .mechanisms import Target, olh
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,7 +100,7 @@ def derived_levels(max_length: int, alphabet: str) -> tuple[int, ...]:
     return tuple(range(first, max_length, step)) + (max_length,) if first < max_length else (max_length,)
 
 
-def _longest(cost, most: int) -> int:
+def _longest(cost: Callable[[int], int], most: int) -> int:
     s = 1
     while s < most and cost(s + 1) <= MAX_LEVEL_CANDIDATES:
         s += 1
@@ -135,7 +135,7 @@ def smallest_share(n_level: int, p: float, q: float, tested: int, alpha: float =
     return (null_hits(n_level, q, alpha / tested) / n_level - q) / (p - q)
 
 
-def last_level_tested(attribute: olh.Discovering) -> int:
+def last_level_tested(attribute: Target) -> int:
     """:math:`m`'s bound: the most candidates the last level tests (the Bonferroni divisor)."""
     return level_candidates(attribute.levels, attribute.alphabet)[-1]
 
@@ -170,7 +170,7 @@ class Run:
     tested: int  # candidates tested at the last level (m)
 
 
-def discover(attribute: olh.Discovering, a: np.ndarray, b: np.ndarray, y: np.ndarray, level: np.ndarray, *,
+def discover(attribute: Target, a: np.ndarray, b: np.ndarray, y: np.ndarray, level: np.ndarray, *,
              keep: int = KEEP, alpha: float = ALPHA) -> Run:
     """PEM over the reports ``(a, b, y, level)`` of one discovering attribute (level-0 ones are
     ignored here): see the module docstring. Work: at most :data:`MAX_LEVEL_CANDIDATES` hash

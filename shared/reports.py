@@ -174,10 +174,20 @@ def encode_report(schema: Schema, truth: Mapping[str, int | bool | float], windo
         "version": schema.version,
         "window": window,
         "epsilon": schema.epsilon,
-        "values": {a.name: a.mech.encode(a, truth[a.name], source, None if a.memo is None else
-                                         permanent_source(device_secret, schema, a, truth[a.name]))  # type: ignore[arg-type]
+        "values": {a.name: a.mech.encode(a, truth[a.name], source, _permanent_coins(device_secret, schema, a,
+                                                                                    truth[a.name]))
                    for a in attributes},
     }
+
+
+def _permanent_coins(device_secret: bytes | None, schema: Schema, attribute: Attribute,
+                     truth: Any) -> HmacStream | None:
+    """:func:`permanent_source` for a memoised attribute; None for another."""
+    if attribute.memo is None:
+        return None
+    if device_secret is None:  # randomize() checks first; a direct caller of encode_report may not
+        raise RecordError("device_secret", f"schema {schema.name!r} is memoised: its reports need the device's secret")
+    return permanent_source(device_secret, schema, attribute, truth)
 
 
 def max_report_bytes(schema: Schema) -> int:
@@ -235,8 +245,8 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
             raise ReportError("values", "must carry exactly one attribute under split 'sample'")
     else:
         if len(values) != len(schema.by_name):
-            missing = [n for n in schema.by_name if n not in values]
-            raise ReportError(f"values.{missing[0]}", "is required (the schema's split is 'equal')")
+            absent = [n for n in schema.by_name if n not in values]
+            raise ReportError(f"values.{absent[0]}", "is required (the schema's split is 'equal')")
     for key, reported in values.items():
         try:
             schema.by_name[key].mech.check(schema.by_name[key], reported)

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping  # typing.Mapping's isinstance() is ~10x slower
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import attribute_types, mechanisms
 from .attribute_types import (BOOLEAN_KEY, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH, MAX_MAGNITUDE, MEAN_KEY,
@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 
-def is_version(value: Any) -> bool:
+def is_version(value: Any) -> TypeGuard[int]:
     """A schema version as JSON carries it: an integer from 1 to :data:`MAX_VERSION`, not a bool.
     Bounded so that a lookup never gets an integer the database cannot hold."""
     return is_int(value) and 1 <= value <= MAX_VERSION
@@ -261,7 +261,7 @@ def parse_schema(obj: Any) -> Schema:
                   None if permanents[0] is None else float(obj["epsilon_permanent"]))
 
 
-def _permanent_budget(obj: Mapping, epsilon: float, epsilons: list[float], split: str) -> list[float | None]:
+def _permanent_budget(obj: Mapping[str, Any], epsilon: float, epsilons: list[float], split: str) -> list[float | None]:
     """Each attribute's share of ε∞, shared as ε is; all None when the schema is not memoised.
 
     Under ``split: "sample"`` a device may report each attribute in turn, so each permanent layer
@@ -282,7 +282,7 @@ def _permanent_budget(obj: Mapping, epsilon: float, epsilons: list[float], split
     return [total * e / epsilon for e in epsilons]
 
 
-def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]:
+def _split_budget(raw_attributes: list[Any], total: float, split: str) -> list[float]:
     """Each attribute's ε: given explicitly for all (or none), else ε/k or the whole ε (sample)."""
     for i, raw in enumerate(raw_attributes):
         if not isinstance(raw, Mapping):
@@ -309,7 +309,7 @@ def _split_budget(raw_attributes: list, total: float, split: str) -> list[float]
     return values
 
 
-def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, where: str) -> Attribute:
+def _attribute(raw: Mapping[str, Any], epsilon: float, epsilon_permanent: float | None, where: str) -> Attribute:
     _reject_unknown(raw, _ATTRIBUTE_FIELDS, where)
     name = _name(raw.get("name"), f"{where}.name")
     try:
@@ -346,7 +346,7 @@ def _attribute(raw: Mapping, epsilon: float, epsilon_permanent: float | None, wh
     return attribute
 
 
-def _check_derived(raw: Mapping, attribute: Attribute, where: str) -> None:
+def _check_derived(raw: Mapping[str, Any], attribute: Attribute, where: str) -> None:
     """:class:`SchemaError` unless every derived field ``raw`` gives back (a derived schema
     re-published) is what we derive: numbers within :data:`TOLERANCE`, the layers exactly."""
     parameters = {"p": attribute.p, "q": attribute.q, **attribute.derived_parameters}
@@ -388,7 +388,7 @@ def _epsilon(value: Any, field: str) -> float:
     return float(value)
 
 
-def _reject_unknown(obj: Mapping, allowed: set[str], where: str) -> None:
+def _reject_unknown(obj: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(str(k) for k in obj if k not in allowed)
     if unknown:
         raise SchemaError(where, f"{where} has unknown field(s): {', '.join(unknown)}")

@@ -8,7 +8,7 @@ seconds and a statistical test is repeatable. Devices randomise with the OS CSPR
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def population_shares(attribute: Attribute, share: float | Sequence[float]) -> l
 
 
 def simulate(
-    schema: Schema | Mapping,
+    schema: Schema | Mapping[str, Any],
     shares: Mapping[str, float | Sequence[float]],
     n: int,
     *,

@@ -205,6 +205,26 @@ def test_bad_input_is_a_clear_4xx_and_changes_nothing(loaded, name, method, path
     assert db_state(app) == before
 
 
+# Each request refuses a key it does not read in the same words (errors.refuse_unknown).
+UNKNOWN_KEYS = [
+    ("POST", R, {"json": {"reports": [report()], "extra": 1}}, "field", "reports"),
+    ("POST", S + "/app-usage/1/candidates", {"json": {"attribute": "os", "candidates": [], "extra": 1},
+                                             "headers": ADMIN}, "field", "attribute, candidates"),
+    ("GET", S + "/app-usage/1/candidates?extra=1", {}, "query parameter", "attribute"),
+    ("GET", E + "?schema=app-usage&extra=1", {}, "query parameter",
+     "schema, version, attribute, since, until, limit, next, format"),
+]
+
+
+@pytest.mark.parametrize("method, path, kwargs, what, known", UNKNOWN_KEYS, ids=[f"{c[0]} {c[1]}" for c in UNKNOWN_KEYS])
+def test_an_unknown_key_is_named_with_the_known_ones(loaded, method, path, kwargs, what, known):
+    app, client = loaded
+    response = client.open(path, method=method, **kwargs)
+    assert response.status_code == 400
+    assert response.get_json() == {"error": f"unknown {what} 'extra'; known: {known}",
+                                   "details": [{"field": "extra", "message": f"unknown {what}"}]}
+
+
 def test_a_read_token_guards_estimates(make_app):
     client = make_app(LDP_READ_TOKEN="reader-token-123").test_client()
     publish(client)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 from ldp_telemetry.shared import attribute_types, mechanisms
@@ -145,4 +146,22 @@ def test_the_mechanisms_import_nothing_of_the_schema():
             if isinstance(node, ast.ImportFrom) and node.module and node.level >= 2 and \
                     node.module.split(".")[0] in ("schema", "attribute_types", "reports", "simulation", "planner"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}{node.module}")
+    assert found == []
+
+
+def test_make_test_checks_the_types_before_it_runs_the_tests():
+    # `make -n` prints the recipes without running them; SKIP_JS keeps the JS step's sub-make out.
+    dry = subprocess.run(["make", "-n", "test", "SKIP_JS=1"], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = dry.stdout.splitlines()
+    mypy = next(i for i, line in enumerate(lines) if line.endswith("/bin/mypy"))
+    assert mypy < next(i for i, line in enumerate(lines) if " -m pytest" in line)
+
+
+def test_every_type_ignore_names_its_error_and_says_why():
+    # `# type: ignore[code]  # reason`: mypy silences that one error, and the next reader learns why.
+    explained = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(,\s*[a-z-]+)*\]\s+#\s*\S")
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in sources(".py")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"#\s*type:\s*ignore", line) and not explained.search(line)]
     assert found == []

@@ -7,13 +7,16 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO, TypeVar
 from urllib.parse import quote
 
 import click
 
 from ..shared.estimators import DEFAULT_CONFIDENCE
 from ..shared.schema import parse_schema
+
+Command = TypeVar("Command", bound=Callable[..., Any])  # a command function, as click's decorators take it
 
 @click.group()
 @click.version_option(package_name="ldp-telemetry")
@@ -43,8 +46,9 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
     return {**raw, "epsilon": epsilon, "attributes": attributes}
 
 
-def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):
-    def decorate(command):
+def _endpoint_options(token_help: str,
+                      token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)) -> Callable[[Command], Command]:
+    def decorate(command: Command) -> Command:
         command = click.option("--db", type=click.Path(dir_okay=False),
                                help="Work on this database file directly instead of a running server.")(command)
         command = click.option("--token", envvar=list(token_variables), help=token_help)(command)
@@ -167,7 +171,7 @@ def _schema_path(name: str, version: int | None) -> str:
     return f"/api/v1/schemas/{quote(name, safe='')}" + (f"/{version}" if version is not None else "")
 
 
-def _setting_options(command):
+def _setting_options(command: Command) -> Command:
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
     from ..aggregator.settings import SETTINGS
 
@@ -218,7 +222,7 @@ def schema() -> None:
 @schema.command("publish")
 @click.argument("file", type=click.File("r"))
 @_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
-def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
+def schema_publish(file: TextIO, url: str, token: str | None, db: str | None) -> None:
     """Publish the schema in FILE (JSON; - for stdin), over HTTP or straight into --db."""
     from .remote import call
 

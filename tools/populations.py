@@ -171,7 +171,8 @@ def site_names(count: int, rng: np.random.Generator) -> list[str]:
 def zipf_shares(count: int, exponent: float = 1.1) -> np.ndarray:
     """Zipf's shares over ``count`` ranks: :math:`k^{-s} / \\sum_j j^{-s}`."""
     weights = np.arange(1, count + 1, dtype=float) ** -exponent
-    return weights / weights.sum()
+    shares: np.ndarray = weights / weights.sum()
+    return shares
 
 
 # The demo's home pages: any site at all, drawn from a Zipf(1.1) population of DEMO_SITES names of at

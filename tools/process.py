@@ -27,7 +27,8 @@ def free_port(prefer: int = 0) -> int:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            found: int = s.getsockname()[1]  # getsockname() answers Any
+            return found
     raise RuntimeError("no free port on 127.0.0.1")
 
 
@@ -51,7 +52,7 @@ class ServerProcess:
         self.log_path = log_path or self.db_path.with_suffix(".log")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the server and wait until ``/healthz`` answers; ``RuntimeError`` with its log if not."""
@@ -79,7 +80,7 @@ class ServerProcess:
         """Graceful stop (SIGTERM), SIGKILL if it takes longer than ``timeout``."""
         if self.process is None:
             return
-        self._signal(signal.SIGTERM)
+        _signal_group(self.process, signal.SIGTERM)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -90,15 +91,16 @@ class ServerProcess:
         """``kill -9`` the master and its workers at once."""
         if self.process is None:
             return
-        self._signal(signal.SIGKILL)
+        _signal_group(self.process, signal.SIGKILL)
         self.process.wait()
-
-    def _signal(self, sig: int) -> None:
-        # The whole group: workers must not outlive their master.
-        try:
-            os.killpg(self.process.pid, sig)  # type: ignore[union-attr]
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    # The whole group: workers must not outlive their master.
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
 SIZE = 128
-V = TypeVar("V")
+V = TypeVar("V")  # the kind of view kept
 
 
-class PageCache:
+class PageCache(Generic[V]):
     def __init__(self, size: int = SIZE):
         self.size = size
-        self._views: OrderedDict[Hashable, tuple[int, object]] = OrderedDict()
+        self._views: OrderedDict[Hashable, tuple[int, V]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, generation: int, make: Callable[[], V]) -> V:
@@ -27,7 +27,7 @@ class PageCache:
             kept = self._views.get(key)
             if kept is not None and kept[0] == generation:
                 self._views.move_to_end(key)
-                return kept[1]  # type: ignore[return-value]
+                return kept[1]
         view = make()  # outside the lock: two requests may both make it, neither waits on the other
         with self._lock:
             self._views[key] = (generation, view)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...shared import privacy
+from ...shared import mechanisms, privacy
 from ...shared.planner import Plan, plan
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
@@ -194,7 +194,8 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     # first buckets, as before. A string attribute's candidates are listed most frequent first
     # (DESIGN.md, "Dashboard"), and those whose interval includes zero are set apart below.
     def size(i: int) -> float:
-        return -(rows[i].rollup.estimate_clipped if rows[i].rollup else -1.0)
+        cell = rows[i].rollup
+        return -(cell.estimate_clipped if cell else -1.0)
 
     apart: list[ValueRow] = []
     if kind.candidates_apart:
@@ -249,7 +250,7 @@ def attribute_privacy(attribute: Attribute, n: int, confidence: float,
         central = privacy.local_vs_central(p, q, epsilon, n, confidence).central_half_width
         comparison = Comparison(n, shown_half_width, central)
     else:
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = mechanisms.span_of(attribute)
         central = privacy.mean_local_vs_central(attribute.mech.report_variance(attribute), hi - lo, epsilon, n,
                                                 confidence).central_half_width
         comparison = Comparison(n, shown_half_width, central)
@@ -259,7 +260,7 @@ def attribute_privacy(attribute: Attribute, n: int, confidence: float,
         mechanism_name=attribute.mech.title,
         # a mean's numbers in its own units (its range), not on the wire's [-1, 1] scale
         description=attribute.mech.describe(p, q, len(attribute.categories), charts.percent,
-                                            **({"span": tuple(attribute.range)} if attribute.range else {})),
+                                            **({"span": attribute.range} if attribute.range else {})),
         p=p,
         q=q,
         categories=len(attribute.categories),

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response, current_app, render_template, request, url_for
+from flask import Blueprint, current_app, render_template, request, url_for
+from werkzeug.wrappers import Response
 
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
@@ -150,8 +151,7 @@ def _render(template: str, status: int = 200, **values: Any) -> tuple[str, int]:
 def index() -> tuple[str, int]:
     store, catalog = context.store(), context.catalog()
     schemas = []
-    for definition in store.run_tx("latest_schemas", lambda tx: tx.latest_schemas(), write=False):
-        schema = catalog.schema(definition["name"], definition["version"])
+    for schema in catalog.latest():
         schemas.append({"schema": schema, "counts": counts(schema, _activity(store, schema))})
     return _render("index.html", schemas=schemas)
 
@@ -170,8 +170,8 @@ def schema_page(name: str) -> tuple[str, int]:
     first = since or _latest_since(schema)
     view = current_app.extensions["ldp"]["pages"].get(
         (schema.name, schema.version, first, until), store.run_tx("estimates_generation", lambda tx: tx.estimates_generation(), write=False), lambda: _view(schema, first, until))
-    csv_query = {"schema": schema.name, "version": schema.version, "format": "csv",
-                 **{k: v for k, v in (("since", since), ("until", until)) if v}}
+    csv_query: dict[str, Any] = {"schema": schema.name, "version": schema.version, "format": "csv",
+                                 **{k: v for k, v in (("since", since), ("until", until)) if v}}
     return _render(
         "schema.html",
         page=view.page,
@@ -259,7 +259,7 @@ def _latest_since(schema: Schema) -> str:
 def _presets(schema: Schema, version_param: str) -> list[tuple[str, str]]:
     """Links to the latest windows (the default), a few other spans, and every retained window."""
     now: datetime = context.now()
-    base = {"name": schema.name, **({"version": version_param} if version_param else {})}
+    base: dict[str, Any] = {"name": schema.name, **({"version": version_param} if version_param else {})}
     links = [(f"latest {LATEST_WINDOWS} {schema.window}s", url_for("dashboard.schema_page", **base))]
     for count, label in PRESETS[schema.window]:
         since = window_of(now - (count - 1) * LENGTH[schema.window], schema.window)

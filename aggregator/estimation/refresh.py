@@ -32,6 +32,9 @@ ROWS_PER_WRITE = 2_000
 # The rank of a stored candidate's estimates (its own rank added): after every value a schema lists
 # (at most 64 attributes of 10,000), so the estimates of one window list the added ones last.
 ADDED_RANK = 1_000_000
+# Per attribute, its stored candidates by batch: (the attribute with them alone, the batch's
+# deficit, {(attribute, candidate): rank}).
+CandidateGroups = dict[str, list[tuple[Attribute, int, dict[tuple[str, str], int]]]]
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,14 @@ def settle(app: Flask) -> None:
         log.warning("could not count every acknowledged report before the refresh: %s", exc)
 
 
-def candidate_groups(schema: Schema, added: Sequence[CandidateRow]) -> dict[str, list[tuple[Attribute, int, dict]]]:
+def candidate_groups(schema: Schema, added: Sequence[CandidateRow]) -> CandidateGroups:
     """Per attribute, its stored candidates whose back-fill is complete, by batch: the attribute with
     them alone, the batch's ``deficit`` and their ranks (made once per schema version, not per window)."""
     batches: dict[tuple[str, int], list[CandidateRow]] = {}
     for c in added:
         if c.batch is not None:
             batches.setdefault((c.attribute, c.batch), []).append(c)
-    groups: dict[str, list[tuple[Attribute, int, dict]]] = {}
+    groups: CandidateGroups = {}
     for (name, _), group in batches.items():
         groups.setdefault(name, []).append((schema.attribute(name).with_candidates(tuple(c.value for c in group)),
                                             group[0].deficit or 0, {(name, c.value): ADDED_RANK + c.rank for c in group}))
@@ -99,7 +102,7 @@ def candidate_groups(schema: Schema, added: Sequence[CandidateRow]) -> dict[str,
 
 def estimate_rows(schema: Schema, window: str, counters: WindowCounters, confidence: float,
                   computed_at: str, added: Sequence[CandidateRow] = (),
-                  groups: dict[str, list[tuple[Attribute, int, dict]]] | None = None) -> list[EstimateRow]:
+                  groups: CandidateGroups | None = None) -> list[EstimateRow]:
     """One estimate row per value of each attribute that has reports in ``counters``, from the
     attribute's mechanism (:meth:`Mechanism.estimates`); a value with no hits has its row too. The
     rollup of a memoised attribute gets an interval no narrower than a single window's

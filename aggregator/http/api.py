@@ -17,7 +17,7 @@ from ..estimation import refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import version_number
 from .body import json_object
-from ..errors import ApiError, detail
+from ..errors import ApiError, detail, refuse_unknown
 from ..ingest.batch import parse_batch, store_batch, window_policy
 from .openapi import openapi_document
 from ..store import EstimateRow
@@ -81,10 +81,7 @@ def get_candidates(name: str, version: str) -> Response:
     its source, its fingerprint, the candidates it collides with, and when it was added. At most
     the schema's own limits (10,000 candidates an attribute), whoever asks."""
     require_reader()
-    unknown = sorted(k for k in request.args if k != "attribute")
-    if unknown:
-        raise ApiError(400, f"unknown query parameter {unknown[0][:40]!r}; known: attribute",
-                       [detail(unknown[0][:40], "unknown query parameter")])
+    refuse_unknown(request.args, ("attribute",), "query parameter")
     schema = _published(name, version)
     attribute = request.args.get("attribute")
     if attribute is not None and attribute not in schema.attribute_names:
@@ -103,10 +100,7 @@ def add_candidates(name: str, version: str) -> tuple[Response, int]:
     require_admin()
     schema = _published(name, version)
     body = json_object()
-    unknown = sorted(k for k in body if k not in ("attribute", "candidates"))
-    if unknown:
-        raise ApiError(400, f"unknown field {str(unknown[0])[:40]!r}; known: attribute, candidates",
-                       [detail(str(unknown[0])[:40], "unknown field")])
+    refuse_unknown(body, ("attribute", "candidates"), "field")
     for field, kind in (("attribute", str), ("candidates", list)):
         if not isinstance(body.get(field), kind):
             what = "a string" if kind is str else "a list of strings"
@@ -192,7 +186,8 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     estimates = [_estimate(schema, row, added) for row in page.rows]
     headers = {}
     if page.next is not None:
-        headers["Link"] = f'<{url_for("api.get_estimates", **{**query, "next": page.next})}>; rel="next"'
+        following: dict[str, Any] = {**query, "next": page.next}
+        headers["Link"] = f'<{url_for("api.get_estimates", **following)}>; rel="next"'
     if query.get("format", "json") == "csv":
         return _csv(estimates, headers, sourced)
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
@@ -200,10 +195,7 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
 
 
 def _estimates_query() -> dict[str, str]:
-    unknown = sorted(k for k in request.args if k not in ESTIMATE_PARAMETERS)
-    if unknown:
-        raise ApiError(400, f"unknown query parameter {unknown[0][:40]!r}; known: {', '.join(ESTIMATE_PARAMETERS)}",
-                       [detail(unknown[0][:40], "unknown query parameter")])
+    refuse_unknown(request.args, ESTIMATE_PARAMETERS, "query parameter")
     query = {}
     for name in request.args:
         values = request.args.getlist(name)

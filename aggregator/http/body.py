@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any, NoReturn
 
 from flask import request
@@ -42,8 +43,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     so a report read here and by another parser could mean two things."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
         raise _NotJson(f"the key {repeated[:40]!r} appears twice in one object")
     return obj
 
@@ -62,13 +62,13 @@ def _read_body() -> bytes:
     # long would come out truncated rather than refused: read one byte more and look.
     limit = request.max_content_length
     try:
-        data = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
+        chunked: bytes = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
     except Exception as exc:  # noqa: BLE001 - the server's chunk parser: a bad size, a missing CRLF, the client gone
         raise ApiError(400, "the chunked request body is malformed or incomplete",
                        [detail("body", type(exc).__name__)]) from None
-    if limit is not None and len(data) > limit:
+    if limit is not None and len(chunked) > limit:
         raise RequestEntityTooLarge()
-    return data
+    return chunked
 
 
 def _plain_utf8() -> bool:

@@ -30,7 +30,8 @@ def script_nonce() -> str:
     """This response's nonce for an inline ``<script>`` (made on first use)."""
     if "script_nonce" not in g:
         g.script_nonce = secrets.token_urlsafe(16)
-    return g.script_nonce
+    nonce: str = g.script_nonce
+    return nonce
 
 
 def init_app(app: Flask) -> None:

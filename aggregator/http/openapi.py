@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
-from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_ALPHABET, MAX_CANDIDATES, MAX_STRING_LENGTH
-from ...shared.discovery import MAX_LEVEL_CANDIDATES
+from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
+from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                               MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
@@ -36,7 +36,8 @@ RANGE = {"type": "array", "items": _NUMBER, "minItems": 2, "maxItems": 2,
 EDGES = {"type": "array", "items": _NUMBER, "minItems": MIN_CATEGORIES + 1, "maxItems": MAX_BUCKETS + 1,
          "description": "a histogram's increasing bucket edges [e0, e1, ..., ek]: buckets [e0, e1), ..., [e(k-1), ek]"}
 STRING_FIELDS = {
-    "max_length": {"type": "integer", "minimum": 1, "maximum": MAX_STRING_LENGTH, "default": DEFAULT_STRING_LENGTH,
+    "max_length": {"type": "integer", "minimum": 1, "maximum": mechanisms.olh.MAX_STRING_LENGTH,
+                   "default": DEFAULT_STRING_LENGTH,
                    "description": "a string attribute's: the code points of a value a device keeps"},
     "candidates": {"type": "array", "maxItems": MAX_CANDIDATES, "items": {"type": "string"},
                    "description": "a string attribute's strings to estimate; each prepared as a device prepares a value "
@@ -48,8 +49,8 @@ STRING_FIELDS = {
     "alphabet": {"type": "string", "minLength": 1, "maxLength": MAX_ALPHABET,
                  "description": "a string attribute's discovery alphabet (NFC, distinct code points; a discovered "
                                 "string holds these, others as U+FFFD)"},
-    "levels": {"type": "array", "minItems": 1, "maxItems": MAX_STRING_LENGTH,
-               "items": {"type": "integer", "minimum": 1, "maximum": MAX_STRING_LENGTH},
+    "levels": {"type": "array", "minItems": 1, "maxItems": mechanisms.olh.MAX_STRING_LENGTH,
+               "items": {"type": "integer", "minimum": 1, "maximum": mechanisms.olh.MAX_STRING_LENGTH},
                "description": "a discovering string attribute's increasing prefix lengths in code points, the last "
                              f"max_length; derived when not given (each level within {MAX_LEVEL_CANDIDATES:,} candidate "
                               "prefixes)"},
@@ -70,7 +71,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json(_ref("Error"), meaning[code]) for code in codes}
 
 
-ADMIN = [{"bearer": []}]
+ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
 
 COMPONENTS: dict[str, Any] = {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

@@ -35,10 +35,13 @@ import io
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ...shared.checks import parse_digits
 from .cors import headers_for
+
+if TYPE_CHECKING:  # granian's types; the bridge itself never imports granian
+    from granian.rsgi import HTTPProtocol, Scope
 
 # Seconds a client has to deliver a whole request body once its headers are in.
 BODY_SECONDS = 10.0
@@ -76,7 +79,7 @@ class BufferedWSGI:
         self.heavy = heavy
         self.heavy_executor = ThreadPoolExecutor(heavy_threads, thread_name_prefix="ldp-read")
 
-    async def __rsgi__(self, scope: Any, proto: Any) -> None:
+    async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         if scope.proto != "http":
             return
         cors = [(k.lower(), v) for k, v in headers_for(scope.path, scope.method, scope.headers.get("origin"),
@@ -115,7 +118,7 @@ class BufferedWSGI:
             response_headers = [*response_headers, ("Connection", "close")]
         proto.response_bytes(status, response_headers, content)
 
-    async def _body(self, proto: Any, length_known: bool) -> bytes:
+    async def _body(self, proto: HTTPProtocol, length_known: bool) -> bytes:
         """The body; at most ``max_body + 1`` bytes of it (enough for the app to see it is too large)."""
         if length_known:  # already checked against max_body: Rust reads it in one go
             return await proto()
@@ -137,7 +140,7 @@ class BufferedWSGI:
             raise _Broken
         return bytes(body)
 
-    def _environ(self, scope: Any, headers: dict[str, str], body: bytes, length: int) -> dict[str, Any]:
+    def _environ(self, scope: Scope, headers: dict[str, str], body: bytes, length: int) -> dict[str, Any]:
         host, _, port = scope.server.rpartition(":")
         environ: dict[str, Any] = {
             "REQUEST_METHOD": scope.method,
@@ -215,7 +218,7 @@ def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> tuple
     return started[0], started[1], content
 
 
-def _error(proto: Any, cors: list[tuple[str, str]], status: int, message: str) -> None:
+def _error(proto: HTTPProtocol, cors: list[tuple[str, str]], status: int, message: str) -> None:
     body = json.dumps({"error": message, "details": []}).encode()
     proto.response_bytes(status, [("content-type", "application/json"), ("cache-control", "no-store"),
                                   ("connection", "close"), *cors], body)

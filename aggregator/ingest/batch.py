@@ -21,7 +21,7 @@ from ...shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_r
 from ...shared.windows import LENGTH, window_start
 from .. import context
 from ..catalog import Catalog
-from ..errors import ApiError, detail
+from ..errors import ApiError, detail, refuse_unknown
 from ..retention import kept_cutoff, retention_cutoff
 from .writer import ReportWriter
 from ..store import ReportRow, first_of_each_id
@@ -86,9 +86,7 @@ class Outcome:
 def parse_batch(body: dict[str, Any], catalog: Catalog, policy: WindowPolicy, max_batch: int,
                 ) -> tuple[list[Report], list[int]]:
     """Validate a ``{"reports": [...]}`` body: the reports and each one's window end, or :class:`ApiError`."""
-    unknown = sorted(k for k in body if k != "reports")
-    if unknown:
-        raise ApiError(400, "the body has unknown fields", [detail(unknown[0][:80], "unknown field (the body is {\"reports\": [...]})")])
+    refuse_unknown(body, ("reports",), "field")
     raw = body.get("reports")
     if not isinstance(raw, list) or not raw:
         raise ApiError(400, "reports must be a non-empty list of reports", [detail("reports", "must be a non-empty list")])

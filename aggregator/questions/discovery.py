@@ -82,7 +82,7 @@ def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: s
             asked = min(PAGE, budget)
             read, count, last, _ = store.run_tx("discovery_read", lambda tx: tx.wire_columns(
                 schema.name, schema.version, attribute.name, fields, after, asked, through), write=False)
-            if count:
+            if last is not None:  # the page holds reports
                 budget, after = budget - count, last
                 yield read
             if count < asked:
@@ -142,7 +142,7 @@ class UniformSample:
 
     def add(self, rows: np.ndarray) -> None:
         self._pages.append(rows)
-        self._keys.append(self._rng.random(rows.shape[0]))
+        self._keys.append(self._rng.random(len(rows)))
         self._held += rows.shape[0]
         if self._held > 2 * self._size:
             self._trim()

@@ -9,7 +9,7 @@ randomise, in :mod:`..attribute_types`, which also says what ``auto`` picks).
 
 from __future__ import annotations
 
-from .base import MEAN, SHARE, Estimand, Mechanism, Memo, Target, WireError, check_epsilon
+from .base import MEAN, SHARE, Estimand, Mechanism, Memo, Span, Target, WireError, check_epsilon, span_of
 from .means import DUCHI, HM, LAPLACE, PARAMETERS, PM
 from .olh import OLH, OptimalLocalHashing
 from .randomness import SYSTEM, FixedBytes, RandomSource, SystemRandom
@@ -38,6 +38,6 @@ def parameter_descriptions() -> dict[str, str]:
 __all__ = [
     "AUTO", "DUCHI", "GRR", "HM", "LAPLACE", "MEAN", "OLH", "OUE", "PM", "REGISTRY", "RR", "SHARE", "SYSTEM", "BinaryRR",
     "Estimand", "FixedBytes", "GeneralisedRR", "Mechanism", "Memo", "OptimalLocalHashing", "OptimisedUnaryEncoding", "RandomSource",
-    "SystemRandom", "Target", "WireError", "check_epsilon", "get", "hit_probability", "parameter_descriptions",
-    "variance",
+    "Span", "SystemRandom", "Target", "WireError", "check_epsilon", "get", "hit_probability", "parameter_descriptions",
+    "span_of", "variance",
 ]

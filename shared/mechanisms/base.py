@@ -6,7 +6,7 @@ dashboard all ask it, and none of them compares mechanism names: adding a mechan
 one object to :data:`ldp_telemetry.shared.mechanisms.REGISTRY`.
 
 Mechanisms import nothing of the schema: what they read of the attribute they randomise is the
-:class:`Target` protocol below, which :class:`..schema.Target` satisfies. So the schema depends
+:class:`Target` protocol below, which :class:`..schema.Attribute` satisfies. So the schema depends
 on the mechanisms and never the other way round; which mechanisms may randomise which type of
 attribute is the attribute type's to say (:mod:`..attribute_types`).
 """
@@ -92,6 +92,23 @@ class Target(Protocol):
 
     @property
     def range(self) -> tuple[int | float, int | float] | None: ...  # a numeric attribute's [lo, hi]
+
+    @property
+    def discover(self) -> bool: ...  # a string attribute's: whether its reports carry discovery levels
+
+    @property
+    def alphabet(self) -> str: ...  # a discovering string attribute's prefix alphabet
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...  # a discovering string attribute's prefix lengths
+
+
+def span_of(attribute: Target) -> Span:
+    """A numeric attribute's range [lo, hi]; ``TypeError`` for an attribute without one (a
+    caller's mistake: only means are read in units)."""
+    if attribute.range is None:
+        raise TypeError(f"attribute {attribute.name!r} has no range")
+    return attribute.range
 
 
 def check_epsilon(epsilon: float) -> None:

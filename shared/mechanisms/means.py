@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import TOLERANCE
 from ..estimators import Estimate, estimate, z_value
-from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon
+from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon, span_of
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
 from .shares import hit_probability
 
@@ -91,14 +91,14 @@ PARAMETERS = {
 
 def unit(attribute: Target, x: float) -> float:
     """``x`` clipped to the attribute's range and mapped to [-1, 1]."""
-    lo, hi = attribute.range  # type: ignore[misc]
+    lo, hi = span_of(attribute)
     x = min(max(x, lo), hi)
     return min(1.0, max(-1.0, 2 * (float(x) - lo) / (hi - lo) - 1))
 
 
 def to_units(attribute: Target, t: float) -> float:
     """The value of the range that ``t`` in [-1, 1] stands for (``t`` outside maps outside)."""
-    lo, hi = attribute.range  # type: ignore[misc]
+    lo, hi = span_of(attribute)
     return lo + (t + 1) * (hi - lo) / 2
 
 
@@ -210,7 +210,7 @@ class MeanMechanism(Mechanism):
     def report_variance(self, attribute: Target) -> float:
         r"""The worst per-report variance in the attribute's units: on [-1, 1] times
         :math:`((hi - lo)/2)^2`."""
-        lo, hi = attribute.range  # type: ignore[misc]
+        lo, hi = span_of(attribute)
         return self.worst_variance(epsilon=attribute.epsilon, d=2) * ((hi - lo) / 2) ** 2
 
     def encode(self, attribute: Target, truth: Any, source: RandomSource,
@@ -252,7 +252,7 @@ class MeanMechanism(Mechanism):
 
 def _in_units(attribute: Target, mean: float, low: float, high: float, n: int, hits: int = 0) -> Estimate:
     """An estimate on the [-1, 1] scale, in the attribute's units, its interval clipped to the range."""
-    lo, hi = attribute.range  # type: ignore[misc]
+    lo, hi = span_of(attribute)
 
     def clip(x: float) -> float:
         return min(hi, max(lo, x))
@@ -264,8 +264,9 @@ def _in_units(attribute: Target, mean: float, low: float, high: float, n: int, h
 def _units_bulk(attribute: Target, truth: np.ndarray) -> np.ndarray:
     import numpy as np
 
-    lo, hi = attribute.range  # type: ignore[misc]
-    return np.clip(2 * (np.clip(truth.astype(float), lo, hi) - lo) / (hi - lo) - 1, -1.0, 1.0)
+    lo, hi = span_of(attribute)
+    t: np.ndarray = np.clip(2 * (np.clip(truth.astype(float), lo, hi) - lo) / (hi - lo) - 1, -1.0, 1.0)
+    return t
 
 
 def _pm_bulk(t: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:

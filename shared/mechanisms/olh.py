@@ -40,9 +40,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .base import Target, WireError, check_epsilon
+from .base import UNIT, Span, Target, WireError, check_epsilon
 from .randomness import RandomSource, bernoulli, randbelow
 from .shares import HitMechanism
 
@@ -142,13 +142,13 @@ def supports(a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray, g: int,
         # numpy lets go of the GIL inside each pass: a share of the reports per core, summed.
         parts = min(_THREADS, max(1, a.shape[0] * x.shape[0] // _THREAD_CELLS))
         cuts = np.linspace(0, a.shape[0], parts + 1).astype(int)
-        wire = (a.astype(np.uint64), b.astype(np.uint64), (g - y).astype(np.uint64))
+        a64, b64, rest64 = a.astype(np.uint64), b.astype(np.uint64), (g - y).astype(np.uint64)
         fingerprints = x.astype(np.uint64)
 
         def part(i: int) -> np.ndarray:
             lo, hi = cuts[i], cuts[i + 1]
             mine = np.clip(bounds, lo, hi) - lo
-            return _supports_part(*(v[lo:hi] for v in wire), fingerprints, g,
+            return _supports_part(a64[lo:hi], b64[lo:hi], rest64[lo:hi], fingerprints, g,
                                   None if w is None else w[lo:hi], mine)
 
         if parts == 1:
@@ -203,7 +203,7 @@ def randomise_bulk(x: np.ndarray, g: int, p: float, rng: np.random.Generator
     """Many devices' reports ``(a, b, y)`` for the fingerprints ``x`` at once (numpy; simulation)."""
     import numpy as np
 
-    n = x.shape[0]
+    n: int = x.shape[0]
     a = rng.integers(1, P, size=n, dtype="int64")
     b = rng.integers(0, P, size=n, dtype="int64")
     h = ((a * x + b) % P) % g
@@ -212,20 +212,7 @@ def randomise_bulk(x: np.ndarray, g: int, p: float, rng: np.random.Generator
     return a, b, y
 
 
-class Discovering(Target, Protocol):
-    """What the encoder and the wire check read of a string attribute beyond :class:`Target`."""
-
-    @property
-    def discover(self) -> bool: ...
-
-    @property
-    def alphabet(self) -> str: ...
-
-    @property
-    def levels(self) -> tuple[int, ...]: ...
-
-
-def _ranges(attribute: Discovering) -> tuple[tuple[str, int, int], ...]:
+def _ranges(attribute: Target) -> tuple[tuple[str, int, int], ...]:
     """Each integer field of a wire value with its lowest and highest value (``level`` only on a
     discovering attribute's): what :meth:`OptimalLocalHashing.check` allows."""
     fields = (("a", 1, P - 1), ("b", 0, P - 1), ("y", 0, buckets_of(attribute) - 1))
@@ -272,7 +259,7 @@ class OptimalLocalHashing(HitMechanism):
             return None
         return e / (e + g - 1), 1 / g
 
-    def encode(self, attribute: Discovering, truth: Any, source: RandomSource,  # type: ignore[override]
+    def encode(self, attribute: Target, truth: Any, source: RandomSource,
                permanent: RandomSource | None = None) -> dict[str, int]:
         """The report of the prepared string ``truth``: draws in DESIGN.md's order (the level's
         first, for a discovering attribute)."""
@@ -292,11 +279,11 @@ class OptimalLocalHashing(HitMechanism):
             y = j + 1 if j >= h else j
         return {"a": a, "b": b, "y": y, "level": level} if attribute.discover else {"a": a, "b": b, "y": y}
 
-    def wire_bytes(self, attribute: Discovering) -> int:  # type: ignore[override]
+    def wire_bytes(self, attribute: Target) -> int:
         widest = {"a": P - 1, "b": P - 1, "y": MAX_G - 1}
         return len(json.dumps({**widest, "level": len(attribute.levels)} if attribute.discover else widest))
 
-    def check(self, attribute: Discovering, reported: Any) -> None:  # type: ignore[override]
+    def check(self, attribute: Target, reported: Any) -> None:
         keys = LEVEL_WIRE_KEYS if attribute.discover else WIRE_KEYS
         if not isinstance(reported, dict) or reported.keys() != keys:
             if attribute.discover:
@@ -310,14 +297,14 @@ class OptimalLocalHashing(HitMechanism):
             if type(value) is not int or not low <= value <= high:
                 raise WireError(f"{key} must be an integer from {low} to {high}")
 
-    def counted(self, attribute: Discovering, reported: Any) -> Any:  # type: ignore[override]
+    def counted(self, attribute: Target, reported: Any) -> Any:
         """Level 0 only: a prefix's report (level ≥ 1) is for discovery, and supports no candidate."""
         return reported.get("level", 0) == 0
 
-    def columns(self, attribute: Discovering) -> tuple[str, ...]:  # type: ignore[override]
+    def columns(self, attribute: Target) -> tuple[str, ...]:
         return tuple(key for key, _, _ in _ranges(attribute))
 
-    def valid_columns(self, attribute: Discovering,  # type: ignore[override]
+    def valid_columns(self, attribute: Target,
                       columns: Mapping[str, np.ndarray]) -> np.ndarray:
         import numpy as np
 
@@ -331,7 +318,7 @@ class OptimalLocalHashing(HitMechanism):
         return supports(columns["a"], columns["b"], columns["y"], fingerprints(attribute.keys),
                         buckets_of(attribute), groups=groups)
 
-    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
+    def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
         """One support for each candidate the report supports (about k/g of k)."""
         return self.tally(attribute, [(reported, 1)]).items()
 
@@ -362,7 +349,7 @@ class OptimalLocalHashing(HitMechanism):
         other = (1 - p) / (g - 1)
         return [(p, other), (other, p), (other * (g - 2), other * (g - 2))] if g > 2 else [(p, other), (other, p)]
 
-    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str]) -> str:
+    def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         g = round(1 / q)
         return (f"A device hashes its string with a fresh random hash into {g} values and reports that value "
                 f"with probability {percent(p)}, otherwise one of the other {g - 1}; a report supports "

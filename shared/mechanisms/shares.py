@@ -30,7 +30,7 @@ from abc import abstractmethod
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..estimators import Estimate, estimate
 from .base import SHARE, UNIT, Mechanism, Memo, Span, Target, WireError, check_epsilon
@@ -39,13 +39,15 @@ from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbel
 if TYPE_CHECKING:
     import numpy as np
 
+# A share or chance: one number on a device, an array of them in simulation.
+Share = TypeVar("Share", float, "np.ndarray")
 # OUE vectors are simulated this many devices at a time, to bound memory at d = 1024.
 _CHUNK = 1 << 16
 # Coins are little-endian on every machine; array("Q") reads in the machine's order.
 _BIG_ENDIAN_MACHINE = array("Q", [1]).tobytes()[0] != 1
 
 
-def hit_probability(p: float, q: float, theta: float) -> float:
+def hit_probability(p: float, q: float, theta: Share) -> Share:
     r"""The chance that one report hits a value whose true share is ``theta``: :math:`q + (p-q)\theta`."""
     return q + (p - q) * theta
 
