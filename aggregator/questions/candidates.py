@@ -63,17 +63,17 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
         held = cells.held_of(stored)
         known = set(attribute.candidates) | {c.value for c in stored if c.attribute == attribute.name}
         new = [v for v in prepared if v not in known]
-        mine = held.get(attribute.name, 0)
-        if len(attribute.candidates) + mine + len(new) > MAX_CANDIDATES:
+        added = tx.add_candidates(schema.name, schema.version, attribute.name, new, source=source,
+                                  estimated=estimated, added_at=added_at or context.iso(context.system_clock()),
+                                  most=MAX_CANDIDATES - len(attribute.candidates))
+        if added is None:
             raise CandidateError("candidates", f"attribute {attribute.name} may have at most {MAX_CANDIDATES} "
                                                "candidates in all (listed, added and discovered)")
-        refusal = limit.refusal(schema, {**held, attribute.name: mine + len(new)})
-        if refusal is not None:
-            raise CandidateError("candidates", f"{len(new)} new candidates for attribute {attribute.name} would "
+        refusal = limit.refusal(schema, {**held, attribute.name: held.get(attribute.name, 0) + added})
+        if refusal is not None:  # raised in the transaction: what was added rolls back with it
+            raise CandidateError("candidates", f"{added} new candidates for attribute {attribute.name} would "
                                                f"pass the limit: {refusal}")
-        return tx.add_candidates(schema.name, schema.version, attribute.name, new, source=source, estimated=estimated,
-                                 added_at=added_at or context.iso(context.system_clock()),
-                                 most=MAX_CANDIDATES - len(attribute.candidates))
+        return added
 
     return catalog.store.run_tx("add_candidates", add)
 

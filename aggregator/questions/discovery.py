@@ -94,7 +94,7 @@ def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: s
             asked = min(PAGE, budget)
             read, count, last, _ = store.run_tx("discovery_read", lambda tx: tx.wire_columns(
                 schema.name, schema.version, attribute.name, fields, after, asked, through), write=False)
-            if count:
+            if count and last is not None:
                 budget, after = budget - count, last
                 yield read
             if count < asked:
@@ -159,7 +159,7 @@ class UniformSample:
 
     def add(self, rows: np.ndarray) -> None:
         self._pages.append(rows)
-        self._keys.append(self._rng.random(rows.shape[0]))
+        self._keys.append(self._rng.random(size=int(rows.shape[0])))
         self._held += rows.shape[0]
         if self._held > 2 * self._size:
             self._trim()

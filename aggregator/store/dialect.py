@@ -48,7 +48,7 @@ class Tx:
         row = self.conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self.conn.execute(sql, params).fetchall())
 
     def _in(self, values: Sequence[Any]) -> str:
@@ -99,7 +99,9 @@ class Tx:
         if not schema_key_ok(name, version):
             return None
         p = self.param
-        return self._one(f"SELECT published_at FROM schemas WHERE name = {p} AND version = {p}", (name, version))
+        published: str | None = self._one(f"SELECT published_at FROM schemas WHERE name = {p} AND version = {p}",
+                                          (name, version))
+        return published
 
     def get_schema(self, name: str, version: int | None = None) -> dict[str, Any] | None:
         """The definition of ``name`` at ``version`` (latest if None), or None if unpublished."""
@@ -276,14 +278,15 @@ class Tx:
 
     def retention_cutoff(self) -> int | None:
         """The kept retention cutoff (None before retention first ran): what ingest refuses windows by."""
-        return self._one("SELECT cutoff FROM retention")
+        cutoff: int | None = self._one("SELECT cutoff FROM retention")
+        return cutoff
 
     def raise_cutoff(self, cutoff: int) -> int:
         """Raise the kept cutoff to ``cutoff`` (it never goes down): the cutoff kept now."""
         self.conn.execute(
             f"INSERT INTO retention (id, cutoff) VALUES (1, {self.param}) ON CONFLICT (id) DO UPDATE SET cutoff = "
             "CASE WHEN excluded.cutoff > retention.cutoff THEN excluded.cutoff ELSE retention.cutoff END", (cutoff,))
-        return self._one("SELECT cutoff FROM retention")
+        return int(self._one("SELECT cutoff FROM retention"))
 
     def any_window_due(self, cutoff: int) -> bool:
         return self._one(f"SELECT 1 FROM totals WHERE window_end <= {self.param} LIMIT 1", (cutoff,)) is not None

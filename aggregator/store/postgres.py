@@ -122,7 +122,7 @@ _MARK_DIRTY = """
     ON CONFLICT (schema, version, "window") DO UPDATE SET mark = excluded.mark"""
 
 
-def _columns(rows: Sequence[tuple], width: int) -> list[list[Any]]:
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     """Rows as ``width`` column lists: one array parameter per column for ``unnest``."""
     return [[row[i] for row in rows] for i in range(width)]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
+from typing import Any
 
 from sqlite_utils import Database, Migrations
 
@@ -63,7 +64,7 @@ def m002_sparse_counters(db: Database) -> None:
     dense = conn.execute('SELECT schema, version, "window", attribute, max(n) FROM counters '
                          'GROUP BY schema, version, "window", attribute').fetchall()
     totals = [(s, v, w, a, n, int(window_end(w, schemas[(s, v)].window).timestamp())) for s, v, w, a, n in dense]
-    rollup: Counter[tuple] = Counter()
+    rollup: Counter[tuple[Any, ...]] = Counter()
     for s, v, _, a, n, _ in totals:
         rollup[(s, v, a)] += n
     conn.executemany('INSERT INTO totals VALUES (?, ?, ?, ?, ?, ?)',
