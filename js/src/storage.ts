@@ -67,6 +67,18 @@ export function emptyState(): State {
   return { schemas: {}, ledger: {}, outbox: [], next: 1 };
 }
 
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/** `value` has the shape of a {@link State} (what a file store reads back is checked: a damaged
+ * ledger must not pass for an empty one). */
+export function isState(value: unknown): value is State {
+  if (!isRecord(value) || !isRecord(value.schemas) || !isRecord(value.ledger) || !Array.isArray(value.outbox)) return false;
+  const ledgerOk = Object.values(value.ledger).every((spent) => isRecord(spent) && Object.values(spent).every(Number.isFinite));
+  const rowsOk = value.outbox.every((row) => isRecord(row) && Number.isInteger(row.seq) && isRecord(row.report) && Number.isFinite(row.bytes));
+  return ledgerOk && rowsOk && Number.isInteger(value.next);
+}
+
 export const UTF8 = new TextEncoder();
 
 /** The bytes of a report's JSON text (what the outbox and batch limits count). */

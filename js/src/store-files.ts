@@ -4,13 +4,18 @@
  * `ldp-telemetry/`), folder 0700 and files 0600. The device secret is the Python client's own
  * file (`device-secret`, 32 bytes), so both clients on one machine are one device. The outbox,
  * ledger and cached schema of a schema are one JSON file, `js-outbox-<schema>.json`, replaced
- * atomically (write a temporary file, rename); every change happens under a lock file, so two
- * processes cannot both spend a window.
+ * atomically and durably (write a temporary file, sync it, rename, sync the folder: after a power
+ * cut the file is the old one or the new one, whole); every change happens under a lock file, so
+ * two processes cannot both spend a window. A file that reads back damaged is set aside and the
+ * ledger errs on the side of "spent": the current UTC day counts as spent (no window of it is
+ * reported again), since what the damaged ledger held cannot be known.
  */
 
 import type { DeviceSecret } from "./hmac.js";
 import type { Report } from "./reports.js";
-import { appendTo, emptyState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { MAX_EPSILON } from "./schema.js";
+import { appendTo, emptyState, isState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { windowOf } from "./windows.js";
 
 type Fs = typeof import("node:fs/promises");
 
@@ -20,6 +25,9 @@ const nodeModule = (name: string): Promise<unknown> => import(/* @vite-ignore */
 const SECRET_FILE = "device-secret";
 const STALE_LOCK_MS = 30_000; // a lock older than this was left by a process that died holding it
 const LOCK_WAIT_MS = 10_000;
+// What a day whose ledger was damaged counts as spent: the most one report may spend (what was
+// really spent is unknown; the day's entry blocks all its windows whatever the number).
+const UNKNOWN_SPEND = MAX_EPSILON;
 
 export async function defaultDataDir(): Promise<string> {
   const os = (await nodeModule("os")) as typeof import("node:os");
@@ -38,15 +46,15 @@ export async function defaultDataDir(): Promise<string> {
 
 export class FileStore implements Store {
   readonly kind = "files";
-  private constructor(private readonly fs: Fs, private readonly dir: string, private readonly file: string,
-    private readonly join: (...p: string[]) => string) {}
+  private constructor(private readonly fs: Fs, private readonly dir: string, private readonly schema: string,
+    private readonly file: string, private readonly join: (...p: string[]) => string) {}
 
   static async open(dataDir: string | undefined, schema: string): Promise<FileStore> {
     const fs = (await nodeModule("fs/promises")) as Fs;
     const path = (await nodeModule("path")) as typeof import("node:path");
     const dir = dataDir ?? (await defaultDataDir());
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    return new FileStore(fs, dir, path.join(dir, `js-outbox-${schema}.json`), path.join);
+    return new FileStore(fs, dir, schema, path.join(dir, `js-outbox-${schema}.json`), path.join);
   }
 
   get path(): string {
@@ -64,9 +72,10 @@ export class FileStore implements Store {
     // process (or the Python client) made the secret first, and then theirs is used.
     const temporary = this.join(this.dir, `.device-secret-${process.pid}-${Date.now()}`);
     const secret = globalThis.crypto.getRandomValues(new Uint8Array(32));
-    await this.fs.writeFile(temporary, secret, { mode: 0o600, flag: "wx" });
+    await this.writeSynced(temporary, secret, "wx");
     try {
       await this.fs.link(temporary, file);
+      await this.syncFolder();
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
     } finally {
@@ -81,7 +90,13 @@ export class FileStore implements Store {
     return bytes;
   }
 
+  /** The state as last written; a damaged file is set aside first, under the lock. */
   private async read(): Promise<State> {
+    return (await this.parse()) ?? this.locked((state) => state);
+  }
+
+  /** The file's state (an empty one when there is no file yet), or undefined if it is damaged. */
+  private async parse(): Promise<State | undefined> {
     let text: string;
     try {
       text = await this.fs.readFile(this.file, "utf8");
@@ -90,19 +105,53 @@ export class FileStore implements Store {
       throw e;
     }
     try {
-      const state = JSON.parse(text) as State;
-      if (Array.isArray(state.outbox) && typeof state.ledger === "object" && typeof state.next === "number") return state;
+      const state: unknown = JSON.parse(text);
+      if (isState(state)) return state;
     } catch {
-      // fall through: a damaged file is set aside, not trusted
+      // a damaged file: undefined
     }
-    await this.fs.rename(this.file, `${this.file}.damaged-${Date.now()}`);
-    return emptyState();
+    return undefined;
   }
 
+  /** Under the lock: the damaged file moved aside (kept for a human to read), and a state whose
+   * ledger counts today as spent, so no window is spent twice whatever the lost ledger held. */
+  private async setAside(): Promise<State> {
+    await this.fs.rename(this.file, `${this.file}.damaged-${Date.now()}`);
+    const state = emptyState();
+    state.ledger[this.schema] = { [windowOf(Date.now(), "day")]: UNKNOWN_SPEND };
+    return state;
+  }
+
+  /** `data` in a new file at `path` (0600), on disk before this returns. */
+  private async writeSynced(path: string, data: string | Uint8Array, flag: string): Promise<void> {
+    const handle = await this.fs.open(path, flag, 0o600);
+    try {
+      await handle.writeFile(data);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** Makes a rename or link in the data folder durable. Windows cannot open a folder to sync it
+   * (NTFS journals the rename itself). */
+  private async syncFolder(): Promise<void> {
+    if (process.platform === "win32") return;
+    const handle = await this.fs.open(this.dir, "r");
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** The state replaced whole: synced before the rename (a power cut leaves the old file or the
+   * new one, never a torn one), the folder synced after it (the new name survives too). */
   private async write(state: State): Promise<void> {
     const temporary = `${this.file}.${process.pid}.tmp`;
-    await this.fs.writeFile(temporary, JSON.stringify(state), { mode: 0o600 });
+    await this.writeSynced(temporary, JSON.stringify(state), "w");
     await this.fs.rename(temporary, this.file);
+    await this.syncFolder();
   }
 
   /** Runs `change` on the state under the lock file and writes the result. */
@@ -122,7 +171,7 @@ export class FileStore implements Store {
       }
     }
     try {
-      const state = await this.read();
+      const state = (await this.parse()) ?? (await this.setAside());
       const result = change(state);
       await this.write(state);
       return result;
