@@ -13,7 +13,7 @@ import { shown } from "./http.js";
 import { parseJson } from "./pyjson.js";
 import type { DeviceSecret } from "./hmac.js";
 import { ledger as newLedger, type DaySpent } from "./ledger.js";
-import { settings, type ClientOptions, type Settings } from "./options.js";
+import { checkedDelay, settings, type ClientOptions, type Settings } from "./options.js";
 import { encodeWithPermanent, RecordError } from "./reports.js";
 import { isObject, type Schema } from "./schema.js";
 import { schemaSource } from "./schema-source.js";
@@ -139,7 +139,7 @@ export class TelemetryClient {
         else {
           try {
             const result = make(values, made);
-            if (!result.queued) log.info?.(result.reason);
+            if (!result.queued) log.info(result.reason);
           } catch (e) {
             log.warn(`dropped a pending record: ${(e as Error).message}`);
           }
@@ -176,7 +176,7 @@ export class TelemetryClient {
         return result("waiting for the schema", undefined, true);
       },
       waitForSchema: async (timeoutMs) => {
-        const deadline = Date.now() + timeoutMs;
+        const deadline = Date.now() + checkedDelay("timeoutMs of waitForSchema()", timeoutMs);
         out.wake();
         while (!usable()) {
           if (source.refusal || failure || Date.now() >= deadline) return false;
@@ -184,8 +184,9 @@ export class TelemetryClient {
         }
         return true;
       },
-      flush: (timeoutMs = 10_000) => out.waitSettled(timeoutMs),
+      flush: async (timeoutMs = 10_000) => out.waitSettled(checkedDelay("timeoutMs of flush()", timeoutMs)),
       close: async (timeoutMs = s.closeTimeoutMs) => {
+        checkedDelay("timeoutMs of close()", timeoutMs);
         if (closed) return;
         closed = true;
         if (page) {
