@@ -183,8 +183,8 @@ export class FileStore implements Store {
   async cachedSchema(name: string): Promise<unknown> {
     return (await this.read()).schemas[name];
   }
-  async cacheSchema(name: string, derived: unknown): Promise<void> {
-    await this.locked((s) => void (s.schemas[name] = derived));
+  async cacheSchema(name: string, text: string): Promise<void> {
+    await this.locked((s) => void (s.schemas[name] = text));
   }
   async ledger(schema: string): Promise<[string, number][]> {
     return Object.entries((await this.read()).ledger[schema] ?? {});

@@ -24,7 +24,7 @@ export function startOf(name: unknown, kind: WindowKind): number {
 
 /** The UTC start of the window called `name` (ms since the epoch); a RangeError if it is none. */
 export function windowStart(name: unknown, kind: WindowKind): number {
-  if (LDP_FULL && !LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
+  if (!LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
   const t = startOf(name, kind);
   if (t !== t) throw new RangeError(`window must name a UTC ${kind}`);
   return t;
