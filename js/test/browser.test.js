@@ -28,6 +28,17 @@ try {
 const why = !existsSync(CHROMIUM) ? `${CHROMIUM} is absent (apt-get install chromium)` : !playwright ? "no playwright-core (npm ci)"
   : !haveServer() ? "no .venv (make install)" : false;
 
+/** A site on 127.0.0.1 whose every page loads the <script> bundle. */
+async function bundleSite() {
+  const site = createServer((req, res) => {
+    const js = req.url === "/ldp-telemetry.min.js";
+    res.writeHead(200, { "Content-Type": js ? "text/javascript" : "text/html" });
+    res.end(js ? readFileSync(BUNDLE) : '<!doctype html><meta charset="utf-8"><script src="/ldp-telemetry.min.js"></script>');
+  });
+  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  return site;
+}
+
 function page(endpoint) {
   return `<!doctype html><meta charset="utf-8"><title>app</title><script src="/ldp-telemetry.min.js"></script>
 <script>
@@ -131,12 +142,7 @@ test("browser: a page that is no secure context records a schema that is not mem
   const dir = tempDir();
   const port = await freePort();
   const aggregator = await startServer({ db: join(dir, "x.db"), port });
-  const site = createServer((req, res) => {
-    const js = req.url === "/ldp-telemetry.min.js";
-    res.writeHead(200, { "Content-Type": js ? "text/javascript" : "text/html" });
-    res.end(js ? readFileSync(BUNDLE) : '<!doctype html><meta charset="utf-8"><script src="/ldp-telemetry.min.js"></script>');
-  });
-  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  const site = await bundleSite();
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: [...ARGS, "--host-resolver-rules=MAP app.test 127.0.0.1"] });
   try {
     await publish(aggregator.url, SCHEMA);
@@ -164,12 +170,7 @@ test("browser: a page that is no secure context records a schema that is not mem
 // written so in the HMAC message, as Python and Node write it (the case memoised-float-edges).
 test("browser: the <script> bundle passes every report vector in the page", { skip: !existsSync(CHROMIUM) ? `${CHROMIUM} is absent` : !playwright && "no playwright-core (npm ci)" }, async () => {
   const text = readFileSync(new URL("../../tests/vectors/randomness.json", import.meta.url), "utf8");
-  const site = createServer((req, res) => {
-    const js = req.url === "/ldp-telemetry.min.js";
-    res.writeHead(200, { "Content-Type": js ? "text/javascript" : "text/html" });
-    res.end(js ? readFileSync(BUNDLE) : '<!doctype html><meta charset="utf-8"><script src="/ldp-telemetry.min.js"></script>');
-  });
-  await new Promise((r) => site.listen(0, "127.0.0.1", r));
+  const site = await bundleSite();
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
   try {
     const tab = await browser.newPage();
@@ -237,5 +238,55 @@ test("browser: the <script> bundle's parseSchema makes every check of the vector
     assert.ok(fields.length >= 40);
   } finally {
     await browser.close();
+  }
+});
+
+// The IndexedDB ledger is read by key range: a record's check-and-spend reads the rows of its own day,
+// not the ledger's whole history (an hourly schema spends 8,760 windows a year, and every report
+// made used to read them all).
+test("browser: a record reads the ledger of its day only, not every window ever spent", { skip: !existsSync(CHROMIUM) ? `${CHROMIUM} is absent` : !playwright && "no playwright-core (npm ci)" }, async () => {
+  const site = await bundleSite();
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  try {
+    const tab = await browser.newPage();
+    await tab.goto(`http://localhost:${site.address().port}/`);
+    const out = await tab.evaluate(async () => {
+      const schema = { name: "js-range", version: 1, epsilon: 1, window: "hour", attributes: [{ name: "flag", type: "boolean" }] };
+      const done = (q) => new Promise((ok, no) => { q.onsuccess = q.oncomplete = () => ok(q.result); q.onerror = () => no(q.error); });
+      // A year of hours already spent (the client's own database layout, made here first).
+      const open = indexedDB.open("ldp-telemetry", 1);
+      open.onupgradeneeded = () => {
+        for (const name of ["secret", "schemas", "ledger", "outbox"]) open.result.createObjectStore(name, { autoIncrement: name === "outbox" });
+      };
+      const db = await done(open);
+      const tx = db.transaction("ledger", "readwrite");
+      const start = Date.now() - 400 * 86_400_000;
+      for (let h = 0; h < 8760; h++) tx.objectStore("ledger").put(1, [schema.name, new Date(start + h * 3_600_000).toISOString().slice(0, 13)]);
+      await done(tx);
+      // Rows the ledger store hands out, from here on.
+      let rows = 0;
+      for (const method of ["getAll", "getAllKeys"]) {
+        const original = IDBObjectStore.prototype[method];
+        IDBObjectStore.prototype[method] = function (...args) {
+          const q = original.apply(this, args);
+          if (this.name === "ledger") q.addEventListener("success", () => (rows += q.result.length));
+          return q;
+        };
+      }
+      const t = new LdpTelemetry.TelemetryClient({ endpoint: "http://127.0.0.1:9", schema, maxEpsilon: 4, maxEpsilonPerDay: 24, lingerMs: 60000,
+        logger: { warn() {}, error() {} } });
+      if (!(await t.waitForSchema(10000))) return { error: "no schema" };
+      const atOpen = rows; // the ledger learnt once per start
+      const r = t.record({ flag: true });
+      const stored = () => done(db.transaction("outbox").objectStore("outbox").count());
+      for (let i = 0; i < 500 && !(await stored()); i++) await new Promise((ok) => setTimeout(ok, 2));
+      return { queued: r.queued, atOpen, perRecord: rows - atOpen, stored: await stored() };
+    });
+    assert.equal(out.queued, true, JSON.stringify(out));
+    assert.equal(out.stored, 1, JSON.stringify(out));
+    assert.ok(out.perRecord <= 2 * 24, `the append read ${out.perRecord} ledger rows`);
+  } finally {
+    await browser.close();
+    await new Promise((r) => site.close(r));
   }
 });
