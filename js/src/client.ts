@@ -9,6 +9,7 @@
  * record that does not fit a known schema.
  */
 
+import { firstRead, isNode } from "./data-folder.js";
 import type { DeviceSecret } from "./hmac.js";
 import { shown } from "./http.js";
 import { Ledger, type DaySpent } from "./ledger.js";
@@ -42,11 +43,6 @@ interface Pending {
 
 const FLUSH_TIMEOUT_MS = 10_000;
 
-function isNode(): boolean {
-  const p = (globalThis as { process?: { versions?: { node?: string } } }).process;
-  return typeof p?.versions?.node === "string";
-}
-
 /** Queued exactly when the reason is "queued"; else not queued, pending or refused. */
 function result(reason: string, window?: string, pending = false): RecordResult {
   return { queued: reason === "queued", pending, reason, ...(window && { window }) };
@@ -72,6 +68,7 @@ export class TelemetryClient {
     const s = this.settings;
     this.source = new SchemaSource(s.schema, s.maxEpsilon, s.maxReportBytes, s.logger);
     this.ledger = new Ledger(s.maxEpsilonPerDay);
+    if (!s.store && !hasIndexedDb() && isNode()) this.takeFirstRead();
     this.sender = new Sender(s, this.source, this.ledger, this.open(), {
       waiting: () => this.pending.length + this.encoding,
       beforeTurn: () => this.resolvePending(),
@@ -163,6 +160,16 @@ export class TelemetryClient {
     this.sender.hurry();
     await this.waiters.until(() => this.sender.settled, timeoutMs);
     return this.sender.settled;
+  }
+
+  /** A second start under Node: the cached schema, the ledger and the secret read from the data
+   * folder now, so records made at once are randomised at once (open() reads them again). */
+  private takeFirstRead(): void {
+    const first = firstRead(this.settings.dataDir, this.source.name);
+    if (!first) return;
+    this.source.offerText(first.schema);
+    this.ledger.learn(this.source.name, first.ledger);
+    this.secret = first.secret;
   }
 
   /** The store (IndexedDB in a browser, files under Node, else memory), with the cached schema

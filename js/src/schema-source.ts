@@ -71,12 +71,15 @@ export class SchemaSource {
     return true;
   }
 
-  /** The schema cached in `store` (its served text), offered again: storage is no more trusted
-   * than the server. Not when one was given in code. */
+  /** The schema cached in `store`, offered again (see offerText). */
   async offerCached(store: Store): Promise<void> {
-    if (this.current) return;
-    const text = await store.cachedSchema(this.name);
-    if (typeof text !== "string") return;
+    if (!this.current) this.offerText(await store.cachedSchema(this.name));
+  }
+
+  /** A cached schema's text, offered again (storage is no more trusted than the server), unless a
+   * schema is known already (given in code, or read before). */
+  offerText(text: unknown): void {
+    if (this.current || typeof text !== "string") return;
     let definition: unknown;
     try {
       definition = parseJson(text);

@@ -66,6 +66,16 @@ export function emptyState(): State {
 const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
+/** The state in `text`, or undefined when it is damaged (not JSON, or not a state's shape). */
+export function parseState(text: string): State | undefined {
+  try {
+    const state: unknown = JSON.parse(text);
+    return isState(state) ? state : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** `value` has the shape of a {@link State} (what a file store reads back is checked: a damaged
  * ledger must not pass for an empty one). */
 export function isState(value: unknown): value is State {

@@ -1,7 +1,6 @@
 /**
- * The Node store: files in a data folder (`dataDir`; by default the Python client's place,
- * `$XDG_DATA_HOME` or `~/.local/share`, `~/Library/Application Support`, `%LOCALAPPDATA%`, plus
- * `ldp-telemetry/`), folder 0700 and files 0600. The device secret is the Python client's own
+ * The Node store: files in a data folder (`dataDir`; by default the Python client's place:
+ * data-folder.ts), folder 0700 and files 0600. The device secret is the Python client's own
  * file (`device-secret`, 32 bytes), so both clients on one machine are one device. The outbox,
  * ledger and cached schema of a schema are one JSON file, `js-outbox-<schema>.json`, replaced
  * atomically and durably (write a temporary file, sync it, rename, sync the folder: after a power
@@ -13,35 +12,22 @@
 
 import type { DeviceSecret } from "./hmac.js";
 import type { Report } from "./reports.js";
+import { builtin, checkedSecret, dataFolder, SECRET_FILE, stateFile } from "./data-folder.js";
 import { MAX_EPSILON } from "./schema.js";
-import { appendTo, emptyState, isState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { appendTo, emptyState, parseState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
 import { windowOf } from "./windows.js";
 
 type Fs = typeof import("node:fs/promises");
 
-// Node's modules are loaded by a computed name, so a bundler building for a browser leaves them alone.
-const nodeModule = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ `node:${name}`);
-
-const SECRET_FILE = "device-secret";
 const STALE_LOCK_MS = 30_000; // a lock older than this was left by a process that died holding it
 const LOCK_WAIT_MS = 10_000;
 // What a day whose ledger was damaged counts as spent: the most one report may spend (what was
 // really spent is unknown; the day's entry blocks all its windows whatever the number).
 const UNKNOWN_SPEND = MAX_EPSILON;
 
+/** The data folder when `dataDir` is not given (the Python client's `data_dir`). */
 export async function defaultDataDir(): Promise<string> {
-  const os = (await nodeModule("os")) as typeof import("node:os");
-  const path = (await nodeModule("path")) as typeof import("node:path");
-  const env = (globalThis as { process?: { env: Record<string, string | undefined>; platform: string } }).process!;
-  let base: string;
-  if (env.platform === "win32") base = env.env.LOCALAPPDATA || path.join(os.homedir(), "AppData", "Local");
-  else if (env.platform === "darwin") base = path.join(os.homedir(), "Library", "Application Support");
-  else {
-    const xdg = env.env.XDG_DATA_HOME ?? "";
-    // The XDG spec says a relative path is invalid and must be ignored.
-    base = path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".local", "share");
-  }
-  return path.join(base, "ldp-telemetry");
+  return dataFolder(undefined, await builtin("os"), await builtin("path"));
 }
 
 export class FileStore implements Store {
@@ -50,11 +36,11 @@ export class FileStore implements Store {
     private readonly file: string, private readonly join: (...p: string[]) => string) {}
 
   static async open(dataDir: string | undefined, schema: string): Promise<FileStore> {
-    const fs = (await nodeModule("fs/promises")) as Fs;
-    const path = (await nodeModule("path")) as typeof import("node:path");
-    const dir = dataDir ?? (await defaultDataDir());
+    const fs = await builtin<Fs>("fs/promises");
+    const path = await builtin<typeof import("node:path")>("path");
+    const dir = dataFolder(dataDir, await builtin("os"), path);
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    return new FileStore(fs, dir, schema, path.join(dir, `js-outbox-${schema}.json`), path.join);
+    return new FileStore(fs, dir, schema, path.join(dir, stateFile(schema)), path.join);
   }
 
   get path(): string {
@@ -85,9 +71,7 @@ export class FileStore implements Store {
   }
 
   private async readSecret(file: string): Promise<Uint8Array> {
-    const bytes = new Uint8Array(await this.fs.readFile(file));
-    if (bytes.length !== 32) throw new Error(`${file} is damaged: ${bytes.length} bytes, not 32`);
-    return bytes;
+    return checkedSecret(new Uint8Array(await this.fs.readFile(file)), file);
   }
 
   /** The state as last written; a damaged file is set aside first, under the lock. */
@@ -97,20 +81,12 @@ export class FileStore implements Store {
 
   /** The file's state (an empty one when there is no file yet), or undefined if it is damaged. */
   private async parse(): Promise<State | undefined> {
-    let text: string;
     try {
-      text = await this.fs.readFile(this.file, "utf8");
+      return parseState(await this.fs.readFile(this.file, "utf8"));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return emptyState();
       throw e;
     }
-    try {
-      const state: unknown = JSON.parse(text);
-      if (isState(state)) return state;
-    } catch {
-      // a damaged file: undefined
-    }
-    return undefined;
   }
 
   /** Under the lock: the damaged file moved aside (kept for a human to read), and a state whose

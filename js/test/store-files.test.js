@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs, { readdirSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
 import { FileStore, TelemetryClient, windowOf } from "../dist/index.js";
@@ -88,4 +89,29 @@ test("a file store whose ledger has the wrong shape is damaged too, not an empty
   assert.deepEqual(spent.map(([window]) => window), [windowOf(Date.now(), "day")]);
   // The state that replaced it is on disk: a second read finds the same.
   assert.deepEqual(await (await FileStore.open(dir, DAY.name)).ledger(DAY.name), spent);
+});
+
+// A second start (the schema cached in the data folder by the first) with the server down: a record
+// made the moment the client is made is randomised and queued at once, as the Python client does it,
+// not held "waiting for the schema".
+test("a second start records at once from the schema cached in the data folder", async () => {
+  const dir = tempDir();
+  const served = { ...DAY, name: "files-cached" };
+  const s = createServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify(served));
+  });
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  const endpoint = `http://127.0.0.1:${s.address().port}`;
+  const first = new TelemetryClient({ endpoint, schema: served.name, maxEpsilon: 2, dataDir: dir, logger: quietLogger() });
+  assert.equal(await first.waitForSchema(5000), true);
+  await first.close(0);
+  await new Promise((r) => s.close(r));
+
+  const logger = quietLogger();
+  const second = new TelemetryClient({ endpoint, schema: served.name, maxEpsilon: 2, dataDir: dir, logger });
+  const r = second.record({ flag: true });
+  assert.deepEqual(r, { queued: true, pending: false, reason: "queued", window: windowOf(Date.now(), "day") }, logger.lines.join("\n"));
+  await second.close(500); // the server is down: the report is stored, and waits there
+  assert.equal((await (await FileStore.open(dir, served.name)).peek(10)).length, 1, "the report is in the outbox");
 });
