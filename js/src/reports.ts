@@ -27,6 +27,7 @@ export interface Report {
 export const RecordError = fieldError("RecordError");
 export type RecordError = InstanceType<typeof RecordError>;
 
+const HMAC_BLOCK_BYTES = 32; // one HMAC-SHA256
 // Domain separation of the permanent responses' HMAC messages: a new derivation is a new tag.
 export const PERMANENT_TAG = "ldp-telemetry/permanent-response/v1";
 // A number in a record beyond this cannot be a meaningful measurement; smaller ones are clipped.
@@ -112,7 +113,8 @@ export async function encodeWithPermanent(schema: Schema, truth: Truth, window: 
     const key = await hmacKey(secret!);
     for (const a of schema.attributes) {
       const message = UTF8.encode(permanentMessage(schema, a, truth[a.name] as boolean | number)); // never a string
-      permanent[a.name] = new FixedBytes(await hmacStream(key, message, (a.categories.length + 36) >> 2), "the HMAC stream");
+      const blocks = Math.ceil((8 * a.categories.length + 8 + 256) / HMAC_BLOCK_BYTES);
+      permanent[a.name] = new FixedBytes(await hmacStream(key, message, blocks), "the HMAC stream");
     }
   }
   return encodeReport(schema, truth, window, source, permanent);

@@ -277,7 +277,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   } catch (e) {
     at("mechanism", `must be one of ${(e as Error).message}`);
   }
-  let [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
+  const [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) at("type", "cannot be memoised");
@@ -289,7 +289,8 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   // (shared/schema.py _check_derived compares them whole). (memo holds its layers and the p and q
   // of both composed, which replace those above: spread last, the layers come last, as served; a
   // share shows no parameter, so none depends on q.)
-  const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
+  const shown = mech.shown(epsilon, q);
+  const derived: Json = { p, q, ...shown, ...memo };
   for (const field in derived) {
     // The served value where it agrees with ours, `want`: a number within tolerance (g, an
     // integer, equal: the neighbour given() took, DESIGN.md "Strings"), or a layer field by field
@@ -297,13 +298,11 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
     if (field in raw) derived[field] = servedValue(raw[field], derived[field], field, () => at(field, `must be ${JSON.stringify(derived[field])} (derived)`));
   }
   for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
-  // params: the other parameters, all but p, q and the layers. A memoised attribute has none (a
-  // share shows none): its derived numbers are its memo, the layers, p and q.
-  let permanent, instantaneous, params: Record<string, number>;
-  ({ p, q, permanent, instantaneous, ...params } = derived);
-  if (memo) memo = derived as Memo;
+  // params: the parameters besides p, q and a memoised attribute's layers, as served.
+  const params = Object.fromEntries(Object.keys(shown).map((field) => [field, derived[field] as number]));
   return {
-    name: raw.name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, edgesGiven: raw.edges ?? [],
+    name: raw.name, type, epsilon, mechanism: mech.name, mech, p: derived.p, q: derived.q, categories,
+    memo: memo && (derived as Memo), range, edges, edgesGiven: raw.edges ?? [],
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }

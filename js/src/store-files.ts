@@ -160,7 +160,9 @@ export class FileStore implements Store {
     return (await this.read()).schemas[name];
   }
   async cacheSchema(name: string, text: string): Promise<void> {
-    await this.locked((s) => void (s.schemas[name] = text));
+    await this.locked((state) => {
+      state.schemas[name] = text;
+    });
   }
   async ledger(schema: string): Promise<[string, number][]> {
     return Object.entries((await this.read()).ledger[schema] ?? {});
@@ -173,7 +175,9 @@ export class FileStore implements Store {
   }
   async remove(seqs: number[]): Promise<void> {
     const gone = new Set(seqs);
-    await this.locked((s) => void (s.outbox = s.outbox.filter((r) => !gone.has(r.seq))));
+    await this.locked((state) => {
+      state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
+    });
   }
   async count(): Promise<number> {
     return (await this.read()).outbox.length;
