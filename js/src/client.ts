@@ -250,29 +250,31 @@ export class TelemetryClient {
 }
 
 /** The page's events the sender acts on, where there is a page (or a worker): `pagehide` or the
- * page hidden (it may be closing: send what is stored now), `online` (send what waits). */
+ * page hidden (it may be closing: send what is stored now, and what is stored next), `pageshow` or
+ * the page visible again, `online` (send what waits). */
 class PageEvents {
   private readonly target = typeof addEventListener === "function" ? globalThis : undefined;
   private readonly document = (globalThis as { document?: Document }).document;
-  private readonly onHide: (event: Event) => void;
+  private readonly onVisibility: (event: Event) => void;
   private readonly onOnline: () => void;
 
   constructor(sender: Sender) {
-    // (pagehide comes before the page is hidden.)
-    this.onHide = (event) => {
-      if (event.type === "pagehide" || this.document?.hidden) sender.sendNow();
+    this.onVisibility = (event) => {
+      const hidden = event.type === "pagehide" || (event.type === "visibilitychange" && this.document?.hidden);
+      if (hidden) sender.hide();
+      else sender.show();
     };
     this.onOnline = () => sender.online();
     this.target?.addEventListener("online", this.onOnline);
     if (this.target && this.document) {
-      this.target.addEventListener("pagehide", this.onHide);
-      this.document.addEventListener("visibilitychange", this.onHide);
+      for (const type of ["pagehide", "pageshow"]) this.target.addEventListener(type, this.onVisibility);
+      this.document.addEventListener("visibilitychange", this.onVisibility);
     }
   }
 
   stop(): void {
     this.target?.removeEventListener("online", this.onOnline);
-    this.target?.removeEventListener("pagehide", this.onHide);
-    this.document?.removeEventListener("visibilitychange", this.onHide);
+    for (const type of ["pagehide", "pageshow"]) this.target?.removeEventListener(type, this.onVisibility);
+    this.document?.removeEventListener("visibilitychange", this.onVisibility);
   }
 }

@@ -50,6 +50,8 @@ function isOffline(): boolean {
 export class Sender {
   /** Set by close(): no schema refresh once nothing is left to encode. */
   stopped = false;
+  /** The page is hidden or closing: what is stored from now on goes out at once, with keepalive. */
+  private hidden = false;
   private fresh: Report[] = []; // made, not yet in storage as last read
   // The oldest stored rows, as last read: what a closing page sends. Only stored reports, whose
   // window the store's check-and-spend has taken: another tab may have spent it since this one's
@@ -129,10 +131,22 @@ export class Sender {
     this.wake();
   }
 
-  /** The page is being hidden or closed: send what is stored now, with keepalive. A page that lives
-   * on sends nothing twice: acknowledged ids are removed rather than resent. Reports in a plain
-   * fetch go again with keepalive: a closing page cancels that fetch. */
-  sendNow(): void {
+  /** The page is hidden or closing (it may never run again): what is stored goes out now, and what
+   * is recorded meanwhile (at pagehide, say) as soon as it is stored. */
+  hide(): void {
+    this.hidden = true;
+    this.sendNow();
+  }
+
+  /** The page is shown again: back to batches on the sender's turns. */
+  show(): void {
+    this.hidden = false;
+  }
+
+  /** Send what is stored now, with keepalive. A page that lives on sends nothing twice:
+   * acknowledged ids are removed rather than resent. Reports in a plain fetch go again with
+   * keepalive: a closing page cancels that fetch. */
+  private sendNow(): void {
     if (isOffline()) return; // they wait in storage for the next visit
     const going = this.mirror.filter(({ report: { id } }) => !(this.acked.has(id) || this.inflight.has(id)));
     for (;;) {
@@ -227,6 +241,7 @@ export class Sender {
       }
       this.mirror = await store.peek(this.s.maxBatch);
       this.stored = this.mirror.length;
+      if (appended && this.hidden) this.sendNow();
     } catch (e) {
       this.failed(e);
     }

@@ -461,3 +461,24 @@ test("offline, nothing is posted and no backoff is spent; back online, what wait
     await s.close();
   }
 });
+
+// The pattern js/README.md gives PostHog users: record the visit's summary at pagehide. The page may
+// never run a timer again, so the report goes out with keepalive the moment it is stored, not on the
+// sender's next turn (a minute's linger here).
+test("a record made at pagehide goes out with keepalive as soon as it is stored", async () => {
+  const s = await server((req, res, body) => ack(res, JSON.parse(body).reports.length));
+  try {
+    await asPage(async (page) => {
+      const { t, logger } = client(s.url, { lingerMs: 60_000 });
+      assert.equal(await t.waitForSchema(2000), true);
+      page.addEventListener("pagehide", () => t.record({ flag: true })); // the app's listener
+      page.dispatchEvent(new Event("pagehide"));
+      for (let i = 0; i < 100 && !s.requests.length; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(s.requests.length, 1, logger.lines.join("\n"));
+      assert.match(s.requests[0].headers["content-type"], /^text\/plain/, "with keepalive");
+      await t.close(0);
+    });
+  } finally {
+    await s.close();
+  }
+});
