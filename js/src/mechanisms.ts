@@ -79,9 +79,6 @@ function logistic(epsilon: number): Pair {
  * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
  * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
 function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
-  const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
-    ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
-    : among(value, a.categories.length || 2, p, source));
   const mechanism: ShareMechanism = {
     name, types, memoisable: true, parameters,
     shown: () => ({}),
@@ -102,7 +99,9 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       let low = 1 / m;
       let high = 1.0;
       // Bisection down to adjacent doubles (some 60 steps).
-      for (let middle; (middle = (low + high) / 2) !== low && middle !== high;) {
+      for (;;) {
+        const middle = (low + high) / 2;
+        if (middle === low || middle === high) break;
         const { p, q } = layers(middle);
         if (Math.log(unary ? (p * (1 - q)) / (q * (1 - p)) : p / q) < epsilon) low = middle;
         else high = middle;
@@ -111,16 +110,19 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       return layers(low);
     },
     encode(a, truth, source, permanent) {
-      const memo = a.memo;
-      // The internal value: oue's one-hot bits, else the index (rr's 1 for true).
-      let value: any = unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number);
-      if (memo) {
-        if (!permanent) throw new Error("no device secret");
-        value = respond(a, value, memo.permanent, permanent!);
+      // The responses in order, each at its (p, q) with its coins: a memoised attribute's permanent
+      // layer (the device secret's coins), then the instantaneous one; else the one response.
+      if (a.memo && !permanent) throw new Error("no device secret");
+      const responses: [{ p: number; q: number }, RandomSource][] = a.memo
+        ? [[a.memo.permanent, permanent!], [a.memo.instantaneous, source]] : [[a, source]];
+      if (unary) {
+        let bits = a.categories.map((_, i) => (i === truth ? 1 : 0)); // one-hot
+        for (const [{ p, q }, coins] of responses) bits = bits.map((bit) => (bernoulli(bit ? p : q, coins) ? 1 : 0));
+        return bits;
       }
-      value = respond(a, value, memo ? memo.instantaneous : a, source);
-      if (unary) return value;
-      return a.categories.length ? a.categories[value] : value === 1; // grr's category, rr's boolean
+      let index = Number(truth); // a category's index, or rr's 1 for true
+      for (const [{ p }, coins] of responses) index = among(index, a.categories.length || 2, p, coins);
+      return a.categories.length ? a.categories[index] : index === 1; // grr's category, rr's boolean
     },
     check(a, v) {
       const d = a.categories.length;
