@@ -37,11 +37,10 @@ export function parseJson(text: string): unknown {
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
   if (!Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  const scientific = x.toExponential(); // "1.5e+16", "1e-7"
-  const exponent = +scientific.split("e")[1];
-  // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation. Python's exponent has two digits or
-  // more: a one-digit one (a last digit after a word boundary, the sign) gets a leading 0.
-  if (exponent < -4 || exponent > 15) return scientific.replace(/\b\d$/, "0$&");
+  const [mantissa, written] = x.toExponential().split("e"); // "1.5e+16": "1.5", "+16"; "1e-7": "1", "-7"
+  const exponent = Number(written);
+  // Python writes scientific notation outside 1e-4 <= |x| < 1e16, with an exponent of two digits or more.
+  if (exponent < -4 || exponent > 15) return `${mantissa}e${written[0]}${written.slice(1).padStart(2, "0")}`;
   // A whole number with ".0" (-0 too, which String() writes "0").
   return Number.isInteger(x) ? `${Object.is(x, -0) ? "-0" : x}.0` : String(x);
 }
