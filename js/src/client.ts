@@ -167,7 +167,7 @@ export class TelemetryClient {
   private takeFirstRead(): void {
     const first = firstRead(this.settings.dataDir, this.source.name);
     if (!first) return;
-    this.source.offerText(first.schema);
+    this.source.offerText(first.schema, "cached in the data folder");
     this.ledger.learn(this.source.name, first.ledger);
     this.secret = first.secret;
   }

@@ -34,7 +34,7 @@ export class SchemaSource {
     private readonly log: Required<Logger>) {
     this.fetched = typeof spec === "string";
     this.name = typeof spec === "string" ? spec : (spec as { name: string }).name;
-    if (!this.fetched) this.offer(spec);
+    if (!this.fetched) this.offer(spec, "given in code");
   }
 
   /** The schema `values` fit and their true values: the current one, else the previous version
@@ -52,15 +52,16 @@ export class SchemaSource {
     }
   }
 
-  /** Use `definition` if it is a valid schema of the right name within the budget; true if taken. */
-  offer(definition: unknown): boolean {
+  /** Use `definition` (which came `from` there: a log line says it) if it is a valid schema of the
+   * right name within the budget; true if taken. */
+  offer(definition: unknown, from: string): boolean {
     let schema: Schema;
     try {
       schema = this.checked(definition);
     } catch (e) {
       if (!this.fetched) throw e; // given in code: the app hears at once, from the constructor
       // The complaint may quote the server's text: escaped, since the app may log it.
-      const reason = `schema ${this.name} refused: ${shown((e as Error).message, 500)}`;
+      const reason = `the schema ${this.name} ${from} was refused: ${shown((e as Error).message, 500)}`;
       this.log.error(reason);
       if (!this.current) this.refusal = reason;
       return false;
@@ -73,21 +74,21 @@ export class SchemaSource {
 
   /** The schema cached in `store`, offered again (see offerText). */
   async offerCached(store: Store): Promise<void> {
-    if (!this.current) this.offerText(await store.cachedSchema(this.name));
+    if (!this.current) this.offerText(await store.cachedSchema(this.name), `cached in the ${store.kind} store`);
   }
 
   /** A cached schema's text, offered again (storage is no more trusted than the server), unless a
    * schema is known already (given in code, or read before). */
-  offerText(text: unknown): void {
+  offerText(text: unknown, from: string): void {
     if (this.current || typeof text !== "string") return;
     let definition: unknown;
     try {
       definition = parseJson(text);
     } catch {
-      this.log.warn(`the cached schema ${this.name} is damaged JSON: ignored`);
+      this.log.warn(`the schema ${this.name} ${from} is damaged JSON: ignored`);
       return;
     }
-    this.offer(definition);
+    this.offer(definition, from);
   }
 
   /** Fetch the latest version (and cache it in `store`). True when the server answered (come back
@@ -103,7 +104,7 @@ export class SchemaSource {
       return false;
     }
     if (answer.status === 200 && isObject(answer.body)) {
-      if (this.offer(answer.body)) await store.cacheSchema(this.name, answer.text);
+      if (this.offer(answer.body, `from GET ${url}`)) await store.cacheSchema(this.name, answer.text);
       return true;
     }
     this.log.warn(`no schema: GET ${url} answered ${answerSaid(answer)}`);

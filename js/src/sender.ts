@@ -184,7 +184,7 @@ export class Sender {
         await this.persisted();
       }
     } catch (e) {
-      this.failed(e);
+      this.failed("a turn of the sender", e);
     }
     this.running = false;
     const next = Math.min(this.wakeAt, offline ? Infinity : Math.min(this.schemaDueNow(), this.deliveryDue(this.fresh.length > 0)),
@@ -208,11 +208,12 @@ export class Sender {
     return backoff(attempt, this.s.backoffBaseMs, this.s.backoffCapMs);
   }
 
-  /** A bug or a broken store must never reach the app: said, and retried after backoff (reports wait). */
-  private failed(e: unknown): void {
+  /** A bug or a broken store must never reach the app: `what` failed is said, and retried after
+   * backoff (reports wait). */
+  private failed(what: string, e: unknown): void {
     const wait = this.backoff(this.attempt++);
     this.deliverDue = Date.now() + wait;
-    this.s.logger.error(`the sender failed: ${shown((e as Error)?.message ?? e)}; retry in ${Math.round(wait)} ms`);
+    this.s.logger.error(`${what} failed: ${shown((e as Error)?.message ?? e)}; retry in ${Math.round(wait)} ms`);
   }
 
   private dropped(n: number, why: string): void {
@@ -227,8 +228,8 @@ export class Sender {
   private async persist(): Promise<void> {
     const reports = this.fresh.slice();
     let appended = 0;
+    const store = await this.store; // never rejected: the client falls back to memory
     try {
-      const store = await this.store;
       if (reports.length) {
         const { refused, evicted } = await store.append(reports, { maxReports: this.s.maxOutbox, maxBytes: this.s.maxOutboxBytes, perDay: this.s.maxEpsilonPerDay });
         appended = reports.length;
@@ -243,7 +244,7 @@ export class Sender {
       this.stored = this.mirror.length;
       if (appended && this.hidden) this.sendNow();
     } catch (e) {
-      this.failed(e);
+      this.failed(reports.length ? `storing ${reports.length} report(s) in the ${store.kind} store` : `reading the ${store.kind} store's outbox`, e);
     }
     // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
     this.fresh = appended ? this.fresh.slice(appended) : this.fresh.slice(-this.s.maxOutbox);

@@ -1,7 +1,6 @@
 /**
  * A report exactly as DESIGN.md "Wire format" specifies it, checked as shared/reports.py's
- * validate_report does. The client checks what it reads back from its own storage (a damaged or
- * tampered outbox must not send garbage in its name), and the vectors' reports check it.
+ * validate_report does: for apps that carry reports themselves, and for the vectors' reports.
  */
 
 import { isNumber, MAX_EPSILON, MAX_VERSION, type Schema } from "./schema.js";

@@ -75,6 +75,8 @@ test("a schema over maxEpsilon is refused: in code at construction, from the ser
     const r = t.record({ flag: true });
     assert.equal(r.queued, false);
     assert.match(r.reason, /refused/);
+    // Where it came from and why, for the app's log.
+    assert.ok(r.reason.includes(`from GET ${s.url}/api/v1/schemas/hostile was refused: "epsilon 8 is over maxEpsilon 2"`), r.reason);
     await t.close(0);
   } finally {
     await s.close();
