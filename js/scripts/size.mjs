@@ -1,8 +1,9 @@
-// Prints the browser bundle's size, minified and gzipped, beside its budget (DESIGN.md: 10 KB).
+// Prints the browser bundle's size, minified and gzipped (gzip -9), beside its ceiling (DESIGN.md
+// "JavaScript client": 16 KB, a ceiling and not a target).
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 
-export const BUDGET = 10 * 1024;
+export const BUDGET = 16 * 1024;
 export function bundleSize() {
   const code = readFileSync(new URL("../dist/ldp-telemetry.min.js", import.meta.url));
   return { minified: code.length, gzipped: gzipSync(code, { level: 9 }).length };

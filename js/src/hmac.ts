@@ -2,10 +2,8 @@
  * Memoisation's deterministic coins: HMAC-SHA256(device secret, message ‖ counter) for counter
  * 0, 1, ... (4 bytes big-endian), concatenated. Web Crypto is asynchronous while the encoders
  * draw synchronously, so the blocks are computed ahead ({@link hmacStream}) and handed out by a
- * {@link StreamBytes}.
+ * FixedBytes.
  */
-
-import { FixedBytes } from "./random.js";
 
 /** The device's secret: its 32 raw bytes, or an HMAC-SHA256 CryptoKey made from them (in a
  * browser it is kept non-extractable, so no script can read it back). */
@@ -39,11 +37,4 @@ export async function hmacStream(key: CryptoKey, message: Uint8Array, blocks: nu
   const parts = await Promise.all(Array.from({ length: blocks }, (_, counter) =>
     s.sign("HMAC", key, new Uint8Array([...message, counter >> 24, counter >> 16, counter >> 8, counter]))));
   return new Uint8Array(await new Blob(parts).arrayBuffer());
-}
-
-/** The HMAC stream's bytes, handed out in order; running out is an error, never a wrap. */
-export class StreamBytes extends FixedBytes {
-  constructor(data: Uint8Array) {
-    super(data, "the HMAC stream");
-  }
 }

@@ -37,14 +37,50 @@ export function sameOrigin(a: string, b: string): boolean {
   }
 }
 
-async function readBounded(response: Response, signal: AbortSignal): Promise<string> {
+/** A request that got no answer: `message` says which request and why (the network's cause,
+ * the deadline, an answer too big). */
+export class RequestError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "RequestError";
+  }
+}
+
+/** Why fetch failed, in words: the deadline, or the platform's error with its cause (Node's
+ * "fetch failed" carries the system's, such as "connect ECONNREFUSED 127.0.0.1:9"; a browser says
+ * only "Failed to fetch"). */
+function networkCause(e: unknown, timeoutMs: number): string {
+  const error = e as { name?: string; message?: string; cause?: { message?: string; code?: string } } | undefined;
+  if (error?.name === "TimeoutError") return `no answer within ${timeoutMs} ms`;
+  const cause = error?.cause?.message ?? error?.cause?.code;
+  const message = error?.message ?? String(e);
+  return cause ? `${message} (${cause})` : message;
+}
+
+/** An answer as a log line says it: its status and the server's sentence (`error`), escaped. */
+export function answerSaid(answer: Answer): string {
+  const sentence = (answer.body as { error?: unknown } | undefined)?.error;
+  return `HTTP ${answer.status}${sentence === undefined ? "" : ` ${shown(sentence, 300)}`}`;
+}
+
+async function readBounded(response: Response, signal: AbortSignal, timeoutMs: number): Promise<string> {
   const reader = response.body?.getReader(); // none for an empty answer
   const parts: Uint8Array[] = [];
-  for (let size = 0, chunk; reader && !(chunk = await reader.read()).done; parts.push(chunk.value)) {
-    if (signal.aborted || (size += chunk.value.length) > MAX_RESPONSE_BYTES) {
-      await reader.cancel().catch(() => undefined);
-      throw new Error("answer too slow or too big");
+  let size = 0;
+  for (;;) {
+    let chunk;
+    try {
+      chunk = await reader?.read();
+    } catch (e) {
+      throw new RequestError(networkCause(e, timeoutMs));
     }
+    if (!chunk || chunk.done) break;
+    size += chunk.value.length;
+    if (signal.aborted || size > MAX_RESPONSE_BYTES) {
+      await reader!.cancel().catch(() => undefined);
+      throw new RequestError(signal.aborted ? `no whole answer within ${timeoutMs} ms` : `an answer over ${MAX_RESPONSE_BYTES} bytes`);
+    }
+    parts.push(chunk.value);
   }
   return new Blob(parts as BlobPart[]).text();
 }
@@ -59,27 +95,39 @@ export interface RequestOptions {
   fetch: Fetch;
 }
 
-/** One request within its deadline. Throws for a network failure, a deadline, an oversized
- * answer; any HTTP status is an answer. */
+/** One request within its deadline. Throws a {@link RequestError} saying the method, the URL and
+ * why for a network failure, the deadline or an oversized answer; any HTTP status is an answer. */
 export async function request(url: string, o: RequestOptions): Promise<Answer> {
-  const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
-  // Ours among the options (timeoutMs, fetch) are no names of fetch's: it ignores them.
-  const init: RequestInit = { ...o, signal, redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store" };
-  let response = await o.fetch(url, init);
-  // A browser answers "manual" with an opaque redirect (status 0, no Location): the <script> bundle leaves this out.
-  for (let hop = 0, target = url, next; LDP_FULL && hop < MAX_REDIRECTS && (next = sameOriginRedirect(response, target, url, o.method)); hop++) {
-    await response.body?.cancel().catch(() => undefined);
-    response = await o.fetch((target = next), init);
+  try {
+    return await exchange(url, o);
+  } catch (e) {
+    throw new RequestError(`${o.method} ${url} failed: ${e instanceof RequestError ? e.message : networkCause(e, o.timeoutMs)}`);
   }
-  const text = await readBounded(response, signal);
+}
+
+async function exchange(url: string, o: RequestOptions): Promise<Answer> {
+  const signal = AbortSignal.timeout(o.timeoutMs); // the overall deadline (its timer keeps no process alive)
+  const init: RequestInit = {
+    method: o.method, body: o.body, headers: o.headers, keepalive: o.keepalive, signal,
+    redirect: "manual", credentials: "omit", referrerPolicy: "no-referrer", cache: "no-store",
+  };
+  let response = await o.fetch(url, init);
+  // A browser answers "manual" with an opaque redirect (status 0, no Location): none is followed there.
+  let target = url;
+  for (let hop = 0; hop < MAX_REDIRECTS; hop++) {
+    const next = sameOriginRedirect(response, target, url, o.method);
+    if (next === undefined) break;
+    await response.body?.cancel().catch(() => undefined);
+    target = next;
+    response = await o.fetch(target, init);
+  }
+  const text = await readBounded(response, signal, o.timeoutMs);
   let body: unknown; // undefined for an empty or unreadable answer
   try {
-    // Node and the ES module keep a float's spelling (a served histogram edge 100.0: see parseJson).
-    body = LDP_FULL ? parseJson(text) : JSON.parse(text);
+    body = parseJson(text); // a float keeps its spelling (a served histogram edge 100.0: see parseJson)
   } catch {}
   return { status: response.status, headers: response.headers, body, text };
 }
-
 /** Where a redirect to follow points: a 3xx from `target` with a Location on the origin of `url`
  * (a POST only by the codes that keep its method and body); else undefined. */
 function sameOriginRedirect(response: Response, target: string, url: string, method: string): string | undefined {

@@ -6,7 +6,7 @@ export { REGISTRY, resolve, olhBuckets, EPSILON_STAR, type Mechanism, type Share
 export { prepareText, prefix, fingerprint, olhHash, P } from "./strings.js";
 export { sha256 } from "./sha256.js";
 export { FixedBytes, SystemRandom, bernoulli, randbelow, uniform53, type RandomSource } from "./random.js";
-export { hmacKey, hmacStream, StreamBytes, type DeviceSecret } from "./hmac.js";
+export { hmacKey, hmacStream, type DeviceSecret } from "./hmac.js";
 export { windowOf, windowStart, windowEnd, overlapping, dayOf, ROLLUP, type WindowKind } from "./windows.js";
 export { floatRepr, pyJson, parseJson, PyFloat } from "./pyjson.js";
 export { validateReport, ReportError, type SchemaLookup } from "./validate.js";

@@ -28,38 +28,45 @@ export interface DaySpent {
   windows: Record<string, number>;
 }
 
-/** The copy in memory. */
-export interface Ledger {
-  /** What storage says was spent (this process, other tabs or processes, earlier runs). */
-  learn(schema: string, rows: [string, number][]): void;
-  /** Spend in memory if the rules allow; else why not. */
-  claim(schema: string, window: string, epsilon: number): string | undefined;
-  release(schema: string, window: string): void;
-  spent(): Record<string, Record<string, DaySpent>>;
-}
-
-export function ledger(cap: number): Ledger {
+/** The copy in memory, with the daily cap `perDay`. */
+export class Ledger {
   // schema -> day -> {window: ε}: a claim reads only its day's windows, however many days the
   // ledger holds (a device on hour windows spends thousands a year; record() must not scan them).
-  const all: Record<string, Record<string, Record<string, number>>> = {};
-  const of = (schema: string, window: string) => ((all[schema] ??= {})[dayOf(window)] ??= {});
-  return {
-    learn: (schema, rows) => rows.forEach(([w, e]) => (of(schema, w)[w] = e)),
-    claim: (schema, window, epsilon) => spend(of(schema, window), window, epsilon, cap),
-    release: (schema, window) => delete of(schema, window)[window],
-    spent() {
-      const out: Record<string, Record<string, DaySpent>> = {};
-      for (const schema of Object.keys(all).sort()) {
-        for (const day of Object.keys(all[schema]).sort()) {
-          const windows = all[schema][day];
-          for (const w of Object.keys(windows).sort()) {
-            const d = ((out[schema] ??= {})[day] ??= { epsilon: 0, maxEpsilonPerDay: cap, windows: {} });
-            d.epsilon += windows[w];
-            d.windows[w] = windows[w];
-          }
+  private readonly days: Record<string, Record<string, Record<string, number>>> = {};
+
+  constructor(private readonly perDay: number) {}
+
+  /** What storage says was spent (this process, other tabs or processes, earlier runs). */
+  learn(schema: string, rows: [string, number][]): void {
+    for (const [window, epsilon] of rows) this.dayOf(schema, window)[window] = epsilon;
+  }
+
+  /** Spend in memory if the rules allow; else why not. */
+  claim(schema: string, window: string, epsilon: number): string | undefined {
+    return spend(this.dayOf(schema, window), window, epsilon, this.perDay);
+  }
+
+  release(schema: string, window: string): void {
+    delete this.dayOf(schema, window)[window];
+  }
+
+  /** {schema: {day: {epsilon, maxEpsilonPerDay, windows: {window: ε}}}}, sorted. */
+  spent(): Record<string, Record<string, DaySpent>> {
+    const out: Record<string, Record<string, DaySpent>> = {};
+    for (const schema of Object.keys(this.days).sort()) {
+      for (const day of Object.keys(this.days[schema]).sort()) {
+        const windows = this.days[schema][day];
+        for (const w of Object.keys(windows).sort()) {
+          const d = ((out[schema] ??= {})[day] ??= { epsilon: 0, maxEpsilonPerDay: this.perDay, windows: {} });
+          d.epsilon += windows[w];
+          d.windows[w] = windows[w];
         }
       }
-      return out;
-    },
-  };
+    }
+    return out;
+  }
+
+  private dayOf(schema: string, window: string): Record<string, number> {
+    return ((this.days[schema] ??= {})[dayOf(window)] ??= {});
+  }
 }

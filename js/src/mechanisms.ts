@@ -1,12 +1,12 @@
 /**
  * The mechanism registry: one object per mechanism, the only place that knows their names
  * (as shared/mechanisms in Python). Each gives its (p, q) at ε, its worst-case variance (which
- * `auto` minimises), its device encoder with coins from a {@link RandomSource}, and, for the
- * share mechanisms, memoisation's two layers. Formulas and sources: DESIGN.md "The math" and the
+ * `auto` minimises), its device encoder with coins from a {@link RandomSource}, the check of its
+ * wire value, and, for the share mechanisms, memoisation's two layers. Formulas and sources: DESIGN.md "The math" and the
  * Python docstrings; the draws are tests/vectors/README.md's, byte for byte.
  */
 
-import { pyJson } from "./pyjson.js";
+import { num, pyJson } from "./pyjson.js";
 import { bernoulli, randbelow, uniform53, SCALE, type RandomSource } from "./random.js";
 import { fingerprint, olhHash, P, prefix } from "./strings.js";
 
@@ -50,6 +50,8 @@ export interface Mechanism {
   /** The wire value of `truth` (a boolean, a category index, or a number), coins from `source`;
    * a memoised attribute's permanent layer takes its coins from `permanent`. */
   encode(a: Encoded, truth: unknown, source: RandomSource, permanent?: RandomSource): unknown;
+  /** Why `value` is no wire value of `a` (what it must be), or undefined when it is one. */
+  check(a: Encoded, value: unknown): string | undefined;
   /** The most characters one wire value's JSON text can take (a greedy schema is refused). */
   wireBytes(a: Encoded): number;
 }
@@ -77,9 +79,6 @@ function logistic(epsilon: number): Pair {
  * keep = 1/m); oue (`unary`) responds bit by bit, 1 w.p. p for a 1 and q for a 0, has m = 2 and
  * ε = ln(p(1-q)/(q(1-p))), two inputs differing in two bits; the others ε = ln(p/q). */
 function share(name: string, types: string[], parameters: (epsilon: number, d: number) => Pair, unary?: boolean): ShareMechanism {
-  const respond = (a: Encoded, value: any, { p, q }: { p: number; q: number }, source: RandomSource): any => (unary
-    ? value.map((bit: number) => +bernoulli(bit ? p : q, source))
-    : among(value, a.categories.length || 2, p, source));
   const mechanism: ShareMechanism = {
     name, types, memoisable: true, parameters,
     shown: () => ({}),
@@ -100,7 +99,9 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       let low = 1 / m;
       let high = 1.0;
       // Bisection down to adjacent doubles (some 60 steps).
-      for (let middle; (middle = (low + high) / 2) !== low && middle !== high;) {
+      for (;;) {
+        const middle = (low + high) / 2;
+        if (middle === low || middle === high) break;
         const { p, q } = layers(middle);
         if (Math.log(unary ? (p * (1 - q)) / (q * (1 - p)) : p / q) < epsilon) low = middle;
         else high = middle;
@@ -109,21 +110,29 @@ function share(name: string, types: string[], parameters: (epsilon: number, d: n
       return layers(low);
     },
     encode(a, truth, source, permanent) {
-      const memo = a.memo;
-      // The internal value: oue's one-hot bits, else the index (rr's 1 for true).
-      let value: any = unary ? a.categories.map((_, i) => +(i === truth)) : +(truth as number);
-      if (memo) {
-        // The <script> bundle's callers always pass it (encodeWithPermanent); encodeReport is public in Node.
-        if (LDP_FULL && !permanent) throw new Error("no device secret");
-        value = respond(a, value, memo.permanent, permanent!);
+      // The responses in order, each at its (p, q) with its coins: a memoised attribute's permanent
+      // layer (the device secret's coins), then the instantaneous one; else the one response.
+      if (a.memo && !permanent) throw new Error("no device secret");
+      const responses: [{ p: number; q: number }, RandomSource][] = a.memo
+        ? [[a.memo.permanent, permanent!], [a.memo.instantaneous, source]] : [[a, source]];
+      if (unary) {
+        let bits = a.categories.map((_, i) => (i === truth ? 1 : 0)); // one-hot
+        for (const [{ p, q }, coins] of responses) bits = bits.map((bit) => (bernoulli(bit ? p : q, coins) ? 1 : 0));
+        return bits;
       }
-      value = respond(a, value, memo ? memo.instantaneous : a, source);
-      return unary ? value : a.categories[value] ?? value > 0;
+      let index = Number(truth); // a category's index, or rr's 1 for true
+      for (const [{ p }, coins] of responses) index = among(index, a.categories.length || 2, p, coins);
+      return a.categories.length ? a.categories[index] : index === 1; // grr's category, rr's boolean
     },
-    // Only the vectors read it (the <script> bundle leaves it out): the permanent layer alone is
-    // the response of an attribute with its (p, q) and no memoisation, from the permanent coins.
-    ...(LDP_FULL && { permanentResponse: (a: Encoded, truth: unknown, permanent: RandomSource) =>
-      mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent) }) as Pick<ShareMechanism, "permanentResponse">,
+    check(a, v) {
+      const d = a.categories.length;
+      if (unary) return Array.isArray(v) && v.length === d && v.every((b) => b === 0 || b === 1) ? undefined : `must be a list of ${d} integers, each 0 or 1 (OUE)`;
+      if (d) return typeof v === "string" && a.categories.includes(v) ? undefined : "must be one of the categories";
+      return typeof v === "boolean" ? undefined : "must be JSON true or false";
+    },
+    // The permanent layer alone is the response of an attribute with its (p, q) and no
+    // memoisation, from the permanent coins.
+    permanentResponse: (a, truth, permanent) => mechanism.encode({ ...a, ...a.memo!.permanent, memo: undefined }, truth, permanent),
     // Python's json.dumps of the longest: false, a category, or oue's bits ("1, " each).
     wireBytes: (a) => (unary ? 3 * a.categories.length : a.categories.length ? Math.max(...a.categories.map((c) => pyJson(c).length)) : 5),
   };
@@ -153,6 +162,15 @@ const ROUNDING_VARIANCE = 2 ** -42; // GRID² / 4
 // hm uses pm above this ε (Wang et al. 2019, Eq. 6): ln((-5 + 2∛(6353 - 405√241) + 2∛(6353 + 405√241)) / 27),
 // the double Python's shared/mechanisms/means.py computes (test/privacy.test.js checks it).
 export const EPSILON_STAR = 0.6093524930273093;
+
+/** The check of a number wire value within `limit` (another client's rounding may exceed it by a
+ * relative 1e-9); a float written whole (a PyFloat) is a number here. */
+function numberWithin(limit: (a: Encoded) => number): Mechanism["check"] {
+  return (a, given) => {
+    const v = num(given);
+    return typeof v === "number" && Math.abs(v) <= limit(a) * (1 + 1e-9) ? undefined : `must be a number from ${-limit(a)} to ${limit(a)}`;
+  };
+}
 
 /** `y` rounded to a multiple of GRID, up with probability its fractional part (unbiased). */
 export function snap(y: number, source: RandomSource): number {
@@ -203,7 +221,7 @@ function duchiBit(t: number, p: number, q: number, source: RandomSource): number
  * (Python clips x first: the same t, as the map is monotone and takes lo and hi exactly to -1 and 1,
  * 2(hi - lo)/(hi - lo) being exactly 2.) Every variance here is monotone in |t|: the worst is at 0 or 1. */
 function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise: (a: Encoded, t: number, source: RandomSource) => number,
-  wireBytes = "-2.2250738585072014e-308".length): Mechanism {
+  check: Mechanism["check"], wireBytes = "-2.2250738585072014e-308".length): Mechanism {
   return {
     name, types: ["numeric"], memoisable: false,
     parameters: (epsilon) => numbers(epsilon).slice(0, 2) as Pair,
@@ -216,6 +234,7 @@ function mean(name: string, numbers: (epsilon: number) => MeanNumbers, randomise
       const [lo, hi] = a.range!;
       return randomise(a, Math.min(1, Math.max(-1, (2 * ((x as number) - lo)) / (hi - lo) - 1)), source);
     },
+    check,
     wireBytes: () => wireBytes,
   };
 }
@@ -248,6 +267,18 @@ const OLH: Mechanism = {
     const b = randbelow(P, source);
     return { a: seed, b, y: among(olhHash(seed, b, x, a.params.g), a.params.g, a.p, source), ...(discover && { level }) };
   },
+  // {"a": a, "b": b, "y": y}, integers, no other key; and "level" (0 to L) on every report of an
+  // attribute that discovers strings, on no other.
+  check(a, v) {
+    const g = a.params.g;
+    const top = a.strings!.discover ? a.strings!.levels!.length : -1;
+    const ranges: [string, number, number][] = [["a", 1, P - 1], ["b", 0, P - 1], ["y", 0, g - 1]];
+    if (top >= 0) ranges.push(["level", 0, top]);
+    const o = v as Record<string, unknown>;
+    const fits = typeof v === "object" && v !== null && !Array.isArray(v) && Object.keys(o).length === ranges.length &&
+      ranges.every(([k, low, high]) => Number.isInteger(o[k]) && (o[k] as number) >= low && (o[k] as number) <= high);
+    return fits ? undefined : `must be {"a": 1 to ${P - 1}, "b": 0 to ${P - 1}, "y": 0 to ${g - 1}${top < 0 ? "" : `, "level": 0 to ${top}`}} (integers) with no other key`;
+  },
   // {"a": 2147483646, "b": 2147483646, "y": 65535}, and `, "level": L` when discovering.
   wireBytes: (a) => 46 + (a.strings!.discover ? 11 + String(a.strings!.levels!.length).length : 0),
 };
@@ -269,9 +300,9 @@ export const MECHANISMS: readonly Mechanism[] = [
   mean("duchi", (epsilon) => {
     const C = duchiC(epsilon);
     return [...logistic(epsilon), { C }, (t) => C ** 2 - t * t];
-  }, (a, t, source) => duchiBit(t, a.p, a.q, source), 1),
+  }, (a, t, source) => duchiBit(t, a.p, a.q, source), (_a, v) => (v === 0 || v === 1 ? undefined : "must be the JSON integer 0 or 1 (one bit)"), 1),
   // Wang et al.'s Piecewise Mechanism (ICDE 2019), rounded to GRID.
-  mean("pm", pmNumbers, (a, t, source) => pmSample(t, a.params, source)),
+  mean("pm", pmNumbers, (a, t, source) => pmSample(t, a.params, source), numberWithin((a) => pmConstants(a.epsilon)[1] + GRID)),
   // Wang et al.'s Hybrid Mechanism: pm w.p. alpha, else duchi's bit written as ±C (not rounded);
   // at ε ≤ EPSILON_STAR alpha is 0: hm is duchi.
   mean("hm", (epsilon) => {
@@ -285,17 +316,18 @@ export const MECHANISMS: readonly Mechanism[] = [
     const { alpha, C } = a.params;
     if (bernoulli(alpha, source)) return pmSample(t, a.params, source);
     return duchiBit(t, ...logistic(a.epsilon), source) ? C : -C;
-  }),
+  }, numberWithin((a) => Math.max(pmConstants(a.epsilon)[1] + GRID, duchiC(a.epsilon)))),
   OLH,
   // The local Laplace mechanism: t + Lap(2/ε), the exponential by inversion of a 53-bit uniform.
   mean("laplace", (epsilon) => [0.5, Math.exp(-epsilon) / 2, { scale: 2 / epsilon }, () => 8 / epsilon ** 2 + ROUNDING_VARIANCE],
     (a, t, source) => { // sensitivity 2 over [-1, 1]
       const sign = bernoulli(0.5, source) ? -1 : 1; // ±1 times the noise is exact: t - noise or t + noise
       return snap(t + sign * a.params.scale * -Math.log((uniform53(source) + 1) / SCALE), source);
-    }),
+    },
+    // The largest exponential a 53-bit uniform gives is 53 ln 2.
+    numberWithin((a) => 1 + (2 / a.epsilon) * 53 * Math.LN2 + GRID)),
 ];
-// By name, for Node and the tests; marked pure, so the <script> bundle (which only resolves) leaves it out.
-export const REGISTRY: ReadonlyMap<string, Mechanism> = /* @__PURE__ */ new Map(/* @__PURE__ */ MECHANISMS.map((m) => [m.name, m]));
+export const REGISTRY: ReadonlyMap<string, Mechanism> = new Map(MECHANISMS.map((m) => [m.name, m]));
 
 /** The mechanism an attribute of type `kind` asked for (a name or `auto`: the lowest worst-case
  * variance, the first on a tie); an Error naming the choices if it cannot randomise `kind`. */

@@ -1,6 +1,7 @@
 /**
  * The client's settings, declared once (as client/options.py, in camelCase, times in ms): name,
- * default, check. A bad value is a TypeError naming the setting, at construction.
+ * default, what it must be. A bad or unknown option is a TypeError at construction that names the
+ * option, what it expected and what it got.
  */
 
 import type { Fetch } from "./http.js";
@@ -43,38 +44,150 @@ export interface ClientOptions {
   closeTimeoutMs?: number;
   /** The fetch to use (default globalThis.fetch). */
   fetch?: Fetch;
-  /** Where warnings go (default console); every server text in them is escaped. */
+  /** Where warnings go (default console); every server text in them is escaped. A logger that
+   * throws is contained: the client goes on. */
   logger?: Logger;
 }
 
-export type Settings = Required<Omit<ClientOptions, "dataDir" | "store" | "maxEpsilonPerDay">> &
-  Pick<ClientOptions, "dataDir" | "store"> & { maxEpsilonPerDay: number };
+/** The settings as the client uses them: every default filled in, the logger contained. */
+export interface Settings {
+  endpoint: string;
+  schema: string | object;
+  maxEpsilon: number;
+  maxEpsilonPerDay: number;
+  dataDir?: string;
+  store?: Store;
+  maxPending: number;
+  pendingTimeoutMs: number;
+  maxOutbox: number;
+  maxOutboxBytes: number;
+  maxBatch: number;
+  maxBatchBytes: number;
+  maxReportBytes: number;
+  backoffBaseMs: number;
+  backoffCapMs: number;
+  requestTimeoutMs: number;
+  schemaRefreshMs: number;
+  lingerMs: number;
+  closeTimeoutMs: number;
+  fetch: Fetch;
+  logger: Required<Logger>;
+}
 
-// Every numeric setting (maxEpsilon has none: 0 is refused; maxEpsilonPerDay's is maxEpsilon).
-const DEFAULTS = {
-  maxEpsilon: 0, maxEpsilonPerDay: 0, maxPending: 100, pendingTimeoutMs: 600_000, maxOutbox: 10_000,
-  maxOutboxBytes: 16 << 20, maxBatch: 1000, maxBatchBytes: 512 << 10, maxReportBytes: 32 << 10, backoffBaseMs: 1000,
-  backoffCapMs: 300_000, requestTimeoutMs: 10_000, schemaRefreshMs: 3_600_000, lingerMs: 50, closeTimeoutMs: 5000,
+/** The longest delay a timer takes: above it Node's and browsers' setTimeout fire at once. */
+export const MAX_DELAY_MS = 2 ** 31 - 1;
+
+type Kind = "epsilon" | "count" | "count or 0" | "ms";
+
+/** What a value of each kind must be, as an error message says it. */
+const EXPECTED: Record<Kind, string> = {
+  epsilon: "a finite number above 0",
+  count: "an integer of at least 1",
+  "count or 0": "an integer of at least 0",
+  ms: `a number of milliseconds from 0 to ${MAX_DELAY_MS}`,
 };
 
-/** The settings: the defaults overridden by what is given, each number checked (the defaults too:
- * one loop over DEFAULTS' names). */
-export function settings(o: ClientOptions): Settings {
-  const bad = (name: string): never => {
-    throw new TypeError(`invalid option ${name}`);
+const IS: Record<Kind, (v: number) => boolean> = {
+  epsilon: (v) => Number.isFinite(v) && v > 0,
+  count: (v) => Number.isSafeInteger(v) && v >= 1,
+  "count or 0": (v) => Number.isSafeInteger(v) && v >= 0,
+  ms: (v) => Number.isFinite(v) && v >= 0 && v <= MAX_DELAY_MS,
+};
+
+/** Every numeric setting: its kind and default (maxEpsilon has none; maxEpsilonPerDay's is maxEpsilon). */
+const NUMBERS: Record<string, [Kind, number?]> = {
+  maxEpsilon: ["epsilon"],
+  maxEpsilonPerDay: ["epsilon"],
+  maxPending: ["count or 0", 100],
+  pendingTimeoutMs: ["ms", 600_000],
+  maxOutbox: ["count", 10_000],
+  maxOutboxBytes: ["count", 16 << 20],
+  maxBatch: ["count", 1000],
+  maxBatchBytes: ["count", 512 << 10],
+  maxReportBytes: ["count", 32 << 10],
+  backoffBaseMs: ["ms", 1000],
+  backoffCapMs: ["ms", 300_000],
+  requestTimeoutMs: ["ms", 10_000],
+  schemaRefreshMs: ["ms", 3_600_000],
+  lingerMs: ["ms", 50],
+  closeTimeoutMs: ["ms", 5000],
+};
+const OTHERS = ["endpoint", "schema", "dataDir", "store", "fetch", "logger"];
+
+/** `value` as an error message shows it: short, and quoted when it is text. */
+function described(value: unknown): string {
+  const text = typeof value === "string" ? JSON.stringify(value) : typeof value === "function" ? "a function" : String(value);
+  return text.length > 80 ? `${text.slice(0, 80)}...` : text;
+}
+
+/** The TypeError of a bad option. */
+export function badOption(name: string, expected: string, got: unknown): TypeError {
+  return new TypeError(`option ${name} must be ${expected}, got ${described(got)}`);
+}
+
+/** `value`, if it is a delay a timer can take: for the timeouts of flush(), close(), waitForSchema(). */
+export function checkedDelay(name: string, value: unknown): number {
+  if (!(typeof value === "number" && IS.ms(value))) throw badOption(name, EXPECTED.ms, value);
+  return value;
+}
+
+/** The app's logger, contained: a logger that throws must not break the client, nor reach the
+ * app as an unhandled rejection (its error is dropped: there is nowhere left to say it). */
+function contained(logger: Logger): Required<Logger> {
+  const safe = (method: ((message: string) => void) | undefined) => (message: string) => {
+    try {
+      method?.call(logger, message);
+    } catch {
+      // the logger failed: nothing more to do
+    }
   };
-  if (!(typeof o?.endpoint === "string" && /^https?:\/\//.test(o.endpoint))) bad("endpoint");
-  if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : isObject(o.schema))) bad("schema");
-  const s = { ...DEFAULTS, maxEpsilonPerDay: o.maxEpsilon, ...o, endpoint: o.endpoint.replace(/\/+$/, ""),
-    fetch: o.fetch ?? globalThis.fetch?.bind(globalThis), logger: o.logger ?? console } as Settings;
-  for (const name of Object.keys(DEFAULTS)) {
-    const v = s[name as keyof Settings] as number; // whatever was given: checked here
-    // Counts are integers >= 1 (maxPending may be 0); times and budgets are finite numbers >= 0 (ε > 0).
-    if (!(Number.isFinite(v) && (name.endsWith("Ms") ? v >= 0 : name.includes("Epsilon")
-      ? v > 0 : Number.isInteger(v) && v >= (name === "maxPending" ? 0 : 1)))) bad(name);
+  return { warn: safe(logger.warn), error: safe(logger.error), info: safe(logger.info) };
+}
+
+function isHttpUrl(value: unknown): boolean {
+  if (typeof value !== "string") return false;
+  try {
+    return ["http:", "https:"].includes(new URL(value).protocol);
+  } catch {
+    return false;
   }
-  if (s.maxReportBytes > s.maxBatchBytes) bad("maxReportBytes > maxBatchBytes");
-  if (typeof s.fetch !== "function") bad("fetch");
-  if (LDP_FULL && o.dataDir !== undefined && !(typeof o.dataDir === "string" && o.dataDir && !o.dataDir.includes("\0"))) bad("dataDir");
-  return s;
+}
+
+/** The settings: the defaults overridden by what is given, each checked. */
+export function settings(options: ClientOptions): Settings {
+  if (!isObject(options)) throw badOption("object", "an object of options", options);
+  const o = options as unknown as Record<string, unknown>;
+  const unknown = Object.keys(o).find((name) => !(name in NUMBERS) && !OTHERS.includes(name));
+  if (unknown !== undefined) throw new TypeError(`unknown option ${described(unknown)} (the options are ${[...OTHERS, ...Object.keys(NUMBERS)].join(", ")})`);
+  if (!isHttpUrl(o.endpoint)) throw badOption("endpoint", "the aggregator's http:// or https:// URL", o.endpoint);
+  if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : isObject(o.schema))) {
+    throw badOption("schema", `a schema name (${NAME_RE}) or a schema object`, o.schema);
+  }
+  const numbers: Record<string, number> = {};
+  for (const [name, [kind, fallback]] of Object.entries(NUMBERS)) {
+    const value = o[name] ?? (name === "maxEpsilonPerDay" ? o.maxEpsilon : fallback);
+    if (!(typeof value === "number" && IS[kind](value))) throw badOption(name, EXPECTED[kind], value);
+    numbers[name] = value;
+  }
+  if (numbers.maxReportBytes > numbers.maxBatchBytes) {
+    throw badOption("maxReportBytes", `at most maxBatchBytes (${numbers.maxBatchBytes})`, numbers.maxReportBytes);
+  }
+  const fetch = o.fetch ?? globalThis.fetch?.bind(globalThis);
+  if (typeof fetch !== "function") throw badOption("fetch", "a fetch function (this platform has none)", fetch);
+  const logger = o.logger ?? console;
+  if (!(isObject(logger) && typeof logger.warn === "function" && typeof logger.error === "function")) {
+    throw badOption("logger", "an object with warn() and error() (and info(), optional)", logger);
+  }
+  const dataDir = o.dataDir;
+  if (dataDir !== undefined && !(typeof dataDir === "string" && dataDir && !dataDir.includes("\0"))) {
+    throw badOption("dataDir", "a folder's path (text without NUL)", dataDir);
+  }
+  const store = o.store;
+  if (store !== undefined && !(isObject(store) && typeof store.append === "function")) {
+    throw badOption("store", "a Store (MemoryStore, FileStore, IndexedDbStore or one of their kind)", store);
+  }
+  return {
+    ...numbers, endpoint: (o.endpoint as string).replace(/\/+$/, ""), schema: o.schema, dataDir, store, fetch,
+    logger: contained(logger as unknown as Logger),
+  } as Settings;
 }

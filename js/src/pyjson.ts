@@ -12,10 +12,9 @@ export class PyFloat {
   constructor(readonly value: number) {}
 }
 
-/** The number `v` holds: a {@link PyFloat}'s value, else `v` itself (the <script> bundle, which
- * never meets a PyFloat from JSON, reads `v`). */
+/** The number `v` holds: a {@link PyFloat}'s value, else `v` itself. */
 export function num<T>(v: T): T | number {
-  return LDP_FULL && v instanceof PyFloat ? v.value : v;
+  return v instanceof PyFloat ? v.value : v;
 }
 
 // A JSON string token, or a number token (outside strings, as strings are matched first).
@@ -26,8 +25,7 @@ const MARK = "\u0000float";
  * {@link PyFloat}: Python reads it as a float, and where the wire format wants an integer (an OUE
  * bit, a string report's `a`, `max_length`) Python refuses it, while JSON.parse would make it an
  * integer; and a histogram edge written `100.0` is written so again in memoisation's HMAC message,
- * as Python writes it. Other numbers are plain numbers. Node and the ES module only: the client
- * reads served schemas with it; the <script> bundle uses JSON.parse (see README, "What is stored"). */
+ * as Python writes it. Other numbers are plain numbers. The client reads served schemas with it. */
 export function parseJson(text: string): unknown {
   const marked = text.replace(TOKENS, (t) => (t[0] !== '"' && /[.eE]/.test(t) && Number.isInteger(+t) ? `{${JSON.stringify(MARK)}:${t}}` : t));
   return JSON.parse(marked, (_key, value) => (value !== null && typeof value === "object" && Object.keys(value).length === 1 &&
@@ -38,15 +36,13 @@ export function parseJson(text: string): unknown {
  * fixed notation (with ".0" when whole) for exponents -4 to 15, else scientific with a signed
  * exponent of at least two digits. */
 export function floatRepr(x: number): string {
-  if (LDP_FULL && !Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
-  const scientific = x.toExponential(); // "1.5e+16", "1e-7"
-  const exponent = +scientific.split("e")[1];
-  // JavaScript writes 1e-4 <= |x| < 1e21 in fixed notation. Python's exponent has two digits or
-  // more: a one-digit one (a last digit after a word boundary, the sign) gets a leading 0.
-  if (exponent < -4 || exponent > 15) return scientific.replace(/\b\d$/, "0$&");
-  // A whole number with ".0" (-0 too, which String() writes "0"). A -0 comes here only as a
-  // PyFloat from parseJson: the <script> bundle's PyFloats are derived ε, p and q, never -0.
-  return Number.isInteger(x) ? `${LDP_FULL && Object.is(x, -0) ? "-0" : x}.0` : String(x);
+  if (!Number.isFinite(x)) throw new RangeError(`no JSON for ${x}`);
+  const [mantissa, written] = x.toExponential().split("e"); // "1.5e+16": "1.5", "+16"; "1e-7": "1", "-7"
+  const exponent = Number(written);
+  // Python writes scientific notation outside 1e-4 <= |x| < 1e16, with an exponent of two digits or more.
+  if (exponent < -4 || exponent > 15) return `${mantissa}e${written[0]}${written.slice(1).padStart(2, "0")}`;
+  // A whole number with ".0" (-0 too, which String() writes "0").
+  return Number.isInteger(x) ? `${Object.is(x, -0) ? "-0" : x}.0` : String(x);
 }
 
 /** How a bucket name writes an edge: an integer without a point, else Python's float repr. */
@@ -72,6 +68,6 @@ export function pyJson(value: unknown): string {
     // Python sorts keys by code point; our keys are ASCII field names, where that is UTF-16 order too.
     return `{${Object.keys(value).sort().map((k) => `${quote(k)}:${pyJson((value as Record<string, unknown>)[k])}`)}}`;
   }
-  if (!LDP_FULL || value === null || typeof value === "boolean" || typeof value === "number") return String(value);
+  if (value === null || typeof value === "boolean" || typeof value === "number") return String(value);
   throw new TypeError(`no JSON for a ${typeof value}`);
 }

@@ -20,10 +20,10 @@ export interface RandomSource {
 export const SCALE = 2 ** 53;
 
 /** Given bytes, handed out in order (test vectors, memoisation's HMAC stream). Running out is an
- * error, never a wrap, that says `what` they are (the <script> bundle's are all random bytes). */
+ * error, never a wrap, that says `what` they are. */
 export class FixedBytes implements RandomSource {
   used = 0;
-  constructor(protected data: Uint8Array, private readonly what?: string) {}
+  constructor(protected data: Uint8Array, private readonly what = "random bytes") {}
 
   take(n: number): Uint8Array {
     if (this.used + n > this.data.length) this.refill(n);
@@ -31,8 +31,7 @@ export class FixedBytes implements RandomSource {
   }
 
   protected refill(n: number): void {
-    throw new Error(LDP_FULL ? `${this.what ?? "random bytes"} ran out: ${n} more wanted after ${this.used} of ${this.data.length}`
-      : "random bytes ran out");
+    throw new Error(`${this.what} ran out: ${n} more wanted after ${this.used} of ${this.data.length}`);
   }
 }
 
@@ -43,15 +42,11 @@ export class SystemRandom extends FixedBytes {
   }
 
   protected refill(n: number): void {
-    // getRandomValues fills at most 65,536 bytes per call: a public SystemRandom may be asked for
-    // more, while in the <script> bundle only its own encoders draw, at most 24 bytes at a time
-    // (one call fills the pool). Where `crypto` is missing, the ReferenceError "crypto is not
-    // defined" says so: there is no other source of coins.
-    if (LDP_FULL) {
-      const pool = new Uint8Array(Math.max(4096, n));
-      for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
-      this.data = pool;
-    } else this.data = crypto.getRandomValues(new Uint8Array(4096));
+    // getRandomValues fills at most 65,536 bytes per call. Where `crypto` is missing, the
+    // ReferenceError "crypto is not defined" says so: there is no other source of coins.
+    const pool = new Uint8Array(Math.max(4096, n));
+    for (let i = 0; i < pool.length; i += 65536) crypto.getRandomValues(pool.subarray(i, i + 65536));
+    this.data = pool;
     this.used = 0;
   }
 }
@@ -75,7 +70,7 @@ export function bernoulli(probability: number, source: RandomSource): boolean {
 
 /** A uniform integer in [0, n), n ≤ 2^48, by rejection (no modulo bias). */
 export function randbelow(n: number, source: RandomSource): number {
-  if (LDP_FULL && !(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
+  if (!(Number.isInteger(n) && n >= 1 && n <= 2 ** 48)) throw new RangeError("randbelow needs 1 <= n <= 2^48");
   if (n < 2) return 0; // no bits to draw
   const bits = (n - 1).toString(2).length;
   const modulus = 2 ** bits; // keeping the low bits is a remainder by 2^bits (exact below 2^53)

@@ -27,6 +27,7 @@ export interface Report {
 export const RecordError = fieldError("RecordError");
 export type RecordError = InstanceType<typeof RecordError>;
 
+const HMAC_BLOCK_BYTES = 32; // one HMAC-SHA256
 // Domain separation of the permanent responses' HMAC messages: a new derivation is a new tag.
 export const PERMANENT_TAG = "ldp-telemetry/permanent-response/v1";
 // A number in a record beyond this cannot be a meaningful measurement; smaller ones are clipped.
@@ -36,25 +37,42 @@ const MAX_RECORD_NUMBER = 1e300;
  * a prepared string. */
 export type Truth = Record<string, boolean | number | string>;
 
+/** What a record's value of each attribute type must be (a RecordError says it). */
+const EXPECTED: Record<string, string> = {
+  boolean: "a boolean", categorical: "a category", string: "a string", numeric: "a finite number", histogram: "a finite number",
+};
+
+/** A number a record may hold (beyond MAX_RECORD_NUMBER it is no measurement; a smaller one is clipped later). */
+const isRecordNumber = (value: unknown): value is number => isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER;
+
+/** `value` as the encoders of `a` take it, or undefined when it does not fit: a boolean, a
+ * category's index, a string as prepared (never refused for what it holds), a number (clipped by
+ * its encoder), a histogram bucket's index. */
+function truthOf(a: Attribute, value: unknown): boolean | number | string | undefined {
+  switch (a.type) {
+    case "boolean":
+      return typeof value === "boolean" ? value : undefined;
+    case "categorical":
+      return a.indexOf.get(value as string);
+    case "string":
+      return typeof value === "string" ? prepareText(value, a.strings!.max_length) : undefined;
+    case "numeric":
+      return isRecordNumber(value) ? value : undefined;
+    case "histogram":
+      return isRecordNumber(value) ? bucket(a.edges, value) : undefined;
+  }
+}
+
 export function validateRecord(schema: Schema, record: unknown): Truth {
   if (!isObject(record)) throw new RecordError("record", "must be an object");
   const unknown = Object.keys(record).sort().find((k) => !schema.byName.has(k));
   if (unknown !== undefined) throw new RecordError(unknown.slice(0, 80), "is not in the schema");
   const missing = schema.attributes.find((a) => !Object.prototype.hasOwnProperty.call(record, a.name));
   if (missing) throw new RecordError(missing.name, "is missing");
-  return Object.fromEntries(schema.attributes.map(({ name, type, edges, indexOf, strings }) => {
-    const value = record[name];
-    const numeric = type === "numeric";
-    const number = numeric || type === "histogram";
-    // A category's index; a boolean or a string (whose types typeof names as the schema does), a
-    // string as prepared (never refused for what it holds); a number (clipped later) or a
-    // histogram bucket's index.
-    const t = type === "categorical" ? indexOf.get(value)
-      : typeof value === type ? (strings ? prepareText(value, strings.max_length) : value)
-      : number && isNumber(value) && Math.abs(value) <= MAX_RECORD_NUMBER ? (numeric ? value : bucket(edges, value))
-      : undefined;
-    if (t === undefined) throw new RecordError(name, "must be a " + (number ? "finite number" : type === "categorical" ? "category" : type));
-    return [name, t];
+  return Object.fromEntries(schema.attributes.map((a) => {
+    const truth = truthOf(a, record[a.name]);
+    if (truth === undefined) throw new RecordError(a.name, `must be ${EXPECTED[a.type]}`);
+    return [a.name, truth];
   }));
 }
 
@@ -74,12 +92,6 @@ export function permanentMessage(schema: Schema, a: Attribute, truth: boolean | 
  * then each carried attribute's; a memoised attribute's permanent layer reads `permanent[name]`. */
 export function encodeReport(schema: Schema, truth: Truth, window: string, source: RandomSource = SYSTEM,
   permanent: Record<string, RandomSource> = {}): Report {
-  return report(schema, truth, window, source, permanent);
-}
-
-// encodeReport without the defaults its Node callers may lean on: the <script> bundle's one caller,
-// encodeWithPermanent, passes everything, so the bundle leaves them (and encodeReport) out.
-function report(schema: Schema, truth: Truth, window: string, source: RandomSource, permanent: Record<string, RandomSource>): Report {
   const all = schema.attributes;
   // A literal's values are computed in order: the id's coins come first, then the sample index.
   return {
@@ -101,10 +113,11 @@ export async function encodeWithPermanent(schema: Schema, truth: Truth, window: 
     const key = await hmacKey(secret!);
     for (const a of schema.attributes) {
       const message = UTF8.encode(permanentMessage(schema, a, truth[a.name] as boolean | number)); // never a string
-      permanent[a.name] = new FixedBytes(await hmacStream(key, message, (a.categories.length + 36) >> 2));
+      const blocks = Math.ceil((8 * a.categories.length + 8 + 256) / HMAC_BLOCK_BYTES);
+      permanent[a.name] = new FixedBytes(await hmacStream(key, message, blocks), "the HMAC stream");
     }
   }
-  return report(schema, truth, window, source, permanent);
+  return encodeReport(schema, truth, window, source, permanent);
 }
 
 export interface RandomizeOptions {

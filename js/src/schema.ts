@@ -74,10 +74,9 @@ export interface Attribute extends Encoded {
   readonly memo?: Memo;
   readonly range?: readonly [number, number];
   readonly edges: readonly number[];
-  /** A histogram's edges as the schema wrote them (Node, the ES module: 100.0 as a PyFloat), for
-   * memoisation's HMAC message, which writes them as Python does. Not in the <script> bundle,
-   * whose schemas come from JSON.parse: there they are `edges`. */
-  readonly edgesGiven?: readonly unknown[];
+  /** A histogram's edges as the schema wrote them (100.0 as a PyFloat, when read with parseJson),
+   * for memoisation's HMAC message, which writes them as Python does. */
+  readonly edgesGiven: readonly unknown[];
   readonly indexOf: ReadonlyMap<string, number>;
   readonly params: Readonly<Record<string, number>>;
   /** A string attribute's own fields as served: `max_length`, the prepared `candidates`,
@@ -121,24 +120,22 @@ function get(obj: Json, key: string, fallback: unknown): unknown {
   return key in obj ? obj[key] : fallback;
 }
 
-/** Throws a SchemaError for `field`: "<field> <what>". Messages are short (they cost bytes in
- * every page that embeds the client), say what the field must be, and never quote the bad value. */
+/** Throws a SchemaError for `field`: "<field> <what>". Messages say what the field must be and
+ * never quote the bad value. */
 function bad(field: string, what: string): never {
   throw new SchemaError(field, what);
 }
 
 /** `attribute.to_dict()`: the derived attribute as served. With `py`, the floats are marked so
- * that {@link pyJson} writes them as Python does (memoisation's HMAC message). The <script>
- * bundle writes only that message (`py`), of a memoised attribute: a share's, with no range and
- * no string fields. */
-export function attributeDict(a: Attribute, py?: boolean): Json {
-  // (A copy of o whose numbers are marked, a layer's too.)
-  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, isObject(v) ? floats(v) : LDP_FULL && !py ? v : new PyFloat(v)]));
+ * that {@link pyJson} writes them as Python does (memoisation's HMAC message). */
+export function attributeDict(a: Attribute, py = false): Json {
+  /** A copy of `o` (a layer's too) whose numbers are marked as floats when `py`. */
+  const floats = (o: object): Json => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, isObject(v) ? floats(v) : py ? new PyFloat(v) : v]));
   return {
-    name: a.name, type: a.type, ...(LDP_FULL && a.range && { range: [...a.range] }),
+    name: a.name, type: a.type, ...(a.range && { range: [...a.range] }),
     // In the HMAC message an edge given as 100.0 is written so, as Python writes it.
-    ...(a.edges.length > 0 && { edges: [...(LDP_FULL && py ? a.edgesGiven! : a.edges)] }),
-    ...(a.categories.length > 0 && { categories: [...a.categories] }), ...(LDP_FULL && a.strings),
+    ...(a.edges.length > 0 && { edges: [...(py ? a.edgesGiven : a.edges)] }),
+    ...(a.categories.length > 0 && { categories: [...a.categories] }), ...a.strings,
     // A memoised attribute's memo adds its layers (its p and q are the attribute's).
     ...floats({ epsilon: a.epsilon }), mechanism: a.mechanism, ...floats({ p: a.p, q: a.q, ...a.params, ...a.memo }),
   };
@@ -160,23 +157,16 @@ const PARSED = new WeakSet<object>();
 export function parseSchema(obj: unknown): Schema {
   if (PARSED.has(obj as object)) return obj as Schema;
   object(obj, "schema", SCHEMA_FIELDS);
-  // (The <script> bundle leaves the schema's name to the server, shared/schema.py _name, as an
-  // attribute's: the device only names its reports by it, and a client takes only a schema of
-  // the name it asked for, schema-source.ts.)
-  if (LDP_FULL) checkName(obj.name, "name");
-  // The version only names the schema in reports: the server checks it (shared/schema.py
-  // parse_schema, and every report's), so the <script> bundle leaves it to the server.
-  if (LDP_FULL) within("version", Number.isInteger(obj.version), obj.version, 1, MAX_VERSION, INTEGER);
+  checkName(obj.name, "name");
+  within("version", Number.isInteger(obj.version), obj.version, 1, MAX_VERSION, INTEGER);
   const epsilon = checkEpsilon(obj.epsilon, "epsilon");
   const window = oneOf(obj, "window", WINDOWS) as WindowKind;
   const split = oneOf(obj, "split", SPLITS) as "equal" | "sample";
-  if (LDP_FULL) {
-    const description = get(obj, "description", "");
-    if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
-      bad("description", "must be text of at most 10000 characters");
-    }
-    requireText(description, "description");
+  const description = get(obj, "description", "");
+  if (typeof description !== "string" || [...description].length > MAX_DESCRIPTION_LENGTH) {
+    bad("description", "must be text of at most 10000 characters");
   }
+  requireText(description, "description");
   const raw = list(obj.attributes, "attributes", 1, MAX_ATTRIBUTES);
   raw.forEach((r, i) => object(r, `attributes[${i}]`));
   const sample = split === "sample";
@@ -191,7 +181,7 @@ export function parseSchema(obj: unknown): Schema {
     if (attributes.findIndex((b) => b.name === a.name) < i) bad(`attributes[${i}].name`, "repeats another attribute's name");
   });
   const schema: Schema = {
-    name: obj.name, version: obj.version, epsilon, window, split, description: get(obj, "description", "") as string,
+    name: obj.name, version: obj.version, epsilon, window, split, description,
     ...(memoised && { epsilonPermanent }),
     attributes, byName: new Map(attributes.map((a) => [a.name, a])),
   };
@@ -243,14 +233,25 @@ function close(served: unknown, derived: number): boolean {
   return isNumber(num(served)) && Math.abs((num(served) as number) - derived) <= PARAMETER_TOLERANCE * Math.max(1, Math.abs(derived));
 }
 
+/** The served form of the derived `want`, when it agrees with ours: a number within tolerance (g,
+ * an integer, equal), or a layer with exactly our fields, each agreeing; else `refuse()`. */
+function servedValue(given: unknown, want: unknown, field: string, refuse: () => never): unknown {
+  if (isObject(want)) {
+    const keys = Object.keys(want);
+    if (!(isObject(given) && Object.keys(given).length === keys.length)) refuse();
+    return Object.fromEntries(keys.map((k) => [k, servedValue(given[k], want[k], field, refuse)]));
+  }
+  const agrees = field === "g" ? num(given) === want : close(given, want as number);
+  return agrees ? num(given) : refuse();
+}
+
 function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefined, where: string): Attribute {
   const type = raw.type;
   const at: (field: string, what: string) => never = (field, what) => bad(`${where}.${field}`, what);
-  if (LDP_FULL) object(raw, where, ATTRIBUTE_FIELDS); // (an object, checked before: its fields)
+  object(raw, where, ATTRIBUTE_FIELDS);
   checkName(raw.name, `${where}.name`); // a string (1 and "1" would be one key of a record)
-  // The types are those the mechanisms take (OWN's keys): the list itself, not REGISTRY, which the bundle leaves out.
   if (!MECHANISMS.some((m) => m.types.includes(type))) at("type", "is unknown");
-  if (LDP_FULL) for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
+  for (const key of OWN_FIELDS) if (key in raw && !OWN[type].includes(key)) at(key, `is not allowed on a ${type}`);
   let categories: string[] = [];
   let range: [number, number] | undefined;
   let edges: number[] = [];
@@ -258,13 +259,13 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   if (type === "string") strings = stringFields(raw, where, at);
   else if (type === "categorical") {
     categories = list(raw.categories, `${where}.categories`, MIN_CATEGORIES, MAX_CATEGORIES);
-    if (LDP_FULL) checkCategories(categories, `${where}.categories`);
+    checkCategories(categories, `${where}.categories`);
   }
   else if (type === "numeric") range = increasing(raw.range, `${where}.range`, 2, 2) as [number, number];
   else if (type === "histogram") {
     edges = increasing(raw.edges, `${where}.edges`, MIN_CATEGORIES + 1, MAX_CATEGORIES + 1);
     categories = bucketNames(edges);
-    if (LDP_FULL && "categories" in raw && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
+    if ("categories" in raw && JSON.stringify(raw.categories) !== JSON.stringify(categories)) {
       at("categories", "must be the bucket names of edges");
     }
   }
@@ -276,7 +277,7 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   } catch (e) {
     at("mechanism", `must be one of ${(e as Error).message}`);
   }
-  let [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
+  const [p, q] = mech.given?.(raw, epsilon) ?? mech.parameters(epsilon, d);
   let memo: Memo | undefined;
   if (epsilonPermanent !== undefined) {
     if (!mech.memoisable) at("type", "cannot be memoised");
@@ -284,31 +285,24 @@ function attribute(raw: Json, epsilon: number, epsilonPermanent: number | undefi
   }
   // Every derived number given back must be ours within tolerance, and then the served one is
   // used: the coins are the server's own numbers (V8's exp and log may differ in a last bit). A
-  // memoised attribute's layers given back must have our fields, each ours; and no other field,
-  // a rule of the server's (shared/schema.py _check_derived compares them whole) that the <script>
-  // bundle leaves to it: only our fields are kept. (memo holds its layers and the p and q of both
-  // composed, which replace those above: spread last, the layers come last, as served; a share
-  // shows no parameter, so none depends on q.)
-  const derived: Json = { p, q, ...mech.shown(epsilon, q), ...memo };
+  // memoised attribute's layers given back must have our fields, each ours, and no other field
+  // (shared/schema.py _check_derived compares them whole). (memo holds its layers and the p and q
+  // of both composed, which replace those above: spread last, the layers come last, as served; a
+  // share shows no parameter, so none depends on q.)
+  const shown = mech.shown(epsilon, q);
+  const derived: Json = { p, q, ...shown, ...memo };
   for (const field in derived) {
     // The served value where it agrees with ours, `want`: a number within tolerance (g, an
     // integer, equal: the neighbour given() took, DESIGN.md "Strings"), or a layer field by field
     // (epsilon, p, q: none of Object.prototype's), in our order, which the HMAC message writes.
-    // Node refuses a layer with other fields too (NaN agrees with nothing), as the server does;
-    // the <script> bundle leaves that to it and keeps ours.
-    const served = (given: any, want: any): unknown => (isObject(want)
-      ? Object.fromEntries(Object.keys(want).map((k) => [k, served(LDP_FULL && !(isObject(given) && Object.keys(given).length === Object.keys(want).length) ? NaN : given?.[k], want[k])]))
-      : (field === "g" ? num(given) === want : close(given, want)) ? num(given) : at(field, `must be ${JSON.stringify(derived[field])} (derived)`));
-    if (field in raw) derived[field] = served(raw[field], derived[field]);
+    if (field in raw) derived[field] = servedValue(raw[field], derived[field], field, () => at(field, `must be ${JSON.stringify(derived[field])} (derived)`));
   }
-  if (LDP_FULL) for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
-  // params: the other parameters, all but p, q and the layers. A memoised attribute has none (a
-  // share shows none): its derived numbers are its memo, the layers, p and q.
-  let permanent, instantaneous, params: Record<string, number>;
-  ({ p, q, permanent, instantaneous, ...params } = derived);
-  if (memo) memo = derived as Memo;
+  for (const field of SHOWN) if (field in raw && !(field in derived)) at(field, `is no parameter of ${mech.name}`);
+  // params: the parameters besides p, q and a memoised attribute's layers, as served.
+  const params = Object.fromEntries(Object.keys(shown).map((field) => [field, derived[field] as number]));
   return {
-    name: raw.name, type, epsilon, mechanism: mech.name, mech, p, q, categories, memo, range, edges, ...(LDP_FULL && { edgesGiven: raw.edges }),
+    name: raw.name, type, epsilon, mechanism: mech.name, mech, p: derived.p, q: derived.q, categories,
+    memo: memo && (derived as Memo), range, edges, edgesGiven: raw.edges ?? [],
     indexOf: new Map(categories.map((c, i) => [c, i])), params, strings,
   };
 }
@@ -320,7 +314,7 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
   const discover = get(raw, "discover", false);
   if (typeof discover !== "boolean") at("discover", "must be true or false");
   const alphabet = raw.alphabet;
-  if (LDP_FULL && "alphabet" in raw) {
+  if ("alphabet" in raw) {
     const points = [...(typeof alphabet === "string" ? alphabet : "")];
     // NFC text of 1 to 128 distinct code points, none of them U+FFFD, U+0000, a control or a
     // format character: exactly the text that preparation leaves as it is, without U+FFFD.
@@ -335,15 +329,14 @@ function stringFields(raw: Json, where: string, at: (field: string, what: string
     if (typeof alphabet !== "string" || !alphabet) at("alphabet", "is needed to discover");
     if ("levels" in raw) {
       levels = increasing(raw.levels, `${where}.levels`, 1, max_length, max_length);
-      if (LDP_FULL) checkLevels(levels, max_length, alphabet, `${where}.levels`);
+      checkLevels(levels, max_length, alphabet, `${where}.levels`);
     } else levels = derivedLevels(max_length, alphabet);
   } else if ("levels" in raw) at("levels", "need discover: true");
-  // The fields as served, for attributeDict; the <script> bundle keeps only what its encoder
-  // reads (never the candidates: the server estimates them).
-  return LDP_FULL ? {
+  // The fields as served, for attributeDict.
+  return {
     max_length, candidates: checkCandidates(get(raw, "candidates", []), max_length, `${where}.candidates`), discover,
     ...("alphabet" in raw && { alphabet }), ...(levels && { levels }),
-  } : { max_length, discover, alphabet, levels } as StringFields;
+  };
 }
 
 /** A level's candidates (shared/discovery.py): the first enumerates every prefix of its length,
@@ -366,9 +359,9 @@ function derivedLevels(maxLength: number, alphabet: string): number[] {
   return levels;
 }
 
-/** Given levels, once increasing prefix lengths from 1 to `maxLength` (what the <script> bundle's
- * encoder needs): the last `maxLength`, each level within the bound of candidates (the server's
- * rules, which bound its work: shared/attribute_types.py _levels). */
+/** Given levels, once increasing prefix lengths from 1 to `maxLength`: the last `maxLength`, each
+ * level within the bound of candidates (the server's rules, which bound its work:
+ * shared/attribute_types.py _levels). */
 function checkLevels(levels: number[], maxLength: number, alphabet: string, where: string): void {
   const last = levels.length - 1;
   if (levels[last] !== maxLength) bad(`${where}[${last}]`, "must be max_length (the last level)");
@@ -400,16 +393,14 @@ function checkCandidates(raw: unknown, maxLength: number, where: string): string
 function increasing(raw: unknown, where: string, least: number, most: number, top?: number): number[] {
   const given = list(raw, where, least, most);
   // PyFloats only come from parseJson: a range's or an edge's is its number, a level's is refused.
-  const values: number[] = LDP_FULL && !top ? given.map(num) : given;
+  const values: number[] = top ? given : given.map(num);
   values.forEach((value, i) => {
     const field = `${where}[${i}]`;
     if (top) within(field, Number.isInteger(value), value, 1, top, INTEGER);
     else within(field, isNumber(value), value, -MAX_MAGNITUDE, MAX_MAGNITUDE);
-    // (The <script> bundle only needs them increasing: the least step is the server's rule, which
-    // integers meet.)
     const previous = values[i - 1];
-    if (i && !(LDP_FULL ? value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)) : value > previous)) {
-      bad(field, LDP_FULL ? "must exceed the one before by 1e-9 (relative)" : "must exceed the one before");
+    if (i && !(value - previous >= MIN_RELATIVE_WIDTH * Math.max(1, Math.abs(value), Math.abs(previous)))) {
+      bad(field, "must exceed the one before by 1e-9 (relative)");
     }
   });
   return values;
@@ -428,9 +419,7 @@ export function bucket(edges: readonly number[], x: number): number {
   return edges.slice(1, -1).filter((e) => e <= x).length;
 }
 
-/** What the categories are (strings of 1 to 64 characters, distinct after NFC): in the <script>
- * bundle, only their list is checked, and what they are is left to the server
- * (shared/attribute_types.py checks them all), as the device's encoder only picks one of them. */
+/** What the categories are: strings of 1 to 64 characters, distinct after NFC. */
 function checkCategories(categories: unknown[], where: string): void {
   const seen = new Set<string>();
   categories.forEach((c, i) => {
@@ -475,7 +464,7 @@ function list(raw: unknown, field: string, least: number, most: number): any[] {
 /** `obj` is a JSON object, with no field outside `allowed` (when given). */
 function object(obj: unknown, where: string, allowed?: string[]): asserts obj is Json {
   if (!isObject(obj)) bad(where, "must be an object");
-  if (LDP_FULL && allowed) {
+  if (allowed) {
     const unknown = Object.keys(obj).filter((k) => !allowed.includes(k)).sort();
     if (unknown.length) bad(where, `has unknown field(s): ${unknown.join(", ").slice(0, 200)}`);
   }

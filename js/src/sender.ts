@@ -9,248 +9,332 @@
  * - 400 naming details[].index: those reports dropped, the rest sent again; 400/413 otherwise: the
  *   batch halved; any other answer: the batch dropped with a warning (server text escaped).
  *
+ * While the platform says it is offline (a browser's navigator.onLine) it neither posts nor spends
+ * retries; back online, what waits goes out at once.
+ *
  * When a page is hidden or closed, what is stored (its window spent by the store's check-and-spend,
  * so never a second report of a window another tab spent) goes out with fetch keepalive (a text/plain
  * body: no preflight), each batch under 60 KiB less what is in flight (the page's 64 KiB keepalive
  * quota), a plain fetch as fallback; a batch stays in storage until an answer is read.
  */
 
-import { request, shown, type Answer } from "./http.js";
+import { answerSaid, request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
-import type { Report } from "./reports.js";
-import { isRetryable, retryAfter } from "./retry.js";
-import type { SchemaSource } from "./schema-source.js";
 import type { Settings } from "./options.js";
+import type { Report } from "./reports.js";
+import { backoff, isRetryable, retryAfter } from "./retry.js";
+import type { SchemaSource } from "./schema-source.js";
 import type { Row, Store } from "./storage.js";
 
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
 export const KEEPALIVE_BUDGET = 60 * 1024;
+const BATCH_OVERHEAD_BYTES = 16; // `{"reports":[` and `]}`, with room
+// While records wait in memory (for the schema, or for an HMAC), turns come at least this often.
+const PENDING_TURN_MS = 1000;
 
-/** What the client sees of its sender. */
-export interface Sender {
-  /** Work the client does outside the sender (pending records, memoised encodings). */
-  busy: number;
-  stopped: boolean;
-  put(report: Report): void;
-  /** Run a turn after `ms` (at once when stopping). */
-  wake(ms?: number): void;
-  /** True once settled, false after `ms` (its sleeps keep a Node process alive, as asked). */
-  waitSettled(ms: number): Promise<boolean>;
-  /** The page is being hidden or closed: send what is queued now, with keepalive. */
-  sendNow(): void;
+/** What the sender needs of the client that owns it. */
+export interface Owner {
+  /** Records the client holds outside the sender (pending ones, memoised encodings under way). */
+  waiting(): number;
+  /** Called at the start of each turn: randomise pending records once a schema is usable. */
+  beforeTurn(): void;
+  /** The sender's state changed (for the client's waiters). */
+  changed(): void;
 }
 
-/** The sender, as a closure: its state is local variables (shorter in the browser bundle than members). */
-export function sender(s: Settings, source: SchemaSource, ledger: Ledger, storeP: Promise<Store>, beforeTurn: () => void): Sender {
-  let fresh: Report[] = []; // made, not yet in storage as last read
+/** False only where the platform says it is offline (a browser's navigator.onLine; Node never says). */
+function isOffline(): boolean {
+  return (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false;
+}
+
+export class Sender {
+  /** Set by close(): no schema refresh once nothing is left to encode. */
+  stopped = false;
+  /** The page is hidden or closing: what is stored from now on goes out at once, with keepalive. */
+  private hidden = false;
+  private fresh: Report[] = []; // made, not yet in storage as last read
   // The oldest stored rows, as last read: what a closing page sends. Only stored reports, whose
   // window the store's check-and-spend has taken: another tab may have spent it since this one's
   // ledger was read, so a fresh report waits for that check (milliseconds) or for the next visit.
-  let mirror: Row[] = [];
-  const acked = new Set<string>(); // ids acknowledged while their rows may still be stored
+  private mirror: Row[] = [];
+  private stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
+  private readonly acked = new Set<string>(); // ids acknowledged while their rows may still be stored
   // Ids in a closing page's requests. A turn's plain fetch is not counted: the page cancels it if it
   // closes, and the next batch is made only once the turn has its answer.
-  const inflight = new Set<string>();
-  let keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
-  let attempt = 0;
-  let deliverDue = 0;
-  let lingerUntil = 0; // a new batch waits lingerMs for company (stored at once all the same)
-  let persisting: Promise<unknown> = Promise.resolve(); // the last store of fresh reports begun
-  let schemaDue = source.fetched ? 0 : Infinity;
-  let schemaAttempt = 0;
-  let batchLimit = s.maxBatch;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let running = false;
-  let wakeAt = Infinity; // when a wake() during a turn asked for the next one
-  let stored = -1; // rows in the mirror (0: none stored) as last read; -1 before the first read
-  const log = s.logger;
-  // Full jitter (retry.ts). Math.random is fine here: the wait is no secret (the coins never use it).
-  const delay = (attempt: number) => Math.random() * Math.min(s.backoffCapMs, s.backoffBaseMs * 2 ** Math.min(attempt, 60));
-  const dropped = (n: number, why: string) => log.warn(`dropped ${n} report(s): ${why}`);
+  private readonly inflight = new Set<string>();
+  private keepaliveLeft = KEEPALIVE_BUDGET; // of the page's keepalive quota, less what is in flight
+  private attempt = 0; // failed deliveries in a row
+  private deliverDue = 0;
+  private lingerUntil = 0; // a new batch waits lingerMs for company (stored at once all the same)
+  private persisting: Promise<void> = Promise.resolve(); // the last store of fresh reports begun
+  private schemaDue: number;
+  private schemaAttempt = 0; // failed schema fetches in a row
+  private batchLimit: number;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = Infinity; // when the timer runs the next turn
+  private running = false;
+  private wakeAt = Infinity; // when a wake() during a turn asked for the next one
+  private readonly reportsUrl: string;
 
-  const self: Sender = {
-    busy: 0,
-    stopped: false,
-    put(report) {
-      if (!fresh.length && stored < 1) lingerUntil = Date.now() + s.lingerMs;
-      fresh.push(report);
-      // Stored now, even while a turn waits on the network (a closing page sends only what is
-      // stored); then a turn when the batch is due (a failure: the turn retries and says why).
-      persisted().then(() => wake(Math.max(deliverDue, lingerUntil) - Date.now()));
-    },
-    wake,
-    async waitSettled(ms) {
-      const deadline = Date.now() + ms;
-      lingerUntil = 0;
-      wake();
-      while (self.busy || fresh.length || stored || running) {
-        if (Date.now() >= deadline) return false;
-        await new Promise((r) => setTimeout(r, Math.min(20, deadline - Date.now())));
-      }
-      return true;
-    },
-    // A page that lives on sends nothing twice: acknowledged ids are removed rather than resent.
-    // Reports in a plain fetch go again with keepalive: a closing page cancels that fetch.
-    sendNow() {
-      const going = mirror.filter(({ report: { id } }) => !(acked.has(id) || inflight.has(id)));
-      for (;;) {
-        const [part, size] = batch(going, keepaliveLeft);
-        if (!part.length || size > keepaliveLeft) return; // the quota is spent: the rest waits in storage
-        going.splice(0, part.length);
-        keepaliveLeft -= size;
-        part.forEach((r) => inflight.add(r.report.id));
-        const done = () => {
-          keepaliveLeft += size;
-          part.forEach((r) => inflight.delete(r.report.id));
-        };
-        send(part, true).then(done, done); // a store that fails to remove: the rows are sent again (ids dedupe)
-      }
-    },
-  };
+  constructor(private readonly s: Settings, private readonly source: SchemaSource, private readonly ledger: Ledger,
+    private readonly store: Promise<Store>, private readonly owner: Owner) {
+    this.schemaDue = source.fetched ? 0 : Infinity;
+    this.batchLimit = s.maxBatch;
+    this.reportsUrl = `${s.endpoint}/api/v1/reports`;
+  }
 
-  function wake(ms = 0): void {
-    if (running) {
-      wakeAt = Math.min(wakeAt, Date.now() + ms);
+  /** Nothing is left to store or deliver, and no turn runs. */
+  get settled(): boolean {
+    return !this.owner.waiting() && !this.fresh.length && !this.stored && !this.running;
+  }
+
+  /** A report to store at once (even while a turn waits on the network: a closing page sends only
+   * what is stored), then to deliver when its batch is due. */
+  put(report: Report): void {
+    if (!this.fresh.length && this.stored < 1) this.lingerUntil = Date.now() + this.s.lingerMs;
+    this.fresh.push(report);
+    // (A failure to store: the turn retries and says why.)
+    this.persisted().then(() => this.wake(Math.max(this.deliverDue, this.lingerUntil) - Date.now()));
+  }
+
+  /** Run a turn within `ms` (a negative delay is 0); a turn due sooner stays as it is. */
+  wake(ms = 0): void {
+    const at = Date.now() + Math.max(0, ms);
+    if (this.running) {
+      this.wakeAt = Math.min(this.wakeAt, at);
       return;
     }
-    clearTimeout(timer);
-    timer = setTimeout(turn, ms); // stopped too: a failing store or server is retried after backoff, never in a loop
-    // A Node process is not kept alive by retries alone: flush() and close() wait when asked.
-    if (LDP_FULL) (timer as { unref?: () => void }).unref?.();
+    if (this.timerAt <= at) return;
+    clearTimeout(this.timer);
+    this.timerAt = at;
+    // Stopped too: a failing store or server is retried after backoff, never in a loop.
+    this.timer = setTimeout(() => {
+      this.timerAt = Infinity;
+      this.turn();
+    }, at - Date.now());
+    // Retries alone do not keep a Node process alive: flush() and close() wait when asked.
+    (this.timer as { unref?: () => void }).unref?.();
   }
 
-  async function turn(): Promise<void> {
-    running = true;
+  /** Send what is stored without waiting for a linger (flush(), close()). */
+  hurry(): void {
+    this.lingerUntil = 0;
+    this.wake();
+  }
+
+  /** Back online: what waits goes out now, its backoff forgotten. */
+  online(): void {
+    this.attempt = 0;
+    this.deliverDue = 0;
+    if (this.schemaAttempt) this.schemaDue = 0;
+    this.schemaAttempt = 0;
+    this.wake();
+  }
+
+  /** The page is hidden or closing (it may never run again): what is stored goes out now, and what
+   * is recorded meanwhile (at pagehide, say) as soon as it is stored. */
+  hide(): void {
+    this.hidden = true;
+    this.sendNow();
+  }
+
+  /** The page is shown again: back to batches on the sender's turns. */
+  show(): void {
+    this.hidden = false;
+  }
+
+  /** Send what is stored now, with keepalive. A page that lives on sends nothing twice:
+   * acknowledged ids are removed rather than resent. Reports in a plain fetch go again with
+   * keepalive: a closing page cancels that fetch. */
+  private sendNow(): void {
+    if (isOffline()) return; // they wait in storage for the next visit
+    const going = this.mirror.filter(({ report: { id } }) => !(this.acked.has(id) || this.inflight.has(id)));
+    for (;;) {
+      const [part, size] = this.batch(going, this.keepaliveLeft);
+      if (!part.length || size > this.keepaliveLeft) return; // the quota is spent: the rest waits in storage
+      going.splice(0, part.length);
+      this.keepaliveLeft -= size;
+      part.forEach((r) => this.inflight.add(r.report.id));
+      const done = () => {
+        this.keepaliveLeft += size;
+        part.forEach((r) => this.inflight.delete(r.report.id));
+      };
+      this.send(part, true).then(done, done); // a store that fails to remove: the rows are sent again (ids dedupe)
+    }
+  }
+
+  private async turn(): Promise<void> {
+    this.running = true;
+    const offline = isOffline(); // then nothing is posted and no retry spent: `online` wakes the sender
     try {
-      const store = await storeP;
-      beforeTurn();
-      await persisted();
-      // The schema when due, unless stopped with nothing left to encode (as when the next turn is).
-      if (Date.now() >= (self.stopped && !self.busy ? Infinity : schemaDue)) {
-        const answered = await source.refresh(s.endpoint, s.fetch, s.requestTimeoutMs, store);
-        schemaDue = Date.now() + (answered ? s.schemaRefreshMs : delay(schemaAttempt++));
-        if (answered) schemaAttempt = 0;
-        beforeTurn(); // pending records, randomised now, are stored by put()
+      const store = await this.store;
+      this.owner.beforeTurn();
+      await this.persisted();
+      if (!offline && Date.now() >= this.schemaDueNow()) {
+        const answered = await this.source.refresh(this.s.endpoint, this.s.fetch, this.s.requestTimeoutMs, store);
+        this.schemaDue = Date.now() + (answered ? this.s.schemaRefreshMs : this.backoff(this.schemaAttempt++));
+        if (answered) this.schemaAttempt = 0;
+        this.owner.beforeTurn(); // pending records, randomised now, are stored by put()
       }
-      if (Date.now() >= (stored > 0 ? Math.max(deliverDue, lingerUntil) : Infinity)) { // when due, if anything is stored
+      if (!offline && Date.now() >= this.deliveryDue()) {
         // Rows a closing page had acknowledged whose removal failed go first.
-        await settle(mirror.filter((r) => acked.has(r.report.id)));
-        const [rows] = batch(mirror.filter((r) => !acked.has(r.report.id)), s.maxBatchBytes);
-        if (rows.length) await send(rows, false);
-        await persisted();
+        await this.settle(this.mirror.filter((r) => this.acked.has(r.report.id)));
+        const [rows] = this.batch(this.mirror.filter((r) => !this.acked.has(r.report.id)), this.s.maxBatchBytes);
+        if (rows.length) await this.send(rows, false);
+        await this.persisted();
       }
     } catch (e) {
-      failed(e);
+      this.failed("a turn of the sender", e);
     }
-    running = false;
-    // Due: delivery when anything is stored, or a retry of storing what is fresh.
-    const next = Math.min(wakeAt, self.stopped && !self.busy ? Infinity : schemaDue, stored > 0 || fresh.length ? Math.max(deliverDue, lingerUntil) : Infinity,
-      self.busy ? Date.now() + 1000 : Infinity);
-    wakeAt = Infinity;
-    if (next < Infinity) wake(next - Date.now()); // one past due: setTimeout takes a negative delay as 0
+    this.running = false;
+    const next = Math.min(this.wakeAt, offline ? Infinity : Math.min(this.schemaDueNow(), this.deliveryDue(this.fresh.length > 0)),
+      this.owner.waiting() ? Date.now() + PENDING_TURN_MS : Infinity);
+    this.wakeAt = Infinity;
+    if (next < Infinity) this.wake(next - Date.now());
+    this.owner.changed();
   }
 
-  /** A bug or a broken store must never reach the app: said, and retried after backoff (reports wait). */
-  function failed(e: unknown): void {
-    log.error(shown((e as Error)?.message ?? e));
-    deliverDue = Date.now() + delay(attempt++);
+  /** When the schema is next fetched: never once stopped with nothing left to encode. */
+  private schemaDueNow(): number {
+    return this.stopped && !this.owner.waiting() ? Infinity : this.schemaDue;
+  }
+
+  /** When the next batch is due: never when nothing is stored (or, with `fresh`, waits to be). */
+  private deliveryDue(fresh = false): number {
+    return this.stored > 0 || fresh ? Math.max(this.deliverDue, this.lingerUntil) : Infinity;
+  }
+
+  private backoff(attempt: number): number {
+    return backoff(attempt, this.s.backoffBaseMs, this.s.backoffCapMs);
+  }
+
+  /** A bug or a broken store must never reach the app: `what` failed is said, and retried after
+   * backoff (reports wait). */
+  private failed(what: string, e: unknown): void {
+    const wait = this.backoff(this.attempt++);
+    this.deliverDue = Date.now() + wait;
+    this.s.logger.error(`${what} failed: ${shown((e as Error)?.message ?? e)}; retry in ${Math.round(wait)} ms`);
+  }
+
+  private dropped(n: number, why: string): void {
+    this.s.logger.warn(`dropped ${n} report(s): ${why}`);
   }
 
   /** persist(), one after another (record() and turns both store). */
-  function persisted(): Promise<unknown> {
-    return (persisting = persisting.then(persist));
+  private persisted(): Promise<void> {
+    return (this.persisting = this.persisting.then(() => this.persist()));
   }
 
-  async function persist(): Promise<void> {
-    const store = await storeP;
-    const reports = fresh.slice();
+  private async persist(): Promise<void> {
+    const reports = this.fresh.slice();
     let appended = 0;
+    const store = await this.store; // never rejected: the client falls back to memory
     try {
       if (reports.length) {
-        const { refused, evicted } = await store.append(reports, { maxReports: s.maxOutbox, maxBytes: s.maxOutboxBytes, perDay: s.maxEpsilonPerDay });
+        const { refused, evicted } = await store.append(reports, { maxReports: this.s.maxOutbox, maxBytes: this.s.maxOutboxBytes, perDay: this.s.maxEpsilonPerDay });
         appended = reports.length;
         if (refused.length) {
           // Another tab or process spent first: learn what it spent.
-          dropped(refused.length, refused[0]);
-          ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
+          this.dropped(refused.length, refused[0]);
+          this.ledger.learn(reports[0].schema, await store.ledger(reports[0].schema));
         }
-        if (evicted) dropped(evicted, "outbox full");
+        if (evicted) this.dropped(evicted, `the outbox is full (maxOutbox ${this.s.maxOutbox}, maxOutboxBytes ${this.s.maxOutboxBytes}): the oldest went`);
       }
-      mirror = await store.peek(s.maxBatch);
-      stored = mirror.length;
+      this.mirror = await store.peek(this.s.maxBatch);
+      this.stored = this.mirror.length;
+      if (appended && this.hidden) this.sendNow();
     } catch (e) {
-      failed(e);
+      this.failed(reports.length ? `storing ${reports.length} report(s) in the ${store.kind} store` : `reading the ${store.kind} store's outbox`, e);
     }
     // Kept unless appended (if the append failed, e.g. storage full: retried), within the outbox's bound.
-    fresh = fresh.slice(appended || -s.maxOutbox);
+    this.fresh = appended ? this.fresh.slice(appended) : this.fresh.slice(-this.s.maxOutbox);
+    this.owner.changed();
   }
 
   /** The oldest rows as one batch within the count, bytes and windows bounds (at least one row),
    * stopping at one in a keepalive request; and its size. */
-  function batch(rows: Row[], maxBytes: number): [Row[], number] {
+  private batch(rows: Row[], maxBytes: number): [Row[], number] {
     const out: Row[] = [];
     const windows = new Set<string>();
-    let bytes = 16;
+    let bytes = BATCH_OVERHEAD_BYTES;
     for (const row of rows) {
-      if (out.length >= batchLimit || inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
+      if (out.length >= this.batchLimit || this.inflight.has(row.report.id) || (out.length && bytes + row.bytes > maxBytes)) break;
       windows.add(row.report.window);
       if (windows.size > MAX_BATCH_WINDOWS) break;
       out.push(row);
-      bytes += row.bytes + 1;
+      bytes += row.bytes + 1; // and a comma
     }
     return [out, bytes];
   }
 
   /** Rows settled: never sent again, and gone from storage. */
-  async function settle(rows: Row[]): Promise<void> {
-    rows.forEach((r) => acked.add(r.report.id));
-    if (rows.length) await (await storeP).remove(rows.map((r) => r.seq));
+  private async settle(rows: Row[]): Promise<void> {
+    rows.forEach((r) => this.acked.add(r.report.id));
+    if (rows.length) await (await this.store).remove(rows.map((r) => r.seq));
+  }
+
+  /** The next try after full-jitter backoff, never sooner than `floor` ms (the server's
+   * Retry-After); offline, no retry is spent: the `online` event wakes the sender. */
+  private retry(why: string, floor = 0): void {
+    if (isOffline()) {
+      this.s.logger.warn(`${why}; offline: the reports wait for the network`);
+      return;
+    }
+    const wait = Math.max(floor, this.backoff(this.attempt++));
+    this.deliverDue = Date.now() + wait;
+    this.s.logger.warn(`${why}; retry in ${Math.round(wait)} ms`);
   }
 
   /** Post one batch and act on the answer. `keepalive`: the page is closing (text/plain, no
    * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
-  async function send(rows: Row[], keepalive: boolean): Promise<void> {
+  private async send(rows: Row[], keepalive: boolean): Promise<void> {
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
-    // `k` unset: keepalive false, fetch's default.
-    const post = (k?: boolean) => request(`${s.endpoint}/api/v1/reports`, {
+    const post = (withKeepalive: boolean) => request(this.reportsUrl, {
       method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
-      timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: k,
+      timeoutMs: this.s.requestTimeoutMs, fetch: this.s.fetch, keepalive: withKeepalive,
     });
-    /** The next try after full-jitter backoff, never sooner than `floor` ms (the server's Retry-After). */
-    const retry = (why: string, floor = 0) => {
-      if (keepalive) return;
-      const wait = Math.max(floor, delay(attempt++));
-      deliverDue = Date.now() + wait;
-      log.warn(`delivery failed (${why}); retry in ${wait | 0} ms`);
-    };
     let answer: Answer;
     try {
       // fetch() starts here, synchronously: a closing page's request is on its way before this returns.
-      answer = await (keepalive ? post(true).catch(() => post()) : post());
+      answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
     } catch (e) {
-      return retry(shown((e as Error)?.name));
+      if (!keepalive) this.retry((e as Error).message);
+      return;
     }
-    const { status, body: b } = answer as { status: number; body: any };
+    const said = `POST ${this.reportsUrl} answered ${answerSaid(answer)}`;
+    const b = answer.body as { accepted?: unknown; duplicates?: unknown; details?: unknown } | undefined;
     // Anything but the aggregator's acknowledgement (a 2xx from a captive portal or a proxy proves nothing).
-    if (!(status >= 200 && status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates))) {
-      if (isRetryable(status)) return retry(`HTTP ${status}`, retryAfter(answer.headers));
-      // A 400 naming details[].index: those reports, with the server's reasons (escaped).
-      const bad = new Map<Row, string>();
-      for (const d of Array.isArray(b?.details) ? b.details : []) {
-        const i = d?.index;
-        if (Number.isInteger(i) && rows[i]) bad.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+    const acknowledged = answer.status >= 200 && answer.status < 300 && Number.isInteger(b?.accepted) && Number.isInteger(b?.duplicates);
+    if (!acknowledged) {
+      if (isRetryable(answer.status)) {
+        if (!keepalive) this.retry(said, retryAfter(answer.headers));
+        return;
       }
-      if ((status === 400 || status === 413) && !bad.size && rows.length > 1) {
-        batchLimit = rows.length >> 1; // the batch may be what is too big: halved, sent again
-        rows = [];
-      } else {
-        rows = bad.size ? [...bad.keys()] : rows;
-        dropped(rows.length, `HTTP ${status}: ${bad.size ? [...bad.values()].join("; ") : shown(b?.error ?? "", 500)}`);
-      }
+      rows = this.refusedRows(rows, answer, said);
     }
-    attempt = 0; // the server answered
-    await settle(rows);
+    this.attempt = 0; // the server answered
+    await this.settle(rows);
   }
 
-  return self;
+  /** The rows a final refusal settles (dropped with a warning): those a 400 names in details[].index,
+   * with the server's reasons (escaped); none when a 400 or 413 names none and the batch can be
+   * halved (it may be what is too big: its rows are sent again in smaller batches); else all. */
+  private refusedRows(rows: Row[], answer: Answer, said: string): Row[] {
+    const details = (answer.body as { details?: unknown } | undefined)?.details;
+    const named = new Map<Row, string>();
+    for (const d of Array.isArray(details) ? details : []) {
+      const i = d?.index;
+      if (Number.isInteger(i) && rows[i]) named.set(rows[i], `[${i}] ${shown(d.field ?? "", 80)}: ${shown(d.message ?? "", 200)}`);
+    }
+    if ((answer.status === 400 || answer.status === 413) && !named.size && rows.length > 1) {
+      this.batchLimit = Math.floor(rows.length / 2);
+      return [];
+    }
+    if (!named.size) {
+      this.dropped(rows.length, said);
+      return rows;
+    }
+    this.dropped(named.size, `${said}: ${[...named.values()].join("; ")}`);
+    return [...named.keys()];
+  }
 }

@@ -2,8 +2,8 @@
  * Where the client keeps what must outlive a page or a process: the outbox of randomised
  * reports, the ledger, the cached schema and the device's secret. Never a true value.
  *
- * One small interface, three homes: IndexedDB in a browser ({@link openIndexedDb}), files in a
- * data folder under Node ({@link openFiles}), memory elsewhere (with one warning: a reload resets
+ * One small interface, three homes: IndexedDB in a browser (store-idb.ts), files in a data folder
+ * under Node (store-files.ts), memory elsewhere (with one warning: a reload resets
  * the ledger). Each store's {@link Store.append} is the ledger's check-and-spend and the outbox
  * write in one atomic step, so two tabs or processes cannot both spend a window.
  */
@@ -35,10 +35,10 @@ export interface Store {
   readonly kind: "indexeddb" | "files" | "memory";
   /** The device's secret, made on first use (32 random bytes; a non-extractable key in a browser). */
   deviceSecret(): Promise<DeviceSecret>;
-  /** The schema last served: its JSON text (Node and the ES module: floats keep their spelling)
-   * or, in the <script> bundle, the object JSON.parse made of it. */
+  /** The JSON text of the schema last served (read back with parseJson, so floats keep their
+   * spelling), or undefined when none was cached. */
   cachedSchema(name: string): Promise<unknown>;
-  cacheSchema(name: string, derived: unknown): Promise<void>;
+  cacheSchema(name: string, text: string): Promise<void>;
   /** The ledger of `schema`: [window, ε] for every window spent. */
   ledger(schema: string): Promise<[string, number][]>;
   /** For each report: spend its window in the ledger if the rules allow, and add it to the outbox. */
@@ -53,18 +53,37 @@ export interface Store {
 /** The state a file or memory store keeps, and the rules applied to it (IndexedDB keeps the same
  * in object stores). */
 export interface State {
-  schemas: Record<string, unknown>;
+  schemas: Record<string, string>; // name -> JSON text
   ledger: Record<string, Record<string, number>>; // schema -> window -> ε
   outbox: Row[];
   next: number;
 }
 
-/** A store's members the client never uses, for an app holding a store (the ES module exports the
- * stores): the <script> bundle leaves them out, where no page can reach a store the client made. */
-export const forApps = (members: Pick<Store, "kind" | "count" | "close">) => (LDP_FULL ? members : {}) as typeof members;
-
 export function emptyState(): State {
   return { schemas: {}, ledger: {}, outbox: [], next: 1 };
+}
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/** The state in `text`, or undefined when it is damaged (not JSON, or not a state's shape). */
+export function parseState(text: string): State | undefined {
+  try {
+    const state: unknown = JSON.parse(text);
+    return isState(state) ? state : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `value` has the shape of a {@link State} (what a file store reads back is checked: a damaged
+ * ledger must not pass for an empty one). */
+export function isState(value: unknown): value is State {
+  if (!isRecord(value) || !isRecord(value.schemas) || !isRecord(value.ledger) || !Array.isArray(value.outbox)) return false;
+  const schemasOk = Object.values(value.schemas).every((text) => typeof text === "string");
+  const ledgerOk = Object.values(value.ledger).every((spent) => isRecord(spent) && Object.values(spent).every(Number.isFinite));
+  const rowsOk = value.outbox.every((row) => isRecord(row) && Number.isInteger(row.seq) && isRecord(row.report) && Number.isFinite(row.bytes));
+  return schemasOk && ledgerOk && rowsOk && Number.isInteger(value.next);
 }
 
 export const UTF8 = new TextEncoder();
@@ -101,24 +120,36 @@ export function appendTo(state: State, reports: Report[], limits: Limits): Appen
   return { refused, evicted };
 }
 
-/** The store of last resort: nothing outlives the page or process. `new MemoryStore()` (a closure:
- * shorter in the browser bundle than a class's members). */
-export const MemoryStore = function (): Store {
-  const state = emptyState();
-  let secret: Uint8Array | undefined;
-  return {
-    ...forApps({ kind: "memory", count: async () => state.outbox.length, close: async () => {} }),
-    deviceSecret: async () => (secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32))),
-    cachedSchema: async (name) => state.schemas[name],
-    async cacheSchema(name, derived) {
-      state.schemas[name] = derived;
-    },
-    ledger: async (schema) => Object.entries(state.ledger[schema] ?? {}),
-    append: async (reports, limits) => appendTo(state, reports, limits),
-    peek: async (limit) => state.outbox.slice(0, limit),
-    async remove(seqs) {
-      const gone = new Set(seqs);
-      state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
-    },
-  };
-} as unknown as new () => Store;
+/** The store of last resort: nothing outlives the page or process. */
+export class MemoryStore implements Store {
+  readonly kind = "memory";
+  private state = emptyState();
+  private secret: Uint8Array | undefined;
+
+  async deviceSecret(): Promise<DeviceSecret> {
+    return (this.secret ??= globalThis.crypto.getRandomValues(new Uint8Array(32)));
+  }
+  async cachedSchema(name: string): Promise<unknown> {
+    return this.state.schemas[name];
+  }
+  async cacheSchema(name: string, text: string): Promise<void> {
+    this.state.schemas[name] = text;
+  }
+  async ledger(schema: string): Promise<[string, number][]> {
+    return Object.entries(this.state.ledger[schema] ?? {});
+  }
+  async append(reports: Report[], limits: Limits): Promise<Appended> {
+    return appendTo(this.state, reports, limits);
+  }
+  async peek(limit: number): Promise<Row[]> {
+    return this.state.outbox.slice(0, limit);
+  }
+  async remove(seqs: number[]): Promise<void> {
+    const gone = new Set(seqs);
+    this.state.outbox = this.state.outbox.filter((r) => !gone.has(r.seq));
+  }
+  async count(): Promise<number> {
+    return this.state.outbox.length;
+  }
+  async close(): Promise<void> {}
+}

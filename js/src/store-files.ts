@@ -1,52 +1,46 @@
 /**
- * The Node store: files in a data folder (`dataDir`; by default the Python client's place,
- * `$XDG_DATA_HOME` or `~/.local/share`, `~/Library/Application Support`, `%LOCALAPPDATA%`, plus
- * `ldp-telemetry/`), folder 0700 and files 0600. The device secret is the Python client's own
+ * The Node store: files in a data folder (`dataDir`; by default the Python client's place:
+ * data-folder.ts), folder 0700 and files 0600. The device secret is the Python client's own
  * file (`device-secret`, 32 bytes), so both clients on one machine are one device. The outbox,
  * ledger and cached schema of a schema are one JSON file, `js-outbox-<schema>.json`, replaced
- * atomically (write a temporary file, rename); every change happens under a lock file, so two
- * processes cannot both spend a window.
+ * atomically and durably (write a temporary file, sync it, rename, sync the folder: after a power
+ * cut the file is the old one or the new one, whole); every change happens under a lock file, so
+ * two processes cannot both spend a window. A file that reads back damaged is set aside and the
+ * ledger errs on the side of "spent": the current UTC day counts as spent (no window of it is
+ * reported again), since what the damaged ledger held cannot be known.
  */
 
 import type { DeviceSecret } from "./hmac.js";
 import type { Report } from "./reports.js";
-import { appendTo, emptyState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { builtin, checkedSecret, dataFolder, SECRET_FILE, stateFile } from "./data-folder.js";
+import { MAX_EPSILON } from "./schema.js";
+import { appendTo, emptyState, parseState, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { windowOf } from "./windows.js";
 
 type Fs = typeof import("node:fs/promises");
 
-// Node's modules are loaded by a computed name, so a bundler building for a browser leaves them alone.
-const nodeModule = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ `node:${name}`);
-
-const SECRET_FILE = "device-secret";
 const STALE_LOCK_MS = 30_000; // a lock older than this was left by a process that died holding it
 const LOCK_WAIT_MS = 10_000;
+// What a day whose ledger was damaged counts as spent: the most one report may spend (what was
+// really spent is unknown; the day's entry blocks all its windows whatever the number).
+const UNKNOWN_SPEND = MAX_EPSILON;
 
+/** The data folder when `dataDir` is not given (the Python client's `data_dir`). */
 export async function defaultDataDir(): Promise<string> {
-  const os = (await nodeModule("os")) as typeof import("node:os");
-  const path = (await nodeModule("path")) as typeof import("node:path");
-  const env = (globalThis as { process?: { env: Record<string, string | undefined>; platform: string } }).process!;
-  let base: string;
-  if (env.platform === "win32") base = env.env.LOCALAPPDATA || path.join(os.homedir(), "AppData", "Local");
-  else if (env.platform === "darwin") base = path.join(os.homedir(), "Library", "Application Support");
-  else {
-    const xdg = env.env.XDG_DATA_HOME ?? "";
-    // The XDG spec says a relative path is invalid and must be ignored.
-    base = path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".local", "share");
-  }
-  return path.join(base, "ldp-telemetry");
+  return dataFolder(undefined, await builtin("os"), await builtin("path"));
 }
 
 export class FileStore implements Store {
   readonly kind = "files";
-  private constructor(private readonly fs: Fs, private readonly dir: string, private readonly file: string,
-    private readonly join: (...p: string[]) => string) {}
+  private constructor(private readonly fs: Fs, private readonly dir: string, private readonly schema: string,
+    private readonly file: string, private readonly join: (...p: string[]) => string) {}
 
   static async open(dataDir: string | undefined, schema: string): Promise<FileStore> {
-    const fs = (await nodeModule("fs/promises")) as Fs;
-    const path = (await nodeModule("path")) as typeof import("node:path");
-    const dir = dataDir ?? (await defaultDataDir());
+    const fs = await builtin<Fs>("fs/promises");
+    const path = await builtin<typeof import("node:path")>("path");
+    const dir = dataFolder(dataDir, await builtin("os"), path);
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    return new FileStore(fs, dir, path.join(dir, `js-outbox-${schema}.json`), path.join);
+    return new FileStore(fs, dir, schema, path.join(dir, stateFile(schema)), path.join);
   }
 
   get path(): string {
@@ -64,9 +58,10 @@ export class FileStore implements Store {
     // process (or the Python client) made the secret first, and then theirs is used.
     const temporary = this.join(this.dir, `.device-secret-${process.pid}-${Date.now()}`);
     const secret = globalThis.crypto.getRandomValues(new Uint8Array(32));
-    await this.fs.writeFile(temporary, secret, { mode: 0o600, flag: "wx" });
+    await this.writeSynced(temporary, secret, "wx");
     try {
       await this.fs.link(temporary, file);
+      await this.syncFolder();
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
     } finally {
@@ -76,33 +71,63 @@ export class FileStore implements Store {
   }
 
   private async readSecret(file: string): Promise<Uint8Array> {
-    const bytes = new Uint8Array(await this.fs.readFile(file));
-    if (bytes.length !== 32) throw new Error(`${file} is damaged: ${bytes.length} bytes, not 32`);
-    return bytes;
+    return checkedSecret(new Uint8Array(await this.fs.readFile(file)), file);
   }
 
+  /** The state as last written; a damaged file is set aside first, under the lock. */
   private async read(): Promise<State> {
-    let text: string;
+    return (await this.parse()) ?? this.locked((state) => state);
+  }
+
+  /** The file's state (an empty one when there is no file yet), or undefined if it is damaged. */
+  private async parse(): Promise<State | undefined> {
     try {
-      text = await this.fs.readFile(this.file, "utf8");
+      return parseState(await this.fs.readFile(this.file, "utf8"));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return emptyState();
       throw e;
     }
-    try {
-      const state = JSON.parse(text) as State;
-      if (Array.isArray(state.outbox) && typeof state.ledger === "object" && typeof state.next === "number") return state;
-    } catch {
-      // fall through: a damaged file is set aside, not trusted
-    }
-    await this.fs.rename(this.file, `${this.file}.damaged-${Date.now()}`);
-    return emptyState();
   }
 
+  /** Under the lock: the damaged file moved aside (kept for a human to read), and a state whose
+   * ledger counts today as spent, so no window is spent twice whatever the lost ledger held. */
+  private async setAside(): Promise<State> {
+    await this.fs.rename(this.file, `${this.file}.damaged-${Date.now()}`);
+    const state = emptyState();
+    state.ledger[this.schema] = { [windowOf(Date.now(), "day")]: UNKNOWN_SPEND };
+    return state;
+  }
+
+  /** `data` in a new file at `path` (0600), on disk before this returns. */
+  private async writeSynced(path: string, data: string | Uint8Array, flag: string): Promise<void> {
+    const handle = await this.fs.open(path, flag, 0o600);
+    try {
+      await handle.writeFile(data);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** Makes a rename or link in the data folder durable. Windows cannot open a folder to sync it
+   * (NTFS journals the rename itself). */
+  private async syncFolder(): Promise<void> {
+    if (process.platform === "win32") return;
+    const handle = await this.fs.open(this.dir, "r");
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** The state replaced whole: synced before the rename (a power cut leaves the old file or the
+   * new one, never a torn one), the folder synced after it (the new name survives too). */
   private async write(state: State): Promise<void> {
     const temporary = `${this.file}.${process.pid}.tmp`;
-    await this.fs.writeFile(temporary, JSON.stringify(state), { mode: 0o600 });
+    await this.writeSynced(temporary, JSON.stringify(state), "w");
     await this.fs.rename(temporary, this.file);
+    await this.syncFolder();
   }
 
   /** Runs `change` on the state under the lock file and writes the result. */
@@ -122,7 +147,7 @@ export class FileStore implements Store {
       }
     }
     try {
-      const state = await this.read();
+      const state = (await this.parse()) ?? (await this.setAside());
       const result = change(state);
       await this.write(state);
       return result;
@@ -134,8 +159,10 @@ export class FileStore implements Store {
   async cachedSchema(name: string): Promise<unknown> {
     return (await this.read()).schemas[name];
   }
-  async cacheSchema(name: string, derived: unknown): Promise<void> {
-    await this.locked((s) => void (s.schemas[name] = derived));
+  async cacheSchema(name: string, text: string): Promise<void> {
+    await this.locked((state) => {
+      state.schemas[name] = text;
+    });
   }
   async ledger(schema: string): Promise<[string, number][]> {
     return Object.entries((await this.read()).ledger[schema] ?? {});
@@ -148,7 +175,9 @@ export class FileStore implements Store {
   }
   async remove(seqs: number[]): Promise<void> {
     const gone = new Set(seqs);
-    await this.locked((s) => void (s.outbox = s.outbox.filter((r) => !gone.has(r.seq))));
+    await this.locked((state) => {
+      state.outbox = state.outbox.filter((r) => !gone.has(r.seq));
+    });
   }
   async count(): Promise<number> {
     return (await this.read()).outbox.length;

@@ -3,11 +3,16 @@
  * CryptoKey made non-extractable (no script, ours included, can read its bytes back); the
  * ledger's check-and-spend and the outbox write are one readwrite transaction over both stores,
  * and IndexedDB runs transactions with overlapping stores one at a time, so two tabs cannot both
- * spend a window. Browsers may clear all of it (private windows, Safari's 7-day rule, partitioned
- * storage): the ledger and the device then start afresh, which privacyStatement() says.
+ * spend a window. The ledger is read by key range: the days a check needs, never its whole history
+ * (an hourly schema spends 8,760 windows a year). Browsers may clear all of it (private windows,
+ * Safari's 7-day rule, partitioned storage): the ledger and the device then start afresh, which
+ * privacyStatement() says.
  */
 
-import { forApps, jsonBytes, overflow, spendEach, type State, type Store } from "./storage.js";
+import type { DeviceSecret } from "./hmac.js";
+import type { Report } from "./reports.js";
+import { jsonBytes, overflow, spendEach, type Appended, type Limits, type Row, type State, type Store } from "./storage.js";
+import { dayOf } from "./windows.js";
 
 const DB = "ldp-telemetry";
 const SECRET = "secret";
@@ -28,78 +33,131 @@ export function hasIndexedDb(): boolean {
   return typeof indexedDB !== "undefined";
 }
 
-/** `IndexedDbStore.open()`: the store over database `ldp-telemetry` (a closure over the open database). */
-export const IndexedDbStore = {
-  async open(): Promise<Store> {
+/** The ledger keys of `schema` whose window starts with `prefix` (a day: the day and its hours;
+ * "": every window). Keys are [schema, window]: strings sort before arrays, so [schema, prefix]
+ * to [schema, prefix + U+FFFF] holds every window beginning with `prefix`. */
+function windowsOf(schema: string, prefix: string): IDBKeyRange {
+  return IDBKeyRange.bound([schema, prefix], [schema, `${prefix}\uffff`]);
+}
+
+/** Keys and values of `store` within `range` (the oldest `limit`), as [keys, values]. */
+function keysAndValues(store: IDBObjectStore, range: IDBKeyRange | null, limit?: number): Promise<[IDBValidKey[], any[]]> {
+  return Promise.all([done(store.getAllKeys(range, limit)), done(store.getAll(range, limit))]);
+}
+
+export class IndexedDbStore implements Store {
+  readonly kind = "indexeddb";
+
+  private constructor(private readonly db: IDBDatabase) {}
+
+  /** The store over database `ldp-telemetry`, made on first use. */
+  static async open(): Promise<IndexedDbStore> {
     const request = indexedDB.open(DB, 1);
     request.onupgradeneeded = () => {
       for (const name of [SECRET, SCHEMAS, LEDGER, OUTBOX]) request.result.createObjectStore(name, { autoIncrement: name === OUTBOX });
     };
-    const db = await done(request);
-    const read = (name: string) => db.transaction(name).objectStore(name);
-    /** `change` the object stores `names` in one readwrite transaction; settles when it is over. */
-    const write = (names: string[], change: (...stores: IDBObjectStore[]) => unknown) => {
-      const tx = db.transaction(names, "readwrite");
-      change(...names.map((name) => tx.objectStore(name)));
-      return done<void>(tx);
-    };
-    /** Keys and values of `store` (the oldest `limit`), as [keys, values]. */
-    const both = (store: IDBObjectStore, limit?: number) =>
-      Promise.all([done(store.getAllKeys(null, limit)), done(store.getAll(null, limit))]);
-    /** The whole ledger, as the rules read it: schema -> window -> ε (a row per window spent). */
-    const spent = async (store: IDBObjectStore) => {
-      const [keys, values] = await both(store);
-      const out: State["ledger"] = {};
-      (keys as string[][]).forEach(([schema, window], i) => ((out[schema] ??= {})[window] = values[i]));
-      return out;
-    };
-    const readSecret = () => done(read(SECRET).get("device")) as Promise<CryptoKey | undefined>;
-    return {
-      ...forApps({ kind: "indexeddb", count: () => done(read(OUTBOX).count()), close: async () => db.close() }),
-      async deviceSecret() {
-        const existing = await readSecret();
-        if (existing) return existing;
-        // No crypto.subtle on a page that is no secure context (http://, not localhost): memoised
-        // schemas are refused there, so no key is ever used; a throwaway keeps the others recording.
-        if (!crypto.subtle) return crypto.getRandomValues(new Uint8Array(32));
-        // Made outside a transaction (Web Crypto is asynchronous), then added only if no other tab
-        // added one meanwhile: add() fails on an existing key, and every tab then reads the winner.
-        const key = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256", length: 256 }, false, ["sign"]);
-        await write([SECRET], (store) => store.add(key, "device")).catch(() => undefined);
-        return (await readSecret())!;
-      },
-      cachedSchema: (name) => done(read(SCHEMAS).get(name)),
-      cacheSchema: (name, derived) => write([SCHEMAS], (store) => store.put(derived, name)),
-      ledger: async (schema) => Object.entries((await spent(read(LEDGER)))[schema] ?? {}),
-      append(reports, limits) {
-        // One transaction, driven only by its own requests (their promises settle while it is
-        // active): awaiting anything else inside would let it commit early. The rules run on the
-        // ledger read whole, as in every store (storage.ts).
-        let refused: string[] = [];
-        let evicted = 0;
-        return write([LEDGER, OUTBOX], async (ledger, outbox) => {
-          try {
-            refused = spendEach(await spent(ledger), reports, limits.perDay, (report) => {
-              ledger.put(report.epsilon, [report.schema, report.window]);
-              outbox.add({ report, bytes: jsonBytes(report) });
-            });
-            const [keys, rows] = await both(outbox);
-            evicted = overflow(rows, limits);
-            keys.slice(0, evicted).forEach((k) => outbox.delete(k));
-          } catch {
-            // All or nothing: an exception in a request's callback aborts its transaction, one in a
-            // promise does not. (If it is over already, write() says how it ended.)
-            try {
-              ledger.transaction.abort();
-            } catch {}
-          }
-        }).then(() => ({ refused, evicted }));
-      },
-      async peek(limit) {
-        const [keys, values] = await both(read(OUTBOX), limit);
-        return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
-      },
-      remove: (seqs) => write([OUTBOX], (store) => seqs.forEach((seq) => store.delete(seq))),
-    };
-  },
-};
+    return new IndexedDbStore(await done(request));
+  }
+
+  async deviceSecret(): Promise<DeviceSecret> {
+    const existing = await this.readSecret();
+    if (existing) return existing;
+    // No crypto.subtle on a page that is no secure context (http://, not localhost): memoised
+    // schemas are refused there, so no key is ever used; a throwaway keeps the others recording.
+    if (!crypto.subtle) return crypto.getRandomValues(new Uint8Array(32));
+    // Made outside a transaction (Web Crypto is asynchronous), then added only if no other tab
+    // added one meanwhile: add() fails on an existing key, and every tab then reads the winner.
+    const key = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256", length: 256 }, false, ["sign"]);
+    await this.write([SECRET], ([store]) => store.add(key, "device")).catch(() => undefined);
+    return (await this.readSecret())!;
+  }
+
+  cachedSchema(name: string): Promise<unknown> {
+    return done(this.reading(SCHEMAS).get(name));
+  }
+
+  cacheSchema(name: string, text: string): Promise<void> {
+    return this.write([SCHEMAS], ([store]) => store.put(text, name));
+  }
+
+  async ledger(schema: string): Promise<[string, number][]> {
+    const [keys, values] = await keysAndValues(this.reading(LEDGER), windowsOf(schema, ""));
+    return keys.map((key, i) => [(key as string[])[1], values[i]]);
+  }
+
+  async append(reports: Report[], limits: Limits): Promise<Appended> {
+    let refused: string[] = [];
+    let evicted = 0;
+    // One transaction, driven only by its own requests (their promises settle while it is
+    // active): awaiting anything else inside would let it commit early.
+    await this.write([LEDGER, OUTBOX], async ([ledger, outbox]) => {
+      try {
+        const spent = await IndexedDbStore.daysOf(ledger, reports);
+        refused = spendEach(spent, reports, limits.perDay, (report) => {
+          ledger.put(report.epsilon, [report.schema, report.window]);
+          outbox.add({ report, bytes: jsonBytes(report) });
+        });
+        const [keys, rows] = await keysAndValues(outbox, null);
+        evicted = overflow(rows, limits);
+        keys.slice(0, evicted).forEach((k) => outbox.delete(k));
+      } catch {
+        // All or nothing: an exception in a request's callback aborts its transaction, one in a
+        // promise does not. (If it is over already, write() says how it ended.)
+        try {
+          ledger.transaction.abort();
+        } catch {}
+      }
+    });
+    return { refused, evicted };
+  }
+
+  async peek(limit: number): Promise<Row[]> {
+    const [keys, values] = await keysAndValues(this.reading(OUTBOX), null, limit);
+    return keys.map((k, i) => ({ seq: k as number, ...values[i] }));
+  }
+
+  remove(seqs: number[]): Promise<void> {
+    return this.write([OUTBOX], ([store]) => seqs.forEach((seq) => store.delete(seq)));
+  }
+
+  count(): Promise<number> {
+    return done(this.reading(OUTBOX).count());
+  }
+
+  async close(): Promise<void> {
+    this.db.close();
+  }
+
+  /** The ledger rows of the days `reports` fall in, as the rules read them: schema -> window -> ε. */
+  private static async daysOf(ledger: IDBObjectStore, reports: Report[]): Promise<State["ledger"]> {
+    const days = new Map<string, Set<string>>(); // schema -> days
+    for (const report of reports) {
+      if (!days.has(report.schema)) days.set(report.schema, new Set());
+      days.get(report.schema)!.add(dayOf(report.window));
+    }
+    const spent: State["ledger"] = {};
+    for (const [schema, ofSchema] of days) {
+      spent[schema] = {};
+      for (const day of ofSchema) {
+        const [keys, values] = await keysAndValues(ledger, windowsOf(schema, day));
+        keys.forEach((key, i) => (spent[schema][(key as string[])[1]] = values[i]));
+      }
+    }
+    return spent;
+  }
+
+  private readSecret(): Promise<CryptoKey | undefined> {
+    return done(this.reading(SECRET).get("device"));
+  }
+
+  private reading(name: string): IDBObjectStore {
+    return this.db.transaction(name).objectStore(name);
+  }
+
+  /** `change` the object stores `names` in one readwrite transaction; settles when it is over. */
+  private write(names: string[], change: (stores: IDBObjectStore[]) => unknown): Promise<void> {
+    const tx = this.db.transaction(names, "readwrite");
+    change(names.map((name) => tx.objectStore(name)));
+    return done<void>(tx);
+  }
+}

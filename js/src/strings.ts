@@ -36,8 +36,11 @@ export function fingerprint(text: string): number {
   return (2 * hi + lo) % P;
 }
 
-/** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = ah·2^16 + al, every partial
+/** ((a·x + b) mod P) mod g in exact integers, in doubles: with a = high·2^16 + low, every partial
  * product and sum stays below 2^49 (a double is exact to 2^53; never a·x itself, up to 2^62). */
 export function olhHash(a: number, b: number, x: number, g: number): number {
-  return ((((Math.floor(a / 65536) * x) % P) * 65536 + (a % 65536) * x + b) % P) % g;
+  const high = Math.floor(a / 65536);
+  const low = a % 65536;
+  const highPart = ((high * x) % P) * 65536; // ≡ high·2^16·x (mod P), below 2^47
+  return ((highPart + low * x + b) % P) % g;
 }

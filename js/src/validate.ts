@@ -1,48 +1,15 @@
 /**
  * A report exactly as DESIGN.md "Wire format" specifies it, checked as shared/reports.py's
- * validate_report does. The client checks what it reads back from its own storage (a damaged or
- * tampered outbox must not send garbage in its name), and the vectors' reports check it.
+ * validate_report does: for apps that carry reports themselves, and for the vectors' reports.
  */
 
-import { duchiC, GRID, pmConstants, type Encoded } from "./mechanisms.js";
 import { isNumber, MAX_EPSILON, MAX_VERSION, type Schema } from "./schema.js";
 import { num } from "./pyjson.js";
-import { P } from "./strings.js";
 import { windowStart } from "./windows.js";
 
 export const REPORT_FIELDS = ["id", "schema", "version", "window", "epsilon", "values"];
 const ID_RE = /^[A-Za-z0-9_-]{16,64}$/;
 const EPSILON_TOLERANCE = 1e-9;
-
-/** A number wire value within `limit` (another client's rounding may exceed it by a relative 1e-9). */
-function number(limit: number) {
-  return (_a: Encoded, given: unknown, v = num(given)) => (typeof v === "number" && Math.abs(v) <= limit * (1 + 1e-9) ? undefined : `must be a number from ${-limit} to ${limit}`);
-}
-
-/** Why a wire value is invalid, per mechanism (kept out of the mechanisms themselves, so that the
- * browser bundle, which never validates reports, does not carry it). */
-const CHECKS: Record<string, (a: Encoded, v: unknown) => string | undefined> = {
-  rr: (_a, v) => (typeof v === "boolean" ? undefined : "must be JSON true or false"),
-  grr: (a, v) => (typeof v === "string" && a.categories.includes(v) ? undefined : "must be one of the categories"),
-  oue: (a, v) => (Array.isArray(v) && v.length === a.categories.length && v.every((b) => b === 0 || b === 1) ? undefined
-    : `must be a list of ${a.categories.length} integers, each 0 or 1 (OUE)`),
-  duchi: (_a, v) => (v === 0 || v === 1 ? undefined : "must be the JSON integer 0 or 1 (one bit)"),
-  pm: (a, v) => number(pmConstants(a.epsilon)[1] + GRID)(a, v),
-  hm: (a, v) => number(Math.max(pmConstants(a.epsilon)[1] + GRID, duchiC(a.epsilon)))(a, v),
-  // The largest exponential a 53-bit uniform gives is 53 ln 2.
-  laplace: (a, v) => number(1 + (2 / a.epsilon) * 53 * Math.LN2 + GRID)(a, v),
-  // {"a": a, "b": b, "y": y}, integers, no other key; and "level" (0 to L) on every report of an
-  // attribute that discovers strings, on no other.
-  olh: (a, v) => {
-    const o = (v ?? 0) as Record<string, number>;
-    const g = a.params.g;
-    const top = a.strings!.discover ? a.strings!.levels!.length : -1;
-    const ranges: [string, number, number][] = [["a", 1, P - 1], ["b", 0, P - 1], ["y", 0, g - 1], ...(top < 0 ? [] : [["level", 0, top] as [string, number, number]])];
-    return typeof v === "object" && !Array.isArray(v) && Object.keys(o).length === ranges.length &&
-      ranges.every(([k, low, high]) => Number.isInteger(o[k]) && o[k] >= low && o[k] <= high)
-      ? undefined : `must be {"a": 1 to ${P - 1}, "b": 0 to ${P - 1}, "y": 0 to ${g - 1}${top < 0 ? "" : `, "level": 0 to ${top}`}} (integers) with no other key`;
-  },
-};
 
 export class ReportError extends Error {
   constructor(readonly field: string, message: string) {
@@ -96,7 +63,7 @@ export function validateReport(obj: unknown, schemas: Schema | SchemaLookup): vo
   }
   for (const key of carried) {
     const a = schema.byName.get(key)!;
-    const why = CHECKS[a.mechanism](a, (values as Record<string, unknown>)[key]);
+    const why = a.mech.check(a, (values as Record<string, unknown>)[key]);
     if (why) throw new ReportError(`values.${key}`, why);
   }
 }

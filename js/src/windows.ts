@@ -19,14 +19,14 @@ export function startOf(name: unknown, kind: WindowKind): number {
   // Read as an ISO time (a day alone, or the hour with ":00Z"); a window's name is what its start is
   // called, so anything else (2026-02-29, 2026-11-21T5, an hour for a day, non-ASCII digits) is none.
   const t = typeof name === "string" ? Date.parse(name.length > 10 ? `${name}:00Z` : name) : NaN;
-  return t === t && windowOf(t, kind) === name ? t : NaN;
+  return !Number.isNaN(t) && windowOf(t, kind) === name ? t : NaN;
 }
 
 /** The UTC start of the window called `name` (ms since the epoch); a RangeError if it is none. */
 export function windowStart(name: unknown, kind: WindowKind): number {
-  if (LDP_FULL && !LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
+  if (!LENGTH_MS[kind]) throw new RangeError("kind must be hour or day");
   const t = startOf(name, kind);
-  if (t !== t) throw new RangeError(`window must name a UTC ${kind}`);
+  if (Number.isNaN(t)) throw new RangeError(`window must name a UTC ${kind}`);
   return t;
 }
 

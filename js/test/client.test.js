@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { MemoryStore, RecordError, TelemetryClient } from "../dist/index.js";
-import { quietLogger, tempDir } from "./helpers.js";
+import { freePort, quietLogger, tempDir } from "./helpers.js";
 
 const SCHEMA = { name: "hostile", version: 1, epsilon: 1, window: "day", attributes: [{ name: "flag", type: "boolean" }] };
 
@@ -75,6 +75,8 @@ test("a schema over maxEpsilon is refused: in code at construction, from the ser
     const r = t.record({ flag: true });
     assert.equal(r.queued, false);
     assert.match(r.reason, /refused/);
+    // Where it came from and why, for the app's log.
+    assert.ok(r.reason.includes(`from GET ${s.url}/api/v1/schemas/hostile was refused: "epsilon 8 is over maxEpsilon 2"`), r.reason);
     await t.close(0);
   } finally {
     await s.close();
@@ -401,4 +403,84 @@ test("a memoised schema is refused with a clear message where crypto.subtle is m
     delete globalThis.crypto.subtle;
   }
   assert.ok(globalThis.crypto.subtle, "restored");
+});
+
+// What the log says when delivery fails: the request (method and URL) and why, the network's cause
+// or the status with the server's sentence, escaped. Before, a Node app with its server down logged
+// only "TypeError".
+test("a failed request is logged with its URL and why: the network's cause, or the status and the server's sentence", async () => {
+  const down = `http://127.0.0.1:${await freePort()}`; // nothing listens there
+  const { t, logger } = client(down, { schema: "hostile", backoffBaseMs: 5, backoffCapMs: 10 });
+  assert.equal(await t.waitForSchema(300), false);
+  await t.close(0);
+  const line = logger.lines.find((l) => l.includes(`GET ${down}/api/v1/schemas/hostile failed`));
+  assert.ok(line, logger.lines.join("\n"));
+  assert.match(line, /ECONNREFUSED/);
+
+  const s = await server((req, res) => {
+    res.writeHead(503, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ error: "down for\nmaintenance \u001b[31m" }));
+  });
+  try {
+    const busy = client(s.url);
+    assert.equal(await busy.t.waitForSchema(2000), true);
+    busy.t.record({ flag: true });
+    assert.equal(await busy.t.flush(300), false);
+    await busy.t.close(0);
+    const said = busy.logger.lines.find((l) => l.startsWith(`POST ${s.url}/api/v1/reports answered HTTP 503`));
+    assert.ok(said, busy.logger.lines.join("\n"));
+    assert.ok(said.includes('"down for\\nmaintenance \\u001b[31m"'), said);
+  } finally {
+    await s.close();
+  }
+});
+
+// Offline (navigator.onLine false, as a browser says it), no request is made and no retry spent;
+// the `online` event sends what waits at once. Node has no navigator: the test lends one, and a
+// fetch that fails while it says offline, as a browser's does.
+test("offline, nothing is posted and no backoff is spent; back online, what waits goes out", async () => {
+  const s = await server((req, res, body) => ack(res, JSON.parse(body).reports.length));
+  const navigator = { onLine: false };
+  Object.defineProperty(globalThis, "navigator", { value: navigator, configurable: true, writable: true });
+  try {
+    await asPage(async (page) => {
+      let triedOffline = 0;
+      const browserFetch = (url, init) => (navigator.onLine ? fetch(url, init) : (triedOffline++, Promise.reject(new TypeError("Failed to fetch"))));
+      const { t, logger } = client(s.url, { lingerMs: 0, backoffBaseMs: 60_000, backoffCapMs: 60_000, fetch: browserFetch });
+      assert.equal(await t.waitForSchema(2000), true);
+      assert.equal(t.record({ flag: true }).queued, true);
+      assert.equal(await t.flush(300), false);
+      assert.equal(triedOffline, 0, "requests tried while offline");
+      navigator.onLine = true;
+      page.dispatchEvent(new Event("online"));
+      // A minute's backoff would apply had the offline time been spent on retries.
+      assert.equal(await t.flush(5000), true, logger.lines.join("\n"));
+      assert.equal(s.requests.length, 1);
+      await t.close(0);
+    });
+  } finally {
+    delete globalThis.navigator;
+    await s.close();
+  }
+});
+
+// The pattern js/README.md gives PostHog users: record the visit's summary at pagehide. The page may
+// never run a timer again, so the report goes out with keepalive the moment it is stored, not on the
+// sender's next turn (a minute's linger here).
+test("a record made at pagehide goes out with keepalive as soon as it is stored", async () => {
+  const s = await server((req, res, body) => ack(res, JSON.parse(body).reports.length));
+  try {
+    await asPage(async (page) => {
+      const { t, logger } = client(s.url, { lingerMs: 60_000 });
+      assert.equal(await t.waitForSchema(2000), true);
+      page.addEventListener("pagehide", () => t.record({ flag: true })); // the app's listener
+      page.dispatchEvent(new Event("pagehide"));
+      for (let i = 0; i < 100 && !s.requests.length; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(s.requests.length, 1, logger.lines.join("\n"));
+      assert.match(s.requests[0].headers["content-type"], /^text\/plain/, "with keepalive");
+      await t.close(0);
+    });
+  } finally {
+    await s.close();
+  }
 });

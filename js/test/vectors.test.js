@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
-  FixedBytes, StreamBytes, bernoulli, randbelow, hmacKey, hmacStream, parseSchema, schemaDict, SchemaError,
+  FixedBytes, bernoulli, randbelow, hmacKey, hmacStream, parseSchema, schemaDict, SchemaError,
   randomize, RecordError, permanentMessage, windowOf, windowStart, windowEnd, overlapping, ROLLUP, validateReport,
   prepareText, prefix, fingerprint, olhHash, P, parseJson, PyFloat,
 } from "../dist/index.js";
@@ -73,7 +73,7 @@ export async function checkRandomness(text) {
       const message = permanentMessage(schema, a, truth);
       assert.equal(message, p.message, `${c.name}: HMAC message of ${name}`);
       const stream = await hmacStream(await hmacKey(secret), new TextEncoder().encode(message), 2 + a.categories.length);
-      assert.deepEqual(a.mech.permanentResponse(a, truth, new StreamBytes(stream)), p.response, `${c.name}: permanent response of ${name}`);
+      assert.deepEqual(a.mech.permanentResponse(a, truth, new FixedBytes(stream, "the HMAC stream")), p.response, `${c.name}: permanent response of ${name}`);
     }
     n++;
   }

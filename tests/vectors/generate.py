@@ -260,6 +260,10 @@ SCHEMAS: list[dict[str, Any]] = [
     # Edges as written: 100.0 is a float, so the HMAC message writes it 100.0 (the bucket names 100).
     {"name": "memoised-float-edges", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
      "attributes": [{"name": "load_ms", "type": "histogram", "edges": [0, 100.0, 250.5, 1000.0], "mechanism": "grr"}]},
+    # Every edge a float, negative and zero too, under oue (one HMAC coin per bucket): a client that
+    # read 0.0 or -50.0 as an integer would write another message, and another permanent response.
+    {"name": "memoised-float-edges-oue", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0,
+     "attributes": [{"name": "load_ms", "type": "histogram", "edges": [-50.0, 0.0, 100.0, 1e3], "mechanism": "oue"}]},
     {"name": "strings-wide", "version": 1, "epsilon": 12.0,  # g = 65536: randbelow(g - 1) reads 2 bytes
      "attributes": [{"name": "error", "type": "string", "candidates": ERRORS}]},
     # 27 code points + U+FFFD + padding: derived levels [2, 3, 4, 5, 6] (L = 5: randbelow(5) reads one byte).
@@ -308,6 +312,8 @@ REPORTS: list[tuple[str, str, dict[str, Any], str, bytes | None, bytes]] = [
      stream("another device secret", 32), stream("memoised-another-device", 256)),
     ("memoised-float-edges", "memoised-float-edges", {"load_ms": 120}, "2026-11-21", SECRET,
      stream("memoised-float-edges", 256)),
+    ("memoised-float-edges-oue", "memoised-float-edges-oue", {"load_ms": 0.0}, "2026-11-21", SECRET,
+     stream("memoised-float-edges-oue", 256)),
     *((f"memoised-sample-{i}", "memoised-sample", {"flag": True, "os": "macos", "lang": "it"}, "2026-11-21T00",
        SECRET, stream(f"memoised-sample-{i}", 256)) for i in range(3)),
     # Strings. Crafted: a = 1 + 4660, b = 22136, then the coin keeps h (0) or fails (TOP) and j
