@@ -46,4 +46,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache js/node_modules js/dist
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache js/node_modules js/dist
