@@ -41,7 +41,7 @@ class Metrics:
         self.refresh_seconds = Histogram("ldp_refresh_duration_seconds", "Duration of estimate refreshes.",
                                          registry=self.registry)
         self.transaction_seconds = Histogram("ldp_store_transaction_seconds",
-                                             "Duration of database transactions, by name (retries included).",
+                                             "Duration of database transactions, by name (each try of one the database rolled back for a retry counts on its own).",
                                              ["name"], registry=self.registry)
 
     def observe_transaction(self, name: str, seconds: float) -> None:

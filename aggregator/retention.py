@@ -1,6 +1,6 @@
 """Retention: what is older than ``LDP_RETENTION_DAYS`` is refused at ingest and erased by a job.
 
-One cutoff for both, kept in the database (:meth:`Store.retention`), so a retried old
+One cutoff for both, kept in the database (:meth:`.store.Tx.retention`), so a retried old
 report can never be counted again after its window's reports (the only record that it was
 counted) are gone, even if the clock moves back.
 
@@ -66,7 +66,7 @@ def kept_cutoff(app: Flask) -> int | None:
     """The kept cutoff as this process last read it (at most :data:`CUTOFF_SECONDS` ago)."""
     cache = app.extensions["ldp"].setdefault("retention", {"read_at": -CUTOFF_SECONDS, "cutoff": None})
     if time.monotonic() - cache["read_at"] >= CUTOFF_SECONDS:
-        cache["cutoff"] = context.store(app).run_tx("retention_cutoff", lambda tx: tx.retention_cutoff(), write=False)
+        cache["cutoff"] = context.store(app).run_tx("retention_cutoff", lambda tx: tx.cutoff(), write=False)
         cache["read_at"] = time.monotonic()
     cutoff: int | None = cache["cutoff"]
     return cutoff

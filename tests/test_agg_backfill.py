@@ -327,3 +327,27 @@ def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_coun
     assert sum("cannot be counted" in r.getMessage() for r in caplog.records) == 2
     held = supports(app, ADDED[:5])
     assert {k: v for k, v in held.items() if k[1] != "\n"} == {k: v for k, v in expected.items() if k[1] != "\n"}
+
+
+def test_a_process_that_never_read_the_schema_back_fills_what_another_added(make_app, new_db):
+    # A restarted leader, or one whose worker never saw a report of the schema: its catalog reads
+    # the schema when counting first asks for it, which must happen before the back-fill's
+    # transaction (on SQLite a transaction inside another fails).
+    location = new_db()
+    first = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
+    client = first.test_client()
+    publish(client, SCHEMA)
+    post(client, reports(random.Random(11), 60, "2026-11-21T11"))
+    settle(first)
+    assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:4]}, headers=ADMIN).status_code == 202
+    fresh = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
+    assert backfill.backfill(fresh) == 1
+    assert supports(fresh, ADDED[:4]) == reference(location, ADDED[:4])
+
+
+def test_a_transaction_inside_another_is_refused_as_a_bug(make_app):
+    app = make_app()
+    store = store_of(app)
+    with pytest.raises(RuntimeError, match="inside transaction 'outer'"):
+        store.run_tx("outer", lambda tx: store.run_tx("inner", lambda inner: None))
+    assert read(store, "filling") == []  # the door opens again

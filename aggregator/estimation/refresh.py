@@ -49,7 +49,7 @@ from ...shared.estimators import no_narrower_than_a_window
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from .. import cells, context
-from ..store import CandidateRow, EstimateRow, Stale, StoreBusy, WindowCounters
+from ..store import CandidateRow, EstimateRow, Stale, WindowCounters
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def refresh(app: Flask, seconds: float | None = None, *,
     end = None if seconds is None else clock() + seconds
     written = windows = unfinished = 0
     with context.metrics(app).refresh_seconds.time():
-        settle(app)
+        context.writer(app).settle()  # first, what was acknowledged is counted
         due: dict[Version, list[Stale]] = {}
         for s in store.run_tx("stale_windows", lambda tx: tx.stale_windows(confidence), write=False):
             due.setdefault((s.schema, s.version), []).append(s)
@@ -110,16 +110,6 @@ def refresh(app: Flask, seconds: float | None = None, *,
     if unfinished:
         log.info("refresh: %d schema versions still stale; the next run goes on with them first", unfinished)
     return RefreshResult(written, windows, unfinished)
-
-
-def settle(app: Flask) -> None:
-    """The refresh's first step: count what was acknowledged so far (and take arrival order out of
-    what was stored). A database too busy for it now leaves the counters as they are: the next
-    refresh counts the rest."""
-    try:
-        context.writer(app).settle()
-    except StoreBusy as exc:
-        log.warning("could not count every acknowledged report before the refresh: %s", exc)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Reports in: a batch validated against the published schemas and handed to the store
-(:mod:`.batch`), and what a stored report adds to the counters (:mod:`.counting`).
+"""Reports in: a batch validated against the published schemas (:mod:`.batch`), stored and counted
+exactly once by the one write path (:mod:`.writer`, through SQLite's :mod:`.inbox` or a
+:mod:`.groupcommit`), and what a stored report adds to the counters (:mod:`.counting`), which the
+writer calls inside the transaction that stores the report.
 
-Counting is given to the store once (``create_app``); the store applies it to the reports it
-finds new, in the same transaction, whichever backend it is. This area may import the app-wide
-modules, the store's interface and ``shared``; never the HTTP layer, estimation or the dashboard.
+This area may import the app-wide modules, the store's interface and ``shared``; never the HTTP
+layer, estimation or the dashboard.
 """

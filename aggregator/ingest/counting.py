@@ -111,7 +111,7 @@ class Counting:
         totals: list[TotalRow] = []
         amounts: list[AmountRow] = []
         for (schema, version, window, name), reported in wire.items():
-            attribute = self._schema(schema, version).by_name[name]
+            attribute = self.schema(schema, version).by_name[name]
             added = complete.get((schema, version, name))
             if added:
                 attribute = attribute.with_candidates(attribute.candidates + added)
@@ -131,7 +131,7 @@ class Counting:
         (:meth:`Mechanism.check`; one that fails reads as damaged)."""
         if not rows:
             return Increments()
-        attribute = self._schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
+        attribute = self.schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
         fields = attribute.mech.columns(attribute)
         windows: dict[str, int] = {}
         window, carried, read = [], [], []
@@ -151,14 +151,14 @@ class Counting:
     def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
         """The integer fields of ``attribute``'s wire values that its mechanism counts from (the
         back-fill reads them alone)."""
-        found = self._schema(schema, version).by_name[attribute]
+        found = self.schema(schema, version).by_name[attribute]
         return found.mech.columns(found)
 
     def backfill_columns(self, read: WireColumns, batch: CandidateBatch) -> Increments:
         """:meth:`backfill` of reports read as columns: those whose attribute holds no valid value
         (damaged) are left out with a warning, those their mechanism does not count (:meth:`counted`,
         as for ingest) are left out, and the rest are counted per window, in one bulk pass."""
-        attribute = self._schema(read.schema, read.version).by_name[batch.attribute].with_candidates(batch.candidates)
+        attribute = self.schema(read.schema, read.version).by_name[batch.attribute].with_candidates(batch.candidates)
         mech = attribute.mech
         valid = read.carried & mech.valid_columns(attribute, read.fields)
         damaged = int(read.carried.sum()) - int(valid.sum())
@@ -186,13 +186,15 @@ class Counting:
         with none: they add neither to ``n`` nor to any amount."""
         out = {}
         for key, reported in wire.items():
-            attribute = self._schema(key[0], key[1]).by_name[key[3]]
+            attribute = self.schema(key[0], key[1]).by_name[key[3]]
             kept = [(value, count) for value, count in reported if attribute.mech.counted(attribute, value)]
             if kept:
                 out[key] = kept
         return out
 
-    def _schema(self, name: str, version: int) -> Schema:
+    def schema(self, name: str, version: int) -> Schema:
+        """The published schema of stored reports (cached by the catalog: look it up before a
+        transaction that counts, since a lookup may open one)."""
         schema = self._schemas(name, version)
         if schema is None:  # countable() said it was published, and a published schema stays
             raise LookupError(f"schema {name!r} version {version} is not published")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple, Sequence
 
-from ..store import Increments, Known, ReportRow, Store, Tx, first_of_each_id, with_rollup
+from ..store import Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
 from .counting import Counting
 from .groupcommit import GroupCommit
 from .inbox import SETTLE_SECONDS, Inbox
@@ -48,7 +48,7 @@ class _Batch(NamedTuple):
     and the candidates' marks they were counted at."""
 
     rows: Sequence[ReportRow]
-    counted: Increments
+    counted: Increments | None  # None: not counted yet
     marks: dict[tuple[str, int], int]
 
 
@@ -60,9 +60,9 @@ class ReportWriter:
         self.store = store
         self.counting = counting
         self._known: dict[tuple[str, int], Known] = {}  # counted candidates per schema version, by mark
-        folder = store.db.inbox_folder
+        folder = store.inbox_folder
         self._inbox = None if folder is None else Inbox(
-            folder, self._store_folded, durable=store.db.durable, on_duplicates=on_late_duplicates,
+            folder, self._store_folded, durable=store.durable, on_duplicates=on_late_duplicates,
             after_folding=store.erase_arrival_order)
         self._group: GroupCommit[_Batch] = GroupCommit(self._commit_batches)
 
@@ -71,45 +71,56 @@ class ReportWriter:
         as is known now (through the inbox, an id already stored is found when folded)."""
         if self._inbox is not None:
             return self._inbox.append(rows)
+        self._look_up_schemas(rows)
         known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
         return int(self._group.run(_Batch(rows, self.counting(rows, known), {k: v.mark for k, v in known.items()})))
 
     def settle(self, *, wait: bool = True) -> None:
         """Count every report acknowledged before this call (in this process or another) and take
         arrival order out of what was stored. ``wait=False`` (a process starting up): only this
-        process's and those of processes that died, without waiting for live ones."""
+        process's and those of processes that died, without waiting for live ones. Raises the
+        store's error if what was acknowledged cannot be counted now; a database too busy to take
+        arrival order out now (PostgreSQL) is only logged: the counters are right, the next settle
+        goes on."""
         if self._inbox is not None:
             self._inbox.settle(SETTLE_SECONDS if wait else 0.0)  # it erases arrival order after folding
         elif wait:
-            self.store.erase_arrival_order()
+            try:
+                self.store.erase_arrival_order()
+            except StoreBusy as exc:
+                log.warning("could not rewrite the reports stored since the last settle: %s", exc)
 
-    def _store_new(self, tx: Tx, rows: Sequence[ReportRow], counted: Increments | None = None,
-                   marks: dict[tuple[str, int], int] | None = None) -> tuple[list[ReportRow], Increments]:
-        """In ``tx``: insert those of ``rows`` whose id is new and whose window is retained; the new
-        ones and what they count (``counted``, if it was counted at ``marks`` and all are new)."""
-        inserted = tx.insert_new(tx.within_retention(rows))
-        new = [r for r in rows if r.id in inserted]
-        known = tx.known({(r.schema, r.version) for r in new}, self._known)
-        moved = marks is None or marks != {k: known[k].mark for k in marks if k in known}
-        if counted is None or len(new) != len(rows) or moved:
-            counted = self.counting(new, known)
-        return new, counted
+    def _look_up_schemas(self, rows: Sequence[ReportRow]) -> None:
+        """Look up the schemas of ``rows`` before a transaction counts them (a lookup may open a
+        transaction of its own)."""
+        for name, version in {(r.schema, r.version) for r in rows}:
+            self.counting.schema(name, version)
+
+    def _store_new(self, tx: Tx, batches: Sequence[_Batch]) -> list[int]:
+        """In ``tx``: the schema versions' candidates read (their rows locked in key order) and the
+        retention cutoff read (held) once; then for each batch in turn, those of its rows whose id
+        is new and whose window is retained inserted and counted (by what was counted before the
+        transaction, when it was counted at the marks read here and all are new), and what they
+        count added. How many of each batch were new (an id in two batches is new in the first only)."""
+        known = tx.known({(r.schema, r.version) for b in batches for r in b.rows}, self._known)
+        cutoff = tx.cutoff(lock=True)
+        news, increments = [], Increments()
+        for b in batches:
+            kept = b.rows if cutoff is None else [r for r in b.rows if r.window_end > cutoff]
+            inserted = tx.insert_new(kept)
+            new = [r for r in b.rows if r.id in inserted]
+            counted = b.counted
+            if counted is None or len(new) != len(b.rows) or b.marks != {k: known[k].mark for k in b.marks if k in known}:
+                counted = self.counting(new, known)
+            increments.totals += counted.totals
+            increments.amounts += counted.amounts
+            news.append(len(new))
+        tx.add(with_rollup(increments))
+        return news
 
     def _commit_batches(self, batches: Sequence[_Batch]) -> list[int]:
-        """Store a group of batches in one transaction: how many reports of each were new (batch
-        after batch, so an id in two batches is new in the first only)."""
-
-        def commit(tx: Tx) -> list[int]:
-            news, increments = [], Increments()
-            for b in batches:
-                new, counted = self._store_new(tx, b.rows, b.counted, b.marks)
-                increments.totals += counted.totals
-                increments.amounts += counted.amounts
-                news.append(len(new))
-            tx.add(with_rollup(increments))
-            return news
-
-        return self.store.run_tx("ingest", commit)
+        """Store a group of batches in one transaction: how many reports of each were new."""
+        return self.store.run_tx("ingest", lambda tx: self._store_new(tx, batches))
 
     def _store_folded(self, rows: list[ReportRow], validated: bool) -> int:
         """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order: how many were stored
@@ -117,14 +128,10 @@ class ReportWriter:
         rows not ``validated`` by this process's ingest are checked) is left out."""
         unique = first_of_each_id(rows)
         countable = sorted(unique if validated else self.counting.countable(unique))
+        self._look_up_schemas(countable)
         new_count = 0
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
 
-            def fold(tx: Tx) -> int:
-                new, counted = self._store_new(tx, chunk)
-                tx.add(with_rollup(counted))
-                return len(new)
-
-            new_count += self.store.run_tx("fold", fold)
+            new_count += self.store.run_tx("fold", lambda tx: self._store_new(tx, [_Batch(chunk, None, {})])[0])
         return len(countable) - new_count

@@ -22,13 +22,14 @@ how many).
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 from flask import Flask
 
 from .. import context
 from ..ingest.counting import Counting
-from ..store import BackfillChunk, Increments, ReportRow, Store, Tx, with_rollup
+from ..store import CandidateBatch, Increments, ReportRow, Store, Tx, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
@@ -41,6 +42,23 @@ MIN_BACKFILL_REPORTS = 100
 MAX_BACKFILL_REPORTS = 250_000
 BACKFILL_SECONDS = 30.0  # one run of the job goes on for about this long; the next run goes on
 BACKFILL_INTERVAL = 5.0  # seconds between runs of the job (it also runs right after an add)
+
+
+class BackfillChunk(NamedTuple):
+    """Stored reports of a batch's back-fill read after its ``watermark`` (in ``batch``), up to
+    ``through`` (None: every one after it), and what they count for it, per window; ``read``: how
+    many reports of each window were read, and ``ids`` theirs (separated by spaces: they are
+    split only when reports were stored in the range since)."""
+
+    schema: str
+    version: int
+    batch: CandidateBatch
+    through: str | None
+    ids: str
+    counted: Increments
+    ends: dict[str, int]  # window -> its end (Unix seconds)
+    read: dict[str, int]
+
 
 
 def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:
@@ -63,6 +81,7 @@ def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:
 def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, batch: int, reports: int) -> bool:
     """Count for ``batch`` the next (at most ``reports``) stored reports of the schema version after
     its watermark, and move the watermark past them: whether the batch is now complete (or gone)."""
+    counting.schema(schema, version)  # looked up before the transaction: it may read the catalog
     chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
                          write=False)
     return True if chunk is None else store.run_tx("backfill_apply", lambda tx: apply_chunk(tx, counting, chunk))
@@ -97,15 +116,16 @@ def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
     exists, watermark = tx.watermark(batch.batch)
     if watermark is None or watermark != batch.watermark:  # gone, complete, or moved by another back-fill
         return not exists or watermark is None
-    cutoff = tx.cutoff()
+    kept = tx.cutoff(lock=True)
+    cutoff = float("-inf") if kept is None else kept
     kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
     late: list[ReportRow] = []
     if tx.count_in_range(schema, version, watermark, chunk.through, cutoff) != kept_read:
         late = tx.rows_in_range_except(schema, version, watermark, chunk.through, set(chunk.ids.split()))
     counted = counting.backfill(late, batch)
     ends = {**chunk.ends, **{r.window: r.window_end for r in late}}
-    kept = {w for w, end in ends.items() if end > cutoff}
-    tx.add(with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in kept])))
+    retained = {w for w, end in ends.items() if end > cutoff}
+    tx.add(with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in retained])))
     if chunk.through is None:
         tx.complete_batch(schema, version, batch.attribute, batch.batch)
     else:

@@ -5,7 +5,7 @@ package that speaks SQL or imports a database driver.
 ``postgres://``) URL is PostgreSQL (:mod:`.postgres`; psycopg is imported only then); anything
 else is a file path, the embedded SQLite (:mod:`.sqlite`).
 
-The rooms: :mod:`.store` (the door), :mod:`.dialect` (what one transaction can do: the SQL both
+The rooms: :mod:`.store` (the door), :mod:`.tx` (what one transaction can do: the SQL both
 databases share), :mod:`.rows` (the rows that cross the boundary), :mod:`.errors` (the store's
 own errors), :mod:`.rollup` (increments arranged for writing), :mod:`.sqlite` with
 :mod:`.sqlite_connection` and :mod:`.sqlite_migrations`, :mod:`.postgres` with
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .dialect import Tx
+from .tx import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .rollup import with_rollup
-from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BackfillChunk, CandidateBatch, CandidateRow,
+from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, CandidateBatch, CandidateRow,
                    EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, TotalRow,
                    WindowCounters, WireColumns, first_of_each_id)
-from .sqlite import SQLiteDatabase
-from .store import Database, Store
+from .sqlite import SQLiteBackend
+from .store import Backend, Store
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -38,20 +38,20 @@ def open_store(location: str, synchronous: str = "full",
     """The store ``LDP_DB`` names, not yet migrated. ``synchronous`` is SQLite's durability; a
     PostgreSQL commit is as durable as the server is configured to make it. ``observe(name,
     seconds)`` records each transaction's duration."""
-    db: Database
+    db: Backend
     if is_postgres(location):
         try:
-            from .postgres import PostgresDatabase
+            from .postgres import PostgresBackend
         except ModuleNotFoundError as exc:
             raise StoreUnavailable(f"a postgresql:// LDP_DB needs {exc.name}: "
                                    "pip install 'ldp-telemetry[aggregator]'") from None
-        db = PostgresDatabase(location)
+        db = PostgresBackend(location)
     else:
-        db = SQLiteDatabase(location, synchronous)
+        db = SQLiteBackend(location, synchronous)
     return Store(db, observe)
 
 
-__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BackfillChunk", "CandidateBatch", "CandidateRow",
-           "Database", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "ReportRow", "Retention",
+__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "CandidateBatch", "CandidateRow",
+           "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "ReportRow", "Retention",
            "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
            "WireColumns", "first_of_each_id", "is_postgres", "open_store", "with_rollup"]

@@ -1,5 +1,5 @@
 """The PostgreSQL store (``LDP_DB`` a ``postgresql://`` URL): any number of stateless aggregator
-nodes share one database. Same tables and meaning as :mod:`.base`, through psycopg 3.
+nodes share one database. Same tables and meaning as :mod:`.rows`, through psycopg 3.
 
 - **Connections**: a psycopg_pool pool per process, made on first use in the process that uses it
   (``serve`` migrates in its master, closes, then forks its workers: no socket crosses a fork).
@@ -20,7 +20,7 @@ nodes share one database. Same tables and meaning as :mod:`.base`, through psyco
   also carries the id of the transaction that wrote it (``xmin``, in commit order) and sits in its
   partition's heap in commit order (``ctid``): ``SELECT xmin, id FROM reports`` grouped a request's
   reports and ordered the requests. So ingest also notes each new id in ``unsettled``, and
-  :meth:`PostgresDatabase.erase_arrival_order` (the first step of every refresh) rewrites those reports: it takes up to
+  :meth:`PostgresBackend.erase_arrival_order` (the first step of every refresh) rewrites those reports: it takes up to
   :data:`SETTLE_CHUNK` ids from ``unsettled`` in id order (``FOR UPDATE SKIP LOCKED``: nodes
   settling at once take different ones), deletes the reports and inserts them again in id order,
   in one transaction, chunk after chunk for at most :data:`SETTLE_SECONDS`. Then the reports
@@ -61,7 +61,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .dialect import Tx
+from .tx import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
@@ -187,7 +187,7 @@ class PostgresTx(Tx):
         return ids
 
 
-class PostgresDatabase:
+class PostgresBackend:
     """The database at the URL ``location``; a connection pool per process."""
 
     tx = PostgresTx

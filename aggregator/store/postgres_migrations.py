@@ -1,6 +1,6 @@
 """The PostgreSQL store's tables, versioned: each migration is applied once, in order, recorded in
-the table ``migrations`` (:meth:`PostgresStore.migrate` holds an advisory lock meanwhile, so nodes
-starting at once apply each exactly once). Their meaning is in :mod:`.base`.
+the table ``migrations`` (:meth:`PostgresBackend.migrate` holds an advisory lock meanwhile, so nodes
+starting at once apply each exactly once). Their meaning is in :mod:`.rows`.
 
 No arrival order: a report's primary key is its random id and there is no serial column.
 PostgreSQL's heap keeps rows in insertion order, so ``reports`` is partitioned by hash of the id
@@ -40,11 +40,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE TABLE generation (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
         INSERT INTO generation VALUES (1, 0);
     """),
-    # Retention walks the id key instead (Dialect.expire): the index cost every stored report a write.
+    # Retention walks the id key instead (Store.expire): the index cost every stored report a write.
     ("m002_reports_without_window_index", "DROP INDEX reports_window_end"),
     # The retention cutoff, kept: erased windows stay refused after the clock moves back.
     ("m003_retention_cutoff", "CREATE TABLE retention (id integer PRIMARY KEY CHECK (id = 1), cutoff bigint NOT NULL)"),
-    # The ids of the reports stored since they were last rewritten (PostgresStore.settle), which
+    # The ids of the reports stored since they were last rewritten (PostgresBackend.erase_arrival_order), which
     # still carry their request's transaction id (xmin) and their place in arrival order; reports
     # stored before this migration are rewritten too, a bounded number per settle.
     ("m004_unsettled_reports", """

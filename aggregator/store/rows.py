@@ -115,7 +115,7 @@ class WireColumns(NamedTuple):
     """Stored reports of one schema version with an attribute's wire values as integer columns (what
     the back-fill counts, without a Python object per report): per report the index of its window
     in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or its values are
-    damaged: no JSON object), and each field counting reads (:meth:`Counts.columns`), or
+    damaged: no JSON object), and each field counting reads (:meth:`..ingest.counting.Counting.columns`), or
     :data:`NOT_READ`."""
 
     schema: str
@@ -125,22 +125,6 @@ class WireColumns(NamedTuple):
     window: np.ndarray
     carried: np.ndarray
     fields: dict[str, np.ndarray]
-
-
-class BackfillChunk(NamedTuple):
-    """Stored reports of a batch's back-fill read after its ``watermark`` (in ``batch``), up to
-    ``through`` (None: every one after it), and what they count for it, per window; ``read``: how
-    many reports of each window were read, and ``ids`` theirs (separated by spaces: they are
-    split only when reports were stored in the range since)."""
-
-    schema: str
-    version: int
-    batch: CandidateBatch
-    through: str | None
-    ids: str
-    counted: Increments
-    ends: dict[str, int]  # window -> its end (Unix seconds)
-    read: dict[str, int]
 
 
 class CandidateRow(NamedTuple):
@@ -202,7 +186,7 @@ class EstimateRow(NamedTuple):
 
 
 def estimates_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str], list[EstimateRow]]:
-    """Estimate rows grouped by their (schema, version, window), for :meth:`Store.save_estimates`."""
+    """Estimate rows grouped by their (schema, version, window), for :meth:`.tx.Tx.save_estimates`."""
     out: dict[tuple[str, int, str], list[EstimateRow]] = {}
     for row in rows:
         out.setdefault((row.schema, row.version, row.window), []).append(row)

@@ -3,7 +3,7 @@
 Its tables and their migrations are in :mod:`.sqlite_migrations`, its connections and
 transactions in :mod:`.sqlite_connection`. SQLite has one write lock for the whole file, and a
 durable commit holds it through an fsync, so ingest does not commit per request: acknowledged
-reports wait in an inbox beside the file (:attr:`SQLiteDatabase.inbox_folder`,
+reports wait in an inbox beside the file (:attr:`SQLiteBackend.inbox_folder`,
 :mod:`..ingest.inbox`) and are stored a moment later, thousands per transaction. The jobs' leader
 holds a ``flock`` beside the database file.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
-from .dialect import Tx
+from .tx import Tx
 from .errors import StoreError, StoreUnavailable
 from .rollup import dirty_windows
 from .rows import Increments, ReportRow
@@ -70,7 +70,7 @@ class SQLiteTx(Tx):
                               "ON CONFLICT DO UPDATE SET mark = excluded.mark", dirty_windows(increments))
 
 
-class SQLiteDatabase:
+class SQLiteBackend:
     """The database in the file ``path``; one connection per thread."""
 
     tx = SQLiteTx

@@ -1,5 +1,5 @@
 """The SQLite store's tables, versioned with sqlite-utils ``Migrations`` (their meaning is in
-:mod:`.base`). Each migration runs in the store's write transaction (:meth:`SQLiteStore.migrate`),
+:mod:`.rows`). Each migration runs in the store's write transaction (:meth:`SQLiteBackend.migrate`),
 so processes starting at once apply each exactly once.
 """
 
@@ -109,7 +109,7 @@ def m003_estimates_generation(db: Database) -> None:
 
 @MIGRATIONS()
 def m004_reports_without_window_index(db: Database) -> None:
-    """Retention finds expired reports by walking the id key (:meth:`.dialect.Dialect.expire`): the index on
+    """Retention finds expired reports by walking the id key (:meth:`.store.Store.expire`): the index on
     ``window_end`` cost every stored report a second random page write."""
     db.conn.execute("DROP INDEX reports_window_end")
 
@@ -117,7 +117,7 @@ def m004_reports_without_window_index(db: Database) -> None:
 @MIGRATIONS()
 def m005_retention_cutoff(db: Database) -> None:
     """The retention cutoff, kept: windows that ended at or before it are erased and refused, even
-    after the clock moves back (:meth:`.dialect.Dialect.expire`)."""
+    after the clock moves back (:meth:`.store.Store.expire`)."""
     db.conn.execute("CREATE TABLE retention (id INTEGER PRIMARY KEY CHECK (id = 1), cutoff INTEGER NOT NULL)")
 
 

@@ -1,7 +1,7 @@
 """The store: one door to the database, whatever the database.
 
 Every transaction goes through :meth:`Store.run_tx`, named: it opens the transaction on the
-backend (:class:`Database`), runs the caller's function on a :class:`.dialect.Tx`, commits, tries
+backend (:class:`Database`), runs the caller's function on a :class:`.tx.Tx`, commits, tries
 again where the database says a retry can succeed (a deadlock, a serialization failure), turns
 every driver error into the store's own (:mod:`.errors`), and records the transaction's duration
 under its name (``ldp_store_transaction_seconds`` in ``/metrics``). The callers hold the logic
@@ -15,12 +15,13 @@ walk (:meth:`Store.expire`) and taking arrival order out of what was stored
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
-from .dialect import Tx
+from .tx import Tx
 from .errors import StoreError
 from .rows import Expired
 
@@ -32,7 +33,7 @@ TRIES = 3
 DELETE_CHUNK = 5_000
 
 
-class Database(Protocol):
+class Backend(Protocol):
     """What a backend gives the store: connections, transactions and what only it knows."""
 
     location: str  # what LDP_DB named, for messages
@@ -73,19 +74,36 @@ class Store:
     """The aggregator's database (``db``) behind one door. ``observe(name, seconds)`` records
     each transaction's duration. Safe to share between the threads of one process."""
 
-    def __init__(self, db: Database, observe: Callable[[str, float], None] | None = None):
+    def __init__(self, db: Backend, observe: Callable[[str, float], None] | None = None):
         self.db = db
         self._observe = observe or (lambda name, seconds: None)
+        self._open = threading.local()  # the transaction this thread is in, if any
 
     @property
     def location(self) -> str:
         return self.db.location
 
+    @property
+    def inbox_folder(self) -> Path | None:
+        """Where acknowledged reports wait to be stored (SQLite), or None (stored as acknowledged)."""
+        return self.db.inbox_folder
+
+    @property
+    def durable(self) -> bool:
+        """Whether a commit survives a power cut, not only a killed process."""
+        return self.db.durable
+
     def run_tx(self, name: str, fn: Callable[[Tx], T], *, write: bool = True) -> T:
         """``fn(tx)`` in one transaction named ``name``, committed before it returns: its result.
-        ``write=False``: a read-only snapshot. Raises the store's own errors only."""
+        ``write=False``: a read-only snapshot. A driver's error leaves as the store's own; anything
+        else ``fn`` raises (a caller's refusal, a bug) rolls the transaction back and goes on as it
+        is. A transaction inside another on the same thread is a bug (SQLite has one connection
+        per thread), refused at once: read what it needs (a schema) before opening the first."""
+        if getattr(self._open, "name", None) is not None:
+            raise RuntimeError(f"transaction {name!r} opened inside transaction {self._open.name!r}")
         for attempt in range(1, TRIES + 1):
             started = time.monotonic()
+            self._open.name = name
             try:
                 with self.db.transaction(write) as conn:
                     return fn(self.db.tx(conn))
@@ -99,6 +117,7 @@ class Store:
                     raise
                 raise error from exc
             finally:
+                self._open.name = None
                 self._observe(name, time.monotonic() - started)
         raise AssertionError("unreachable")
 
@@ -129,7 +148,8 @@ class Store:
         self.run_tx("check", lambda tx: tx.check(), write=False)
 
     def close(self) -> None:
-        """Close this thread's (SQLite) or this process's (PostgreSQL) connections and resign the jobs' lock."""
+        """Close this thread's (SQLite) or this process's (PostgreSQL, which also resigns the jobs'
+        lock) connections; the next transaction opens new ones."""
         self._translated(self.db.close)
 
     def lead(self) -> bool:

@@ -142,14 +142,6 @@ class Tx:
 
     # -- ingest ----------------------------------------------------------------------------------
 
-    def within_retention(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
-        """``rows`` less those of windows the kept cutoff has erased, read in the ingest's own
-        transaction and held (``share_lock``) until it commits: a retention run raises the
-        cutoff only after the ingests that read the old one are stored, so its walk finds their
-        reports, and a retry of an erased report is never counted twice."""
-        cutoff = self._one("SELECT cutoff FROM retention" + self.share_lock)
-        return list(rows) if cutoff is None else [r for r in rows if r.window_end > cutoff]
-
     # Exactly once for questions added later: a batch's counters hold the supports of the stored
     # reports with id up to its watermark. Counting a report for it (ingest: iff its id is at most
     # the watermark, or the batch is complete) and moving the watermark (the back-fill: count the
@@ -274,11 +266,15 @@ class Tx:
 
     def retention(self) -> Retention:
         """The kept retention cutoff and the oldest retained window's end."""
-        return Retention(self.retention_cutoff(), self._one("SELECT min(window_end) FROM totals"))
+        return Retention(self.cutoff(), self._one("SELECT min(window_end) FROM totals"))
 
-    def retention_cutoff(self) -> int | None:
-        """The kept retention cutoff (None before retention first ran): what ingest refuses windows by."""
-        cutoff: int | None = self._one("SELECT cutoff FROM retention")
+    def cutoff(self, *, lock: bool = False) -> int | None:
+        """The kept retention cutoff (Unix seconds; None before retention first ran): windows that
+        ended at or before it are erased. ``lock``: held (``share_lock``) until the transaction
+        ends, so a retention run raises it only after the transactions that read the old one (an
+        ingest, a back-fill) are stored: its walk finds what they stored, and a retry of an erased
+        report is never counted twice."""
+        cutoff: int | None = self._one("SELECT cutoff FROM retention" + (self.share_lock if lock else ""))
         return cutoff
 
     def raise_cutoff(self, cutoff: int) -> int:
@@ -466,11 +462,6 @@ class Tx:
                            np.searchsorted(ends, table[:, 0]), table[:, 1] == 1,
                            {f: table[:, 2 + i] for i, f in enumerate(fields)})
         return read, count, last, ids or ""
-
-    def cutoff(self) -> float:
-        """The kept retention cutoff, held (``share_lock``) until the transaction ends; -inf if none."""
-        cutoff = self._one("SELECT cutoff FROM retention" + self.share_lock)
-        return float("-inf") if cutoff is None else cutoff
 
     def count_in_range(self, schema: str, version: int, after: str, through: str | None, cutoff: float) -> int:
         """Stored reports of a schema version with id in (``after``, ``through``] and a window after ``cutoff``."""
