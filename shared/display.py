@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:
     from .schema import Attribute
@@ -75,8 +75,10 @@ class Style:
         """An estimate or an interval's end."""
         return percent(number, self.decimals) if self.percent else f"{number:,.{self.decimals}f}"
 
-    def width(self, half: float) -> str:
-        """A half-width, with what it is measured in."""
+    def width(self, half: float, *, unit: bool = True) -> str:
+        """A half-width, with what it is measured in (``unit``: a table's header may say it)."""
+        if not unit:
+            return two_digits(half * 100 if self.percent else half)
         return points(half) if self.percent else f"{two_digits(half)} in its units"
 
     def finer(self, truth: float, ends: Iterable[float]) -> Style:
@@ -97,3 +99,14 @@ SHARE = Style(True, SHARE_DIGITS)
 def style_of(attribute: Attribute) -> Style:
     """The style of ``attribute``'s estimates."""
     return Style.of(attribute.mech.estimand.percent, attribute.kind.extent(attribute))
+
+
+def told_from_zero(ci_low: float) -> bool:
+    """Whether an interval tells its share from zero (from absent): its lower end is above 0."""
+    return ci_low > 0.0
+
+
+def most_frequent_first(estimates: Mapping[str, float | None]) -> list[str]:
+    """A string attribute's candidates as the dashboard and the CLI list them: by their
+    all-windows estimate (clipped), largest first, those without one last, ties as given."""
+    return sorted(estimates, key=lambda value: -(estimates[value] if estimates[value] is not None else -1.0))

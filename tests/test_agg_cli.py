@@ -117,11 +117,14 @@ def test_plan_by_published_name_uses_the_dashboards_half_widths(tmp_path, make_a
     for p in plan(MIXED):
         row = rows[p.attribute.name]
         # 1 percentage point of a share, 1% of a mean's range (1.2 minutes of [0, 120]), as the dashboard
-        assert float(row[5]) == (0.01 if p.attribute.name != "minutes" else 1.2)
-        assert row[6] == f"{p.reports_for(float(row[5])):,}"
-    named = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "minutes=5", "--half-width", "0.02"])
+        share = p.attribute.name != "minutes"
+        assert (row[5], row[6]) == (("1", "pts") if share else ("1.2", "units"))
+        assert row[7] == f"{p.reports_for(0.01 if share else 1.2):,}"
+    # as the dashboard takes it: a share's half-width in percentage points, a mean's in its units
+    named = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "minutes=5", "--half-width", "2"])
     rows = {line.split()[1]: line.split() for line in named.output.splitlines()[3:] if line.startswith("equal ")}
-    assert [rows[a][5] for a in ("dark_mode", "os", "minutes")] == ["0.02", "0.02", "5"]
+    assert [rows[a][5] for a in ("dark_mode", "os", "minutes")] == ["2", "2", "5"]
+    assert rows["os"][7] == f"{next(p for p in plan(MIXED) if p.attribute.name == 'os').reports_for(0.02):,}"
     wrong = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "nosuch=1"])
     assert wrong.exit_code == 1 and "nosuch" in wrong.output
     unknown = CliRunner().invoke(main, ["plan", "nope", "--db", db])

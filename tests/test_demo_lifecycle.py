@@ -119,7 +119,7 @@ def test_sighup_stops_the_demo_and_its_server(tmp_path):
     try:
         demo.send_signal(signal.SIGHUP)  # the terminal closed: as Ctrl-C, the demo stops its server
         assert demo.wait(30) == 0
-        assert "Stopping." in demo.stdout.read()
+        assert "Stopped: the aggregator is stopping" in demo.stdout.read()
         assert not answers(url)
         assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
@@ -138,3 +138,41 @@ def test_a_busy_port_is_named_with_the_one_used_instead(tmp_path):
     used = re.search(rf"^port {port} is busy; using (\d+)$", result.stdout, re.MULTILINE)
     assert used and int(used[1]) != port, result.stdout[:2000]
     assert f"Starting the aggregator on http://127.0.0.1:{used[1]} " in result.stdout
+
+
+def test_ctrl_c_while_serving_stops_cleanly_with_status_0(tmp_path):
+    # Issue 31: Ctrl-C is how a newcomer ends `make demo`; it is what was asked for, not an error.
+    data_dir = tmp_path / "demo"
+    demo, url, _ = start_serving(data_dir)
+    try:
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(30) == 0
+        rest = demo.stdout.read()
+        assert "Stopped: the aggregator is stopping" in rest and "Error" not in rest, rest
+        assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
+    finally:
+        stop(demo)
+        kill_leftovers(data_dir)
+
+
+def test_ctrl_c_before_the_table_stops_cleanly_with_status_0(tmp_path):
+    # Issue 31: Ctrl-C while the devices were still sending printed "Error: interrupted; the
+    # aggregator is stopped" and exited 1 (make then added "Error 1").
+    data_dir = tmp_path / "demo"
+    demo = subprocess.Popen(demo_command(data_dir, "--port", "0", "--exit"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("Published schema demo-app"):
+            line = demo.stdout.readline()
+            assert line, "".join(lines)  # the demo ended before publishing
+            lines.append(line)
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0
+        rest = demo.stdout.read()
+        assert "Stopped before it finished: the aggregator is stopping" in rest and "Error" not in rest, rest
+        assert "intervals cover the truth" not in rest  # it did stop before the table
+        assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
+    finally:
+        stop(demo)
+        kill_leftovers(data_dir)

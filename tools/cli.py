@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import click
-
 from ..shared.estimators import DEFAULT_CONFIDENCE
 from ..shared.schema import parse_schema
 
-@click.group()
+# The command comes with the aggregator's extra; a client-only install (``pip install
+# ldp-telemetry``, as an app does) gets the console script too, but not Click, Flask and the rest.
+NEEDS_AGGREGATOR = ("ldp-telemetry: this install has the client only (pip install ldp-telemetry); the "
+                    "ldp-telemetry command needs the aggregator's extra: pip install 'ldp-telemetry[aggregator]'")
+# The modules of that extra a command may import (the extra's distributions by import name).
+AGGREGATOR_MODULES = frozenset({"click", "flask", "sqlite_utils", "apscheduler", "numpy", "prometheus_client",
+                                "granian", "cryptography", "psycopg", "psycopg_pool"})
+
+try:
+    import click
+except ModuleNotFoundError:  # a sentence, not a traceback (SystemExit prints it and exits 1)
+    raise SystemExit(NEEDS_AGGREGATOR) from None
+
+
+class _Commands(click.Group):
+    """The command group: a command that needs a module of the aggregator's extra that this
+    install lacks says so in a sentence (NEEDS_AGGREGATOR), not in a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] not in AGGREGATOR_MODULES:
+                raise
+            raise click.ClickException(f"{NEEDS_AGGREGATOR} (missing: {exc.name})") from None
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="ldp-telemetry")
 def main() -> None:
     """ldp-telemetry: local-differential-privacy telemetry."""
@@ -41,6 +64,9 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
         attributes = [{k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} if isinstance(a, dict) else a
                       for a in attributes]
     return {**raw, "epsilon": epsilon, "attributes": attributes}
+
+
+PLAN_REPORTS = 10_000  # what ``plan`` assumes a window holds when no --reports is given
 
 
 def _endpoint_options(token_help: str, token_variables: tuple[str, ...] = ("LDP_ADMIN_TOKEN",)):
@@ -97,28 +123,23 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
         click.echo(line)
 
 
-def _parse_half_width(text: str) -> tuple[str | None, float]:
+def _parse_half_width(text: str) -> tuple[str | None, str]:
     name, sep, value = text.rpartition("=")
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise click.BadParameter(f"expected a positive number or NAME=NUMBER, got {text!r}")
-    return (name if sep else None), number
+    return (name if sep else None), value
 
 
 @main.command()
 @click.argument("schema_ref", metavar="SCHEMA")
 @click.option("--version", "schema_version", type=click.IntRange(min=1),
               help="For a published schema: its version (default: latest).")
-@click.option("--reports", "-n", default=10_000, show_default=True, type=click.IntRange(min=1),
-              help="Reports of the schema (per window, or over the range an analyst reads).")
+@click.option("--reports", "-n", default=PLAN_REPORTS, show_default=True, type=click.IntRange(min=1),
+              help="Reports of the schema a window (what devices send; a discovering string attribute is "
+                   "estimated from the level-0 half of them).")
 @click.option("--half-width", "half_widths", multiple=True, metavar="[NAME=]NUMBER",
-              help="The half-width wanted, for the 'needed' column: NUMBER for every share attribute (a share: "
-                   "0.02 is 2 percentage points), NAME=NUMBER for one attribute (a mean's in its units); "
-                   "repeatable. Default, as the dashboard: 1% of the scale (1 point of a share, 1% of a "
-                   "mean's range).")
+              help="The half-width wanted, for the 'needed' column, as the dashboard's planner takes it: a "
+                   "share's in percentage points (2 is ±2 points), a mean's in its units; NUMBER for every "
+                   "share attribute, NAME=NUMBER for one attribute; repeatable. Default, as the dashboard: 1% "
+                   "of the scale (1 point of a share, 1% of a mean's range).")
 @click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Confidence level of the intervals.")
 @_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
@@ -126,13 +147,12 @@ def _parse_half_width(text: str) -> tuple[str | None, float]:
 def plan(schema_ref: str, schema_version: int | None, reports: int, half_widths: tuple[str, ...], confidence: float,
          url: str, token: str | None, db: str | None) -> None:
     """Plan SCHEMA (a published schema's name, or a schema JSON file): each attribute's interval
-    with --reports reports, the reports a --half-width needs, and the smallest share it can tell
-    from zero, as published and under the other splits."""
-    from ..shared.planner import alternatives
+    at most with --reports reports a window, the reports a --half-width needs, and the smallest
+    share it can tell from zero, as published and under the other splits."""
+    from ..shared.planner import alternatives, typed_half_width
     from .remote import ok
     from .tables import plan_table
 
-    targets_given = [_parse_half_width(text) for text in half_widths]
     path = Path(schema_ref)
     if path.is_file():
         try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
@@ -147,19 +167,25 @@ def plan(schema_ref: str, schema_version: int | None, reports: int, half_widths:
         raise click.ClickException(str(exc)) from None
     published = parse_schema(definition)
     targets = {}
-    for name, value in targets_given:
+    for name, value in map(_parse_half_width, half_widths):
         if name is not None and name not in published.attribute_names:
             raise click.ClickException(f"--half-width names no attribute of {published.name}: {name!r}")
         for a in published.attributes:
             if name == a.name or (name is None and a.mech.estimand.percent):
-                targets[a.name] = value
-    click.echo(f"schema {published.name} v{published.version}: {reports:,} reports, {confidence:.0%} intervals; "
-               f"'needed' is the reports for the half-width 'for ±' (a share, or a mean in its units)")
-    try:
-        lines = plan_table(options, reports, targets)
-    except ValueError as exc:  # narrower than the planner plans for (a millionth of the scale)
-        raise click.ClickException(str(exc)) from None
-    for line in lines:
+                try:
+                    targets[a.name] = typed_half_width(a, value)
+                except ValueError as exc:
+                    raise click.ClickException(f"--half-width: {exc}") from None
+    assumed = "the default; --reports sets it" if reports == PLAN_REPORTS else "--reports"
+    click.echo(f"schema {published.name} v{published.version}: with {reports:,} reports of the schema a window "
+               f"({assumed}), {confidence:.0%} intervals at their widest; 'needed' is the reports a window for "
+               f"the half-width 'for ±' (a share's in percentage points, a mean's in its units); 'detects' is "
+               f"the smallest share those reports tell from zero, 'finds' the smallest share discovery finds "
+               f"from them (about half the time)")
+    if any(a.discover for a in published.attributes):
+        click.echo("a discovering string attribute is estimated from the level-0 half of the reports; "
+                   "discovery reads every retained window's reports, so give --reports as all of them for 'finds'")
+    for line in plan_table(options, reports, targets):
         click.echo(line)
 
 
@@ -220,7 +246,7 @@ def schema() -> None:
 @_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
 def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
     """Publish the schema in FILE (JSON; - for stdin), over HTTP or straight into --db."""
-    from .remote import call
+    from .remote import call, refused
 
     try:
         body = json.load(file)
@@ -228,7 +254,7 @@ def schema_publish(file, url: str, token: str | None, db: str | None) -> None:
         raise click.ClickException(f"{file.name} is not JSON: {exc}") from None
     status, answer = call("POST", "/api/v1/schemas", url=url, db=db, token=token, body=body)
     if status not in (200, 201):
-        raise click.ClickException(f"{status}: {answer.get('error', answer)}")
+        raise click.ClickException(refused("POST", "/api/v1/schemas", status, answer, url=url, db=db))
     click.echo(f"{'published' if status == 201 else 'already published, identical'}: "
                f"{answer['name']} version {answer['version']}")
     click.echo(json.dumps(answer, indent=2))
@@ -269,8 +295,11 @@ def refresh(url: str, token: str | None, db: str | None) -> None:
     """Recompute the estimates now (the scheduler does it every LDP_ESTIMATE_INTERVAL seconds)."""
     from .remote import ok
 
+    from ..shared.display import plural
+
     answer = ok("POST", "/api/v1/estimates/refresh", url=url, db=db, token=token)
-    click.echo(f"refreshed: {answer['written']:,} estimate rows written, {answer['windows']:,} windows recomputed")
+    click.echo(f"refreshed: {plural(answer['written'], 'estimate row')} written, "
+               f"{plural(answer['windows'], 'window')} recomputed")
 
 
 @main.command()
@@ -307,14 +336,21 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
     query = {"schema": schema_name, "version": schema_version, "attribute": attribute}
     answer = ok("GET", "/api/v1/estimates?" + urlencode({k: v for k, v in query.items() if v is not None}),
                 url=url, db=db, token=token)
-    published = parse_schema(ok("GET", _schema_path(answer["schema"], answer["version"]), url=url, db=db, token=token))
+    path = _schema_path(answer["schema"], answer["version"])
+    published = parse_schema(ok("GET", path, url=url, db=db, token=token))
+    sources = {}
+    if any(a.kind.candidates_apart for a in published.attributes):
+        listed = ok("GET", f"{path}/candidates", url=url, db=db, token=token)["candidates"]
+        sources = {(c["attribute"], c["value"]): c["source"] for c in listed}
     rows = [e for e in answer["estimates"] if (e["window"] == ROLLUP) == (windows == "all")]
     click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
     if not rows:
         click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds; "
                    "ldp-telemetry refresh computes them now)")
         return
-    for line in estimates_table(published, rows):
+    # the rollup rows too: a string attribute's candidates are ranked by them in every window
+    for line in estimates_table(published, rows, sources, rollup=[e for e in answer["estimates"]
+                                                                  if e["window"] == ROLLUP]):
         click.echo(line)
 
 
@@ -335,8 +371,9 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
 def demo(devices: int, days: int, clients: int, data_dir: Path, port: int, seed: int, exit_after: bool) -> None:
     """Run the whole system: aggregator, devices with known truth, estimates beside the truth.
 
-    Starts the aggregator on SQLite in --data-dir, publishes three demo schemas (settings, usage
-    measurements, and the settings memoised), simulates the devices
+    Starts the aggregator on SQLite in --data-dir, publishes four demo schemas (settings, usage
+    measurements, the settings memoised, and home pages: any site, some found by discovery),
+    simulates the devices
     (each randomises on its side and sends over HTTP), refreshes, prints each true share beside
     its estimate and interval, and serves the dashboard until Ctrl-C (or stops with --exit).
     """

@@ -67,7 +67,7 @@ class ValueRow:
     def includes_zero(self) -> bool:
         """Whether its interval (all windows, else the latest) includes zero: not told from absent."""
         shown = self.rollup or self.latest
-        return shown is None or shown.ci_low <= 0.0
+        return shown is None or not display.told_from_zero(shown.ci_low)
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,9 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
 
     apart: list[ValueRow] = []
     if kind.candidates_apart:
-        rows = [rows[i] for i in sorted(range(len(rows)), key=size)]
+        by_label = {r.label: r for r in rows}
+        rows = [by_label[k] for k in display.most_frequent_first({r.label: r.rollup and r.rollup.estimate_clipped
+                                                                   for r in rows})]
         apart = [r for r in rows if r.includes_zero]
         rows = [r for r in rows if not r.includes_zero]
         shown = rows[:MAX_TABLE_VALUES]
