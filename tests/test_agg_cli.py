@@ -10,6 +10,7 @@ import requests
 from click.testing import CliRunner
 from conftest import ADMIN, APP_USAGE
 
+from ldp_telemetry.aggregator import candidates
 from ldp_telemetry.tools.cli import main
 from ldp_telemetry.tools.tables import CLIPPED_NOTE
 from ldp_telemetry.shared import randomize
@@ -159,3 +160,79 @@ def test_the_cli_prints_the_numbers_the_dashboard_shows(tmp_path, make_app):
     starred = {(w, unescape(v)): bool(star) for v, body in re.findall(r'<tr data-value="([^"]*)">(.*?)</tr>', html, re.S)
                for w, star in re.findall(r'data-window="([^"]*)"[^>]*>\s*<span class="est">[^<*]*(\*?)</span>', body)}
     assert starred == marked
+
+
+STRINGS = {"name": "homes", "version": 1, "epsilon": 4.0, "window": "day", "attributes": [
+    {"name": "home", "type": "string", "candidates": ["rare.example", "common.example", "absent.example",
+                                                      "middle.example"]}]}
+
+
+def test_estimates_lists_a_strings_candidates_as_the_dashboard_does(tmp_path, make_app):
+    # Issue 31: `estimates` listed a string's candidates in the schema's order and without their
+    # source; the dashboard lists them most frequent first, with it, and sets those apart whose
+    # interval includes zero. The CLI's rows and order are the page's.
+    db = str(tmp_path / "homes.db")
+    client = make_app(LDP_DB=db).test_client()
+    assert client.post("/api/v1/schemas", json=STRINGS, headers=ADMIN).status_code == 201
+    homes = ["common.example"] * 600 + ["middle.example"] * 300 + ["rare.example"] * 100 + ["other.example"] * 1000
+    reports = [randomize(STRINGS, {"home": h}) for h in homes]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    added = client.post("/api/v1/schemas/homes/1/candidates", headers=ADMIN,
+                        json={"attribute": "home", "candidates": ["other.example"]})
+    assert added.status_code == 202
+    app = make_app(LDP_DB=db)
+    candidates.backfill(app)  # the job the scheduler runs: counts the added candidate's supports
+    client = app.test_client()
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    result = CliRunner().invoke(main, ["estimates", "homes", "--db", db])
+    assert result.exit_code == 0, result.output
+    printed = [line.split() for line in result.output.splitlines()[3:] if line.startswith("all ")]
+    between = [line for line in result.output.splitlines() if "includes zero" in line]
+    html = client.get("/schemas/homes").get_data(as_text=True)
+    shown = [(unescape(v), source) for v, source in re.findall(
+        r'<tr data-value="([^"]*)">\s*<td class="value">[^<]*</td><td class="source">([^<]*)</td>', html)]
+    # (value, source) in the page's order: its table, then the candidates set apart below it
+    assert [(row[2], row[-1]) for row in printed] == shown
+    assert [row[-1] for row in printed].count("added") == 1
+    api = client.get("/api/v1/estimates?schema=homes").get_json()["estimates"]
+    rollup = {e["value"]: e for e in api if e["window"] == "all"}
+    for row in printed:  # the API's numbers, written as the page writes them
+        e = rollup[row[2]]
+        assert row[3].rstrip("*") == f"{e['estimate_clipped'] * 100:.1f}%" and row[7] == f"{e['n']:,}"
+    apart = [v for v, _ in shown if rollup[v]["ci_low"] <= 0]
+    assert bool(between) == bool(apart) and [row[2] for row in printed][len(shown) - len(apart):] == apart
+
+
+def test_refresh_counts_in_words():
+    from ldp_telemetry.shared.display import plural
+
+    assert (plural(1, "window"), plural(2, "window"), plural(1_000, "estimate row")) == (
+        "1 window", "2 windows", "1,000 estimate rows")
+
+
+def test_an_unreachable_server_is_named_with_the_cause_in_one_sentence():
+    # Issue 31: a server that is down gave urllib3's chain of wrappers; a wrong base URL gave
+    # "404: no such resource" without the URL tried.
+    from ldp_telemetry.tools.process import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    down = CliRunner().invoke(main, ["schema", "list", "--url", url])
+    assert down.exit_code == 1
+    assert down.output == (f"Error: GET {url}/api/v1/schemas got no answer: connection refused (nothing listens on "
+                           f"that port) (is ldp-telemetry serve running there? --url or LDP_URL names another)\n")
+
+
+def test_a_wrong_base_url_is_named(live_server):
+    wrong = CliRunner().invoke(main, ["schema", "list", "--url", live_server.url + "/telemetry"])
+    assert wrong.exit_code == 1
+    assert wrong.output.startswith(f"Error: GET {live_server.url}/telemetry/api/v1/schemas answered 404: ")
+    missing = CliRunner().invoke(main, ["estimates", "nope", "--url", live_server.url])
+    assert missing.output.startswith(f"Error: GET {live_server.url}/api/v1/estimates?schema=nope answered 404: ")
+
+
+def test_an_error_on_a_database_file_names_the_file(tmp_path):
+    db = str(tmp_path / "empty.db")
+    missing = CliRunner().invoke(main, ["schema", "show", "nope", "--db", db])
+    assert missing.exit_code == 1
+    assert missing.output.startswith(f"Error: GET /api/v1/schemas/nope on the database file {db} answered 404: ")

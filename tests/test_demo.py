@@ -129,3 +129,17 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
         with sqlite3.connect(demo_dir / "aggregator.db") as db:
             stored = db.execute("SELECT count(*) FROM reports").fetchone()[0]
             assert stored == (3 + HOMEPAGE_DEVICES_PER_DEVICE) * 300  # this run's only
+
+
+def test_the_demos_help_counts_the_schemas_it_publishes():
+    # Issue 31: `demo --help` said "three demo schemas" while the demo published four.
+    from click.testing import CliRunner
+
+    from ldp_telemetry.tools import populations
+    from ldp_telemetry.tools.cli import main
+
+    published = [populations.DEMO_SCHEMA, populations.USAGE_SCHEMA, populations.MEMO_SCHEMA,
+                 populations.homepage_schema()]
+    words = {3: "three", 4: "four", 5: "five"}
+    help_text = " ".join(CliRunner().invoke(main, ["demo", "--help"]).output.split())
+    assert f"publishes {words[len(published)]} demo schemas" in help_text

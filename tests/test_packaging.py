@@ -156,3 +156,23 @@ def test_the_installed_console_script_runs(built):
     env["PYTHONPATH"] = str(site_packages)
     out = run(built["venv"] / "bin" / "ldp-telemetry", "simulate", "--devices", "1000", cwd=built["root"], env=env)
     assert "intervals cover the truth" in out.stdout
+
+
+def test_the_command_in_a_client_only_install_says_how_to_get_it(built):
+    # Issue 31: `pip install ldp-telemetry` (the client, as apps install it) also installs the
+    # `ldp-telemetry` script, which died with "ModuleNotFoundError: No module named 'click'".
+    from ldp_telemetry.tools.cli import NEEDS_AGGREGATOR
+
+    only = built["root"] / "only-requests"
+    only.mkdir(exist_ok=True)
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    for name in REQUESTS_AND_ITS_DEPENDENCIES:
+        if not (only / name).exists():
+            (only / name).symlink_to(site_packages / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(only)
+    done = subprocess.run([str(built["venv"] / "bin" / "ldp-telemetry"), "--help"], capture_output=True, text=True,
+                          cwd=built["root"], env=env, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == NEEDS_AGGREGATOR + "\n" and "Traceback" not in done.stderr and done.stdout == ""
+    assert "pip install 'ldp-telemetry[aggregator]'" in NEEDS_AGGREGATOR

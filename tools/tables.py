@@ -68,7 +68,7 @@ def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping
         mark = "*" if r.estimate != r.estimate_clipped else " "
         first = (f"{r.value:<16} {sources.get(r.value, 'listed'):<10}" if sources is not None else
                  f"{r.attribute:<16.16} {r.value:<12.12} {r.mechanism:<7}")
-        lines.append(f"{first} {r.epsilon:>6.3g} {r.n:>9} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
+        lines.append(f"{first} {r.epsilon:>6.3g} {display.count(r.n):>9} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
                      f"{f'[{show(r.ci_low)}, {show(r.ci_high)}]':>21} {'yes' if r.covered else 'NO'}")
     if any(r.estimate != r.estimate_clipped for r in rows):
         lines.append(CLIPPED_NOTE)
@@ -121,7 +121,7 @@ def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
             clipped |= mark == "*"
             interval = f"{style.value(e['ci_low'])} – {style.value(e['ci_high'])}"
             lines.append(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} "
-                         f"{style.value(e['estimate_clipped']):>8}{mark} {interval:>21} {e['n']:>9} "
+                         f"{style.value(e['estimate_clipped']):>8}{mark} {interval:>21} {display.count(e['n']):>9} "
                          f"{e['epsilon']:>6.3g}  {source or ''}".rstrip())
     if clipped:
         lines.append(CLIPPED_NOTE)
