@@ -236,3 +236,17 @@ def test_an_error_on_a_database_file_names_the_file(tmp_path):
     missing = CliRunner().invoke(main, ["schema", "show", "nope", "--db", db])
     assert missing.exit_code == 1
     assert missing.output.startswith(f"Error: GET /api/v1/schemas/nope on the database file {db} answered 404: ")
+
+
+def test_serve_says_what_granians_tcp_migrate_req_warning_means(tmp_path):
+    # Issue 31: every `serve` start logged granian's warning, explained only in deploy/README.md.
+    from ldp_telemetry.tools.cli import tcp_migrate_note
+
+    sysctl = tmp_path / "tcp_migrate_req"
+    sysctl.write_text("0\n")
+    note = tcp_migrate_note(2, 1024 * 2**20, sysctl)
+    assert note and "only when a worker is replaced" in note and "sysctl net.ipv4.tcp_migrate_req=1" in note
+    assert tcp_migrate_note(1, 1024 * 2**20, sysctl) is None  # one worker: granian does not warn
+    assert tcp_migrate_note(2, None, sysctl) is None  # no worker is ever replaced
+    sysctl.write_text("1\n")
+    assert tcp_migrate_note(2, 1024 * 2**20, sysctl) is None

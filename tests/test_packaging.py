@@ -174,5 +174,23 @@ def test_the_command_in_a_client_only_install_says_how_to_get_it(built):
     done = subprocess.run([str(built["venv"] / "bin" / "ldp-telemetry"), "--help"], capture_output=True, text=True,
                           cwd=built["root"], env=env, timeout=60)
     assert done.returncode == 1
-    assert done.stderr == NEEDS_AGGREGATOR + "\n" and "Traceback" not in done.stderr and done.stdout == ""
+    assert done.stderr == f"{NEEDS_AGGREGATOR} (missing: click)\n" and done.stdout == ""
     assert "pip install 'ldp-telemetry[aggregator]'" in NEEDS_AGGREGATOR
+
+
+def test_a_command_whose_extra_is_missing_says_how_to_get_it(built):
+    # Click alone (an app may use it) is not the aggregator's extra: `serve` needs Flask and the rest.
+    from ldp_telemetry.tools.cli import NEEDS_AGGREGATOR
+
+    folder = built["root"] / "requests-and-click"
+    folder.mkdir(exist_ok=True)
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    for name in [*REQUESTS_AND_ITS_DEPENDENCIES, "click"]:
+        if not (folder / name).exists():
+            (folder / name).symlink_to(site_packages / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(folder)
+    done = subprocess.run([str(built["venv"] / "bin" / "ldp-telemetry"), "serve", "--port", "0"], capture_output=True,
+                          text=True, cwd=built["root"], env=env, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == f"{NEEDS_AGGREGATOR} (missing: flask)\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,29 +17,22 @@ from ..shared.schema import parse_schema
 # ldp-telemetry``, as an app does) gets the console script too, but not Click, Flask and the rest.
 NEEDS_AGGREGATOR = ("ldp-telemetry: this install has the client only (pip install ldp-telemetry); the "
                     "ldp-telemetry command needs the aggregator's extra: pip install 'ldp-telemetry[aggregator]'")
-# The modules of that extra a command may import (the extra's distributions by import name).
+# The modules of that extra (by import name) whose absence means the extra is not installed.
 AGGREGATOR_MODULES = frozenset({"click", "flask", "sqlite_utils", "apscheduler", "numpy", "prometheus_client",
-                                "granian", "cryptography", "psycopg", "psycopg_pool"})
+                                "granian", "cryptography"})
 
 try:
     import click
-except ModuleNotFoundError:  # a sentence, not a traceback (SystemExit prints it and exits 1)
-    raise SystemExit(NEEDS_AGGREGATOR) from None
+
+    from ..aggregator.settings import SETTINGS  # serve's flags, made when this module is read
+except ModuleNotFoundError as missing:
+    if missing.name not in AGGREGATOR_MODULES:
+        raise
+    # a sentence, not a traceback: SystemExit prints it and exits 1
+    raise SystemExit(f"{NEEDS_AGGREGATOR} (missing: {missing.name})") from None
 
 
-class _Commands(click.Group):
-    """The command group: a command that needs a module of the aggregator's extra that this
-    install lacks says so in a sentence (NEEDS_AGGREGATOR), not in a traceback."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.split(".")[0] not in AGGREGATOR_MODULES:
-                raise
-            raise click.ClickException(f"{NEEDS_AGGREGATOR} (missing: {exc.name})") from None
-
-@click.group(cls=_Commands)
+@click.group()
 @click.version_option(package_name="ldp-telemetry")
 def main() -> None:
     """ldp-telemetry: local-differential-privacy telemetry."""
@@ -195,8 +189,6 @@ def _schema_path(name: str, version: int | None) -> str:
 
 def _setting_options(command):
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
-    from ..aggregator.settings import SETTINGS
-
     for setting in reversed(SETTINGS):
         default = setting.default
         default = "unset" if default is None else ",".join(default) if isinstance(default, tuple) else default
@@ -229,11 +221,34 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
         migrated_database(values).store.close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
+    note = tcp_migrate_note(workers, values["LDP_WORKER_MAX_RSS"])
+    if note:
+        click.echo(note, err=True)
     try:
         run_server(config, host=host, port=port, workers=workers, access_log=access_log)
     finally:
         # Count what the stopped workers acknowledged and had not counted yet (migrated_database settles).
         migrated_database(values).store.close()
+
+
+TCP_MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+
+
+def tcp_migrate_note(workers: int, max_rss: int | None, sysctl: Path = TCP_MIGRATE_REQ) -> str | None:
+    """What granian's start-up warning about ``net.ipv4.tcp_migrate_req`` means for this server,
+    when granian gives it (Linux, several workers, each replaced past LDP_WORKER_MAX_RSS, the
+    sysctl off); else None."""
+    if not (sys.platform == "linux" and workers > 1 and max_rss):
+        return None
+    try:
+        if sysctl.read_text().strip() == "1":
+            return None
+    except OSError:  # no such sysctl (a kernel before 5.14): granian warns all the same
+        pass
+    return ("ldp-telemetry serve: granian warns below that net.ipv4.tcp_migrate_req is off. It matters only when "
+            "a worker is replaced (past LDP_WORKER_MAX_RSS): connections queued for it are reset, and clients "
+            "retry them. To move them to another worker instead: sysctl net.ipv4.tcp_migrate_req=1 (Linux "
+            "5.14+; deploy/README.md).")
 
 
 @main.group()
