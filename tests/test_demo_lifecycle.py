@@ -30,16 +30,22 @@ def start_serving(data_dir: Path) -> tuple[subprocess.Popen, str, list[str]]:
     """The demo (not --exit), once it serves: the process, the server's URL, its output so far."""
     demo = subprocess.Popen(demo_command(data_dir, "--port", "0"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    while not lines or not lines[-1].startswith("Serving until Ctrl-C"):
-        line = demo.stdout.readline()
-        if not line:
-            demo.wait(30)
-            pytest.fail("the demo ended before serving:\n" + "".join(lines))
-        lines.append(line)
+    lines = read_until(demo, "Serving until Ctrl-C")
     url = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+)/schemas/demo-app", "".join(lines))[1]
     assert requests.get(url + "/healthz", timeout=5).status_code == 200
     return demo, url, lines
+
+
+def read_until(demo: subprocess.Popen, prefix: str) -> list[str]:
+    """The demo's lines up to the first that starts with ``prefix``; fails if it ends before."""
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith(prefix):
+        line = demo.stdout.readline()
+        if not line:
+            demo.wait(30)
+            pytest.fail(f"the demo ended before {prefix!r}:\n" + "".join(lines))
+        lines.append(line)
+    return lines
 
 
 def answers(url: str) -> bool:
@@ -162,11 +168,7 @@ def test_ctrl_c_before_the_table_stops_cleanly_with_status_0(tmp_path):
     demo = subprocess.Popen(demo_command(data_dir, "--port", "0", "--exit"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        lines = []
-        while not lines or not lines[-1].startswith("Published schema demo-app"):
-            line = demo.stdout.readline()
-            assert line, "".join(lines)  # the demo ended before publishing
-            lines.append(line)
+        read_until(demo, "Published schema demo-app")
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
         rest = demo.stdout.read()
