@@ -204,11 +204,16 @@ def test_estimates_lists_a_strings_candidates_as_the_dashboard_does(tmp_path, ma
     assert bool(between) == bool(apart) and [row[2] for row in printed][len(shown) - len(apart):] == apart
 
 
-def test_refresh_counts_in_words():
-    from ldp_telemetry.shared.display import plural
-
-    assert (plural(1, "window"), plural(2, "window"), plural(1_000, "estimate row")) == (
-        "1 window", "2 windows", "1,000 estimate rows")
+def test_refresh_counts_in_words(tmp_path, make_app):
+    # Issue 31: "1 windows recomputed".
+    db = str(tmp_path / "one.db")
+    client = make_app(LDP_DB=db).test_client()
+    assert client.post("/api/v1/schemas", json=APP_USAGE, headers=ADMIN).status_code == 201
+    report = randomize(APP_USAGE, {"dark_mode": True, "os": "linux"})
+    assert client.post("/api/v1/reports", json={"reports": [report]}).status_code == 202
+    refreshed = CliRunner().invoke(main, ["refresh", "--db", db])
+    assert refreshed.exit_code == 0, refreshed.output
+    assert re.fullmatch(r"refreshed: \d+ estimate rows written, 1 window recomputed\n", refreshed.output), refreshed.output
 
 
 def test_an_unreachable_server_is_named_with_the_cause_in_one_sentence():
@@ -250,3 +255,16 @@ def test_serve_says_what_granians_tcp_migrate_req_warning_means(tmp_path):
     assert tcp_migrate_note(2, None, sysctl) is None  # no worker is ever replaced
     sysctl.write_text("1\n")
     assert tcp_migrate_note(2, 1024 * 2**20, sysctl) is None
+
+
+def test_estimates_says_what_n_counts_for_a_discovering_attribute():
+    # One definition of n on the page, in the API and here: a discovering attribute's level-0 reports.
+    from ldp_telemetry.tools.populations import homepage_schema
+    from ldp_telemetry.tools.tables import estimates_table
+    from ldp_telemetry.shared import parse_schema
+
+    row = {"window": "all", "attribute": "home", "value": "a.example", "estimate": 0.2, "estimate_clipped": 0.2,
+           "ci_low": 0.15, "ci_high": 0.25, "n": 5_000, "epsilon": 4.0, "source": "discovered"}
+    lines = estimates_table(parse_schema(homepage_schema()), [row])
+    assert lines[2].split()[-3:] == ["5,000", "4", "discovered"]
+    assert lines[-1].startswith("n of home: its level-0 reports, about half of those that carry it")

@@ -351,12 +351,7 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
     query = {"schema": schema_name, "version": schema_version, "attribute": attribute}
     answer = ok("GET", "/api/v1/estimates?" + urlencode({k: v for k, v in query.items() if v is not None}),
                 url=url, db=db, token=token)
-    path = _schema_path(answer["schema"], answer["version"])
-    published = parse_schema(ok("GET", path, url=url, db=db, token=token))
-    sources = {}
-    if any(a.kind.candidates_apart for a in published.attributes):
-        listed = ok("GET", f"{path}/candidates", url=url, db=db, token=token)["candidates"]
-        sources = {(c["attribute"], c["value"]): c["source"] for c in listed}
+    published = parse_schema(ok("GET", _schema_path(answer["schema"], answer["version"]), url=url, db=db, token=token))
     rows = [e for e in answer["estimates"] if (e["window"] == ROLLUP) == (windows == "all")]
     click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
     if not rows:
@@ -364,7 +359,7 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
                    "ldp-telemetry refresh computes them now)")
         return
     # the rollup rows too: a string attribute's candidates are ranked by them in every window
-    for line in estimates_table(published, rows, sources, rollup=[e for e in answer["estimates"]
+    for line in estimates_table(published, rows, rollup=[e for e in answer["estimates"]
                                                                   if e["window"] == ROLLUP]):
         click.echo(line)
 

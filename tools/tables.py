@@ -77,16 +77,14 @@ def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping
 
 
 def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
-                    sources: Mapping[tuple[str, str], str] | None = None,
                     rollup: Iterable[Mapping[str, Any]] = ()) -> list[str]:
     """Estimate rows of the API as the dashboard shows them (:mod:`...shared.display`), the
-    estimate clipped to its scale (marked ``*``). A string attribute's candidates (``sources``:
-    (attribute, value) -> listed, added or discovered) are listed as its table lists them: most
-    frequent first over all windows, each with its source, and those whose all-windows interval
-    includes zero after the rest, under a line that says so; ``rollup``: the all-windows rows
-    that rank them (those of ``rows`` by default)."""
+    estimate clipped to its scale (marked ``*``). A string attribute's candidates are listed as
+    its table lists them: most frequent first over all windows, each with its source (listed,
+    added or discovered: the rows' ``source``), and those whose all-windows interval includes zero
+    after the rest, under a line that says so; ``rollup``: the all-windows rows that rank them
+    (those of ``rows`` by default)."""
     rows = list(rows)
-    sources = sources or {}
     rollup = {(e["attribute"], e["value"]): e for e in [*rollup, *rows] if e["window"] == ROLLUP}
 
     def ranked(group: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -110,7 +108,7 @@ def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
         apart = False
         for e in ranked(group):
             style = display.style_of(schema.attribute(e["attribute"]))
-            source = sources.get((e["attribute"], e["value"]))
+            source = e.get("source")
             overall = rollup.get((e["attribute"], e["value"]))
             if source and not apart and not (overall and display.told_from_zero(overall["ci_low"])):
                 apart = True
@@ -125,6 +123,10 @@ def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
                          f"{e['epsilon']:>6.3g}  {source or ''}".rstrip())
     if clipped:
         lines.append(CLIPPED_NOTE)
+    for name in dict.fromkeys(e["attribute"] for e in rows):
+        if schema.attribute(name).discover:
+            lines.append(f"n of {name}: its level-0 reports, about half of those that carry it (the others carry "
+                         f"discovery's prefixes, which no estimate uses)")
     return lines
 
 
