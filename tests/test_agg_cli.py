@@ -10,7 +10,7 @@ import requests
 from click.testing import CliRunner
 from conftest import ADMIN, APP_USAGE
 
-from ldp_telemetry.aggregator import candidates
+from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.tools.cli import main
 from ldp_telemetry.tools.tables import CLIPPED_NOTE
 from ldp_telemetry.shared import randomize
@@ -172,7 +172,8 @@ def test_estimates_lists_a_strings_candidates_as_the_dashboard_does(tmp_path, ma
     # source; the dashboard lists them most frequent first, with it, and sets those apart whose
     # interval includes zero. The CLI's rows and order are the page's.
     db = str(tmp_path / "homes.db")
-    client = make_app(LDP_DB=db).test_client()
+    app = make_app(LDP_DB=db)
+    client = app.test_client()
     assert client.post("/api/v1/schemas", json=STRINGS, headers=ADMIN).status_code == 201
     homes = ["common.example"] * 600 + ["middle.example"] * 300 + ["rare.example"] * 100 + ["other.example"] * 1000
     reports = [randomize(STRINGS, {"home": h}) for h in homes]
@@ -181,9 +182,7 @@ def test_estimates_lists_a_strings_candidates_as_the_dashboard_does(tmp_path, ma
     added = client.post("/api/v1/schemas/homes/1/candidates", headers=ADMIN,
                         json={"attribute": "home", "candidates": ["other.example"]})
     assert added.status_code == 202
-    app = make_app(LDP_DB=db)
-    candidates.backfill(app)  # the job the scheduler runs: counts the added candidate's supports
-    client = app.test_client()
+    backfill.backfill(app)  # the job the scheduler runs: counts the added candidate's supports
     assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
     result = CliRunner().invoke(main, ["estimates", "homes", "--db", db])
     assert result.exit_code == 0, result.output
