@@ -103,8 +103,8 @@ def _refuse(status: int, message: str) -> tuple[str, int]:
 # -- pages --------------------------------------------------------------------------------------
 
 # Every figure is written by shared/display.py, which the CLI's tables use too.
-for _name, _filter in (("pct", display.percent), ("points", display.points), ("sig", display.sig),
-                       ("times", display.times), ("plural", display.plural), ("num", display.count)):
+for _name, _filter in (("pct", display.percent), ("sig", display.sig), ("times", display.times),
+                       ("plural", display.plural), ("num", display.count)):
     bp.add_app_template_filter(_filter, _name)
 
 
