@@ -303,6 +303,9 @@ def test_a_discovering_string_page_says_what_its_numbers_count_at_desktop_and_ph
     assert page.locator("#attr-home table.estimates th", has_text="source").first.is_visible()
     for heading in ("interval here", "trusted curator"):  # the text below the table explains both
         assert page.locator("table.privacy-table th", has_text=heading).is_visible(), heading
+    # ... and on the screen, not scrolled out of it: every table fits its box at 375 px
+    boxes = page.evaluate("[...document.querySelectorAll('.scroll')].map(e => e.scrollWidth - e.clientWidth)")
+    assert boxes and max(boxes) <= 0, boxes
     page.screenshot(path=str(ARTIFACTS / "dashboard-strings-phone.png"), full_page=True)
     assert errors == []
     page.close()
