@@ -10,6 +10,7 @@ import requests
 from click.testing import CliRunner
 from conftest import ADMIN, APP_USAGE
 
+from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.tools.cli import main
 from ldp_telemetry.tools.tables import CLIPPED_NOTE
 from ldp_telemetry.shared import randomize
@@ -117,11 +118,14 @@ def test_plan_by_published_name_uses_the_dashboards_half_widths(tmp_path, make_a
     for p in plan(MIXED):
         row = rows[p.attribute.name]
         # 1 percentage point of a share, 1% of a mean's range (1.2 minutes of [0, 120]), as the dashboard
-        assert float(row[5]) == (0.01 if p.attribute.name != "minutes" else 1.2)
-        assert row[6] == f"{p.reports_for(float(row[5])):,}"
-    named = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "minutes=5", "--half-width", "0.02"])
+        share = p.attribute.name != "minutes"
+        assert (row[5], row[6]) == (("1", "pts") if share else ("1.2", "units"))
+        assert row[7] == f"{p.reports_for(0.01 if share else 1.2):,}"
+    # as the dashboard takes it: a share's half-width in percentage points, a mean's in its units
+    named = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "minutes=5", "--half-width", "2"])
     rows = {line.split()[1]: line.split() for line in named.output.splitlines()[3:] if line.startswith("equal ")}
-    assert [rows[a][5] for a in ("dark_mode", "os", "minutes")] == ["0.02", "0.02", "5"]
+    assert [rows[a][5] for a in ("dark_mode", "os", "minutes")] == ["2", "2", "5"]
+    assert rows["os"][7] == f"{next(p for p in plan(MIXED) if p.attribute.name == 'os').reports_for(0.02):,}"
     wrong = CliRunner().invoke(main, ["plan", "mixed", "--db", db, "--half-width", "nosuch=1"])
     assert wrong.exit_code == 1 and "nosuch" in wrong.output
     unknown = CliRunner().invoke(main, ["plan", "nope", "--db", db])
@@ -156,3 +160,110 @@ def test_the_cli_prints_the_numbers_the_dashboard_shows(tmp_path, make_app):
     starred = {(w, unescape(v)): bool(star) for v, body in re.findall(r'<tr data-value="([^"]*)">(.*?)</tr>', html, re.S)
                for w, star in re.findall(r'data-window="([^"]*)"[^>]*>\s*<span class="est">[^<*]*(\*?)</span>', body)}
     assert starred == marked
+
+
+STRINGS = {"name": "homes", "version": 1, "epsilon": 4.0, "window": "day", "attributes": [
+    {"name": "home", "type": "string", "candidates": ["rare.example", "common.example", "absent.example",
+                                                      "middle.example"]}]}
+
+
+def test_estimates_lists_a_strings_candidates_as_the_dashboard_does(tmp_path, make_app):
+    # Issue 31: `estimates` listed a string's candidates in the schema's order and without their
+    # source; the dashboard lists them most frequent first, with it, and sets those apart whose
+    # interval includes zero. The CLI's rows and order are the page's.
+    db = str(tmp_path / "homes.db")
+    app = make_app(LDP_DB=db)
+    client = app.test_client()
+    assert client.post("/api/v1/schemas", json=STRINGS, headers=ADMIN).status_code == 201
+    homes = ["common.example"] * 600 + ["middle.example"] * 300 + ["rare.example"] * 100 + ["other.example"] * 1000
+    reports = [randomize(STRINGS, {"home": h}) for h in homes]
+    for start in range(0, len(reports), 1000):
+        assert client.post("/api/v1/reports", json={"reports": reports[start:start + 1000]}).status_code == 202
+    added = client.post("/api/v1/schemas/homes/1/candidates", headers=ADMIN,
+                        json={"attribute": "home", "candidates": ["other.example"]})
+    assert added.status_code == 202
+    backfill.backfill(app)  # the job the scheduler runs: counts the added candidate's supports
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    result = CliRunner().invoke(main, ["estimates", "homes", "--db", db])
+    assert result.exit_code == 0, result.output
+    printed = [line.split() for line in result.output.splitlines()[3:] if line.startswith("all ")]
+    between = [line for line in result.output.splitlines() if "includes zero" in line]
+    html = client.get("/schemas/homes").get_data(as_text=True)
+    shown = [(unescape(v), source) for v, source in re.findall(
+        r'<tr data-value="([^"]*)">\s*<td class="value">[^<]*</td><td class="source">([^<]*)</td>', html)]
+    # (value, source) in the page's order: its table, then the candidates set apart below it
+    assert [(row[2], row[-1]) for row in printed] == shown
+    assert [row[-1] for row in printed].count("added") == 1
+    api = client.get("/api/v1/estimates?schema=homes").get_json()["estimates"]
+    rollup = {e["value"]: e for e in api if e["window"] == "all"}
+    for row in printed:  # the API's numbers, written as the page writes them
+        e = rollup[row[2]]
+        assert row[3].rstrip("*") == f"{e['estimate_clipped'] * 100:.1f}%" and row[7] == f"{e['n']:,}"
+    apart = [v for v, _ in shown if rollup[v]["ci_low"] <= 0]
+    assert bool(between) == bool(apart) and [row[2] for row in printed][len(shown) - len(apart):] == apart
+
+
+def test_refresh_counts_in_words(tmp_path, make_app):
+    # Issue 31: "1 windows recomputed".
+    db = str(tmp_path / "one.db")
+    client = make_app(LDP_DB=db).test_client()
+    assert client.post("/api/v1/schemas", json=APP_USAGE, headers=ADMIN).status_code == 201
+    report = randomize(APP_USAGE, {"dark_mode": True, "os": "linux"})
+    assert client.post("/api/v1/reports", json={"reports": [report]}).status_code == 202
+    refreshed = CliRunner().invoke(main, ["refresh", "--db", db])
+    assert refreshed.exit_code == 0, refreshed.output
+    assert re.fullmatch(r"refreshed: \d+ estimate rows written, 1 window recomputed\n", refreshed.output), refreshed.output
+
+
+def test_an_unreachable_server_is_named_with_the_cause_in_one_sentence():
+    # Issue 31: a server that is down gave urllib3's chain of wrappers; a wrong base URL gave
+    # "404: no such resource" without the URL tried.
+    from ldp_telemetry.tools.process import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    down = CliRunner().invoke(main, ["schema", "list", "--url", url])
+    assert down.exit_code == 1
+    assert down.output == (f"Error: GET {url}/api/v1/schemas got no answer: connection refused (nothing listens on "
+                           f"that port) (is ldp-telemetry serve running there? --url or LDP_URL names another)\n")
+
+
+def test_a_wrong_base_url_is_named(live_server):
+    wrong = CliRunner().invoke(main, ["schema", "list", "--url", live_server.url + "/telemetry"])
+    assert wrong.exit_code == 1
+    assert wrong.output.startswith(f"Error: GET {live_server.url}/telemetry/api/v1/schemas answered 404: ")
+    missing = CliRunner().invoke(main, ["estimates", "nope", "--url", live_server.url])
+    assert missing.output.startswith(f"Error: GET {live_server.url}/api/v1/estimates?schema=nope answered 404: ")
+
+
+def test_an_error_on_a_database_file_names_the_file(tmp_path):
+    db = str(tmp_path / "empty.db")
+    missing = CliRunner().invoke(main, ["schema", "show", "nope", "--db", db])
+    assert missing.exit_code == 1
+    assert missing.output.startswith(f"Error: GET /api/v1/schemas/nope on the database file {db} answered 404: ")
+
+
+def test_serve_says_what_granians_tcp_migrate_req_warning_means(tmp_path):
+    # Issue 31: every `serve` start logged granian's warning, explained only in deploy/README.md.
+    from ldp_telemetry.tools.cli import tcp_migrate_note
+
+    sysctl = tmp_path / "tcp_migrate_req"
+    sysctl.write_text("0\n")
+    note = tcp_migrate_note(2, 1024 * 2**20, sysctl)
+    assert note and "only when a worker is replaced" in note and "sysctl net.ipv4.tcp_migrate_req=1" in note
+    assert tcp_migrate_note(1, 1024 * 2**20, sysctl) is None  # one worker: granian does not warn
+    assert tcp_migrate_note(2, None, sysctl) is None  # no worker is ever replaced
+    sysctl.write_text("1\n")
+    assert tcp_migrate_note(2, 1024 * 2**20, sysctl) is None
+
+
+def test_estimates_says_what_n_counts_for_a_discovering_attribute():
+    # One definition of n on the page, in the API and here: a discovering attribute's level-0 reports.
+    from ldp_telemetry.tools.populations import homepage_schema
+    from ldp_telemetry.tools.tables import estimates_table
+    from ldp_telemetry.shared import parse_schema
+
+    row = {"window": "all", "attribute": "home", "value": "a.example", "estimate": 0.2, "estimate_clipped": 0.2,
+           "ci_low": 0.15, "ci_high": 0.25, "n": 5_000, "epsilon": 4.0, "source": "discovered"}
+    lines = estimates_table(parse_schema(homepage_schema()), [row])
+    assert lines[2].split()[-3:] == ["5,000", "4", "discovered"]
+    assert lines[-1].startswith("n of home: its level-0 reports, about half of those that carry it")

@@ -199,7 +199,7 @@ def test_numeric_and_histogram_charts_in_the_browser(chromium, live_server):
     page.goto(live_server.url + "/schemas/numbers")
     minutes = page.locator("#attr-session_minutes")
     cell = minutes.locator(f'td[data-window="{latest["window"]}"]')
-    assert cell.locator(".est").inner_text().rstrip("*") == f'{latest["estimate_clipped"]:.4g}'
+    assert cell.locator(".est").inner_text().rstrip("*") == f'{latest["estimate_clipped"]:.1f}'  # a tenth of a minute: a thousandth of 0-120
     assert "%" not in cell.inner_text()
     assert minutes.locator("svg.chart polygon.band").count() == 1
     load = page.locator("#attr-load_ms")
@@ -208,7 +208,7 @@ def test_numeric_and_histogram_charts_in_the_browser(chromium, live_server):
     page.fill('#plan-session_minutes input[name="half_width.session_minutes"]', "3")
     page.click("#plan-session_minutes button")
     page.wait_for_url("**half_width.session_minutes=3**")
-    assert "±3 needs" in page.locator("#plan-session_minutes").inner_text()
+    assert "±3 in its units needs" in page.locator("#plan-session_minutes").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-numeric.png"), full_page=True)
     assert errors == []
@@ -253,5 +253,59 @@ def test_a_page_at_one_report_reads_right_at_desktop_and_phone_width(chromium, l
     page.reload()
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
     page.screenshot(path=str(ARTIFACTS / f"dashboard-n1-{definition['name']}-phone.png"), full_page=True)
+    assert errors == []
+    page.close()
+
+
+def test_a_discovering_string_page_says_what_its_numbers_count_at_desktop_and_phone_width(chromium, live_server):
+    # Issue 31: the header said 99,731 reports of 200,000 sent; the planner said "28,306 reports a
+    # window" beside a table whose n was 14,153; and at phone width the source column and two
+    # columns of the privacy table, which the text below explains, disappeared.
+    from ldp_telemetry.tools.populations import homepage_schema, homepages
+
+    derived = requests.post(live_server.url + "/api/v1/schemas", json=homepage_schema(), headers=ADMIN,
+                            timeout=10).json()
+    schema = parse_schema(derived)
+    devices = homepages(6000, 3, datetime.now(timezone.utc), np.random.default_rng(7))
+    reports = [randomize(schema, d.record, window=d.window) for d in devices]
+    for start in range(0, len(reports), 1000):
+        response = requests.post(live_server.url + "/api/v1/reports", json={"reports": reports[start:start + 1000]},
+                                 timeout=30)
+        assert response.status_code == 202, response.text
+    assert requests.post(live_server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+    api = requests.get(live_server.url + "/api/v1/estimates", params={"schema": schema.name}, timeout=10).json()
+    latest = max(e["window"] for e in api["estimates"] if e["window"] != "all")
+    level_zero = {e["n"] for e in api["estimates"] if e["window"] == "all"}.pop()
+    latest_n = {e["n"] for e in api["estimates"] if e["window"] == latest}.pop()
+    assert 0.4 * len(reports) < level_zero < 0.6 * len(reports)  # the level-0 half
+
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{live_server.url}/schemas/{schema.name}")
+    facts = page.inner_text("ul.facts")
+    assert f"{level_zero:,} reports (level 0: the reports its estimates use; about as many again carry " \
+           f"discovery's prefixes" in facts
+    planner = page.inner_text("#plan-home")
+    # the planner's n is the table's n, and the reports of the schema it stands for are said as such
+    assert page.inner_text("#plan-home .plan-n") == f"{latest_n:,} level-0 reports"
+    assert f"about {round(latest_n / 0.5):,} reports of the schema" in planner
+    assert "at most about" in planner and "its widest" in planner
+    assert "Discovery reads the reports of every retained window" in planner
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-strings-desktop.png"), full_page=True)
+
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    sources = page.locator("#attr-home table.estimates td.source")
+    assert sources.count() > 0 and all(cell.is_visible() for cell in sources.all())
+    assert page.locator("#attr-home table.estimates th", has_text="source").first.is_visible()
+    for heading in ("interval here", "trusted curator"):  # the text below the table explains both
+        assert page.locator("table.privacy-table th", has_text=heading).is_visible(), heading
+    # ... and on the screen, not scrolled out of it: every table fits its box at 375 px
+    boxes = page.evaluate("[...document.querySelectorAll('.scroll')].map(e => e.scrollWidth - e.clientWidth)")
+    assert boxes and max(boxes) <= 0, boxes
+    page.screenshot(path=str(ARTIFACTS / "dashboard-strings-phone.png"), full_page=True)
     assert errors == []
     page.close()

@@ -56,7 +56,7 @@ def test_band_chart_maps_shares_onto_the_scale():
     xs = [p.x for p in chart.points]
     assert xs == sorted(xs) and FRAME.left < xs[0] and xs[-1] < FRAME.right_edge
     assert [t.label for t in chart.x_ticks] == windows
-    assert [t.anchor for t in chart.x_ticks] == ["start", "middle", "end"]
+    assert [t.edge for t in chart.x_ticks] == ["first", "", "last"]
     assert len(chart.band_polygon.split()) == 6  # upper edge out, lower edge back
 
 
@@ -76,13 +76,16 @@ def test_bar_chart_heights_and_whiskers():
     assert chart.series == categories
 
 
-@pytest.mark.parametrize("count", [1, 2, 5, 12, 400])
-def test_window_labels_are_few_and_include_both_ends(count):
+@pytest.mark.parametrize("count", [1, 2, 5, 7, 8, 12, 30, 400])
+def test_window_labels_are_few_evenly_spaced_and_end_at_the_latest(count):
+    # Issue 31: 30 windows were labelled at 0, 10, 20, 29 and 8 at 0, 3, 7: uneven gaps read as
+    # uneven time. Counted back from the latest window, every gap is the same number of windows.
     windows = [f"w{i}" for i in range(count)]
     ticks = charts.window_ticks(windows, list(range(count)))
-    labels = [t.label for t in ticks]
-    assert labels[0] == "w0" and labels[-1] == f"w{count - 1}"
-    assert len(labels) <= charts.MAX_X_LABELS
+    chosen = [windows.index(t.label) for t in ticks]
+    assert chosen[-1] == count - 1 and len(chosen) <= charts.MAX_X_LABELS
+    assert len({b - a for a, b in zip(chosen, chosen[1:])}) <= 1
+    assert chosen[0] < max(1, (count - 1) / (charts.MAX_X_LABELS - 1))  # the labels span the axis
     assert not any(t.minor for t in (ticks[0], ticks[-1]))
 
 

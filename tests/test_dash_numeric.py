@@ -52,7 +52,11 @@ def test_a_numeric_mean_shows_in_its_units_with_a_line_and_band(client):
     html = client.get("/schemas/numbers").get_data(as_text=True)
     section = html[html.index('id="attr-session_minutes"'):html.index('id="attr-load_ms"')]
     table = text(section[section.index("<table"):section.index("</table>")])
-    assert f'{latest["estimate_clipped"]:.4g}' in table and "%" not in table  # minutes, not percent
+    assert f'{latest["estimate_clipped"]:.1f}' in table and "%" not in table  # minutes, not percent
+    # Every mean of a 0-120 range to one decimal (a thousandth of it), so windows read alike: the
+    # issue's "33.83" beside "34.7" was 4 significant digits, which drop a trailing zero.
+    means = re.findall(r'<span class="(?:est|ci)">([^<]*)</span>', section)
+    assert means and all(re.fullmatch(r"\d+\.\d( – \d+\.\d)?", unescape(m).rstrip("*")) for m in means), means
     assert section.count("polygon class=\"band\"") == 1 and "mean per window in its own units" in section
     assert "range 0 to 120" in text(section)
 
@@ -69,10 +73,11 @@ def test_the_planner_line_and_detection_threshold_are_the_planners(client):
     html = client.get("/schemas/numbers?half_width.session_minutes=2&half_width.load_ms=0.5").get_data(as_text=True)
     plans = {p.attribute.name: p for p in plan(parse_schema(NUMBERS))}
     minutes = text(html[html.index('id="plan-session_minutes"'):html.index('id="privacy-session_minutes"')])
-    assert f"with 1,200 reports a window (the latest) the interval is about ±{plans['session_minutes'].half_width(1200):.3g}" in minutes
-    assert f"±2 needs {plans['session_minutes'].reports_for(2):,} reports" in minutes
+    assert (f"with 1,200 reports a window (the latest window's n) the interval is at most about "
+            f"±{plans['session_minutes'].half_width(1200):.2g} in its units (its widest, whatever the true mean)") in minutes
+    assert f"±2 in its units needs {plans['session_minutes'].reports_for(2):,} reports" in minutes
     load = text(html[html.index('id="plan-load_ms"'):html.index('id="privacy-load_ms"')])
-    assert f"tell from zero is {plans['load_ms'].detection_threshold(1200) * 100:.1f}%" in load
+    assert f"tells from zero (the detection threshold) is {plans['load_ms'].detection_threshold(1200) * 100:.1f}%" in load
     assert f"needs {plans['load_ms'].reports_for(0.005):,} reports" in load
     bad = client.get("/schemas/numbers?half_width.load_ms=-3").get_data(as_text=True)
     assert "the half-width for load_ms must be a positive number" in bad

@@ -214,3 +214,20 @@ def test_read_token_as_bearer_header(make_app, publish_schema, token, status):
     client = make_app(LDP_READ_TOKEN=READ_TOKEN).test_client()
     publish_schema(client)
     assert client.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == status
+
+
+@pytest.mark.parametrize(("split", "carried", "expected"), [
+    ("equal", {"home": 50, "flag": 100}, (100, False)),  # the boolean's count is every report's
+    ("equal", {"home": 50}, (50, True)),  # only level 0 is counted: the page says so beside it
+    ("sample", {"home": 30, "flag": 40}, (70, True)),  # home's prefix reports are not in the sum
+])
+def test_the_report_count_says_when_it_leaves_discoverys_reports_out(split, carried, expected):
+    from ldp_telemetry.aggregator.dashboard.views import counts
+    from ldp_telemetry.aggregator.store import Activity
+    from ldp_telemetry.shared import parse_schema
+
+    schema = parse_schema({"name": "homes", "version": 1, "epsilon": 4.0, "split": split, "attributes": [
+        {"name": "home", "type": "string", "discover": True, "alphabet": "abc.", "max_length": 8},
+        {"name": "flag", "type": "boolean"}]})
+    seen = counts(schema, Activity(carried, 1, None, False))
+    assert (seen.reports, seen.level_zero_only) == expected

@@ -21,11 +21,16 @@ from ldp_telemetry.shared import parse_schema
 
 # attribute, value (a bucket name has a space), mechanism, eps, n, truth, estimate (clipped, "*" when
 # clipping changed it), interval, covers
-ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[a-z]+\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\*? +"
-                 r"\[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+ROW = re.compile(r"^(\S+)\s+(\[\S+ \S+[)\]]|\S+)\s+[a-z]+\s+[\d.]+\s+([\d,]+)\s+([\d.]+%?)\s+([\d.]+%?)\*? +"
+                 r"\[([\d.]+%?), ([\d.]+%?)\]\s+(yes|NO)$")
 # value, source, n, truth, estimate, interval, covers (demo-homepages' table)
-SITE_ROW = re.compile(r"^(\S+)\s+(listed|added|discovered)\s+[\d.]+\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\*? +"
-                      r"\[([\d.]+), ([\d.]+)\]\s+(yes|NO)$")
+SITE_ROW = re.compile(r"^(\S+)\s+(listed|added|discovered)\s+[\d.]+\s+([\d,]+)\s+([\d.]+%)\s+([\d.]+%)\*? +"
+                      r"\[([\d.]+%), ([\d.]+%)\]\s+(yes|NO)$")
+
+
+def number(text: str) -> float:
+    """A printed figure: a share in percent as its fraction, a mean in its units as it is."""
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
 
 
 def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
@@ -43,7 +48,7 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     assert [m[2] for m in rows if m[1] in ("session_minutes", "load_ms")] == [
         "mean", "[0, 50)", "[50, 100)", "[100, 250)", "[250, 1000]"]
     for m in rows:
-        n, truth, low, high = int(m[3].replace(",", "")), float(m[4]), float(m[6]), float(m[7])
+        n, truth, low, high = int(m[3].replace(",", "")), number(m[4]), number(m[6]), number(m[7])
         assert n == devices
         assert (m[8] == "yes") == (low <= truth <= high)
     # Each 95% interval misses with probability about 0.05 (less: the population is fixed; the
@@ -52,6 +57,9 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     assert sum(m[8] == "NO" for m in rows) <= 5
     # --exit stops the server: no "Dashboard:" line for a server that no longer answers
     assert "Dashboard:" not in out
+    # Issue 31: "refreshed 0 estimates" came right before full tables (the waits for the back-fill
+    # had refreshed them already)
+    assert "the estimates are refreshed." in out and "refreshed 0" not in out
     assert re.search(r"Without --exit the dashboard would be served at http://127\.0\.0\.1:\d+/schemas/demo-app", out)
     assert "busy" not in out  # --port 0 asks for any free port
     assert "devices" in out and "[##############################]" in out  # the progress bar finished
@@ -61,7 +69,7 @@ def test_demo_prints_intervals_that_cover_the_truth(tmp_path):
     assert sources["listed"] == 6 and sources["added"] == 2, out[-3000:]
     for m in sites:
         assert int(m[3].replace(",", "")) > 0.45 * HOMEPAGE_DEVICES_PER_DEVICE * devices  # level 0: about half
-        truth, low, high = float(m[4]), float(m[6]), float(m[7])
+        truth, low, high = number(m[4]), number(m[6]), number(m[7])
         assert (m[8] == "yes") == (low <= truth <= high)
     # As above: 95% intervals, each misses with probability about 0.05; at most 16 rows (8 listed or
     # added, and the few strings 30,000 reports let discovery find), 5 misses or more: below 1e-3.
@@ -129,3 +137,17 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
         with sqlite3.connect(demo_dir / "aggregator.db") as db:
             stored = db.execute("SELECT count(*) FROM reports").fetchone()[0]
             assert stored == (3 + HOMEPAGE_DEVICES_PER_DEVICE) * 300  # this run's only
+
+
+def test_the_demos_help_counts_the_schemas_it_publishes():
+    # Issue 31: `demo --help` said "three demo schemas" while the demo published four.
+    from click.testing import CliRunner
+
+    from ldp_telemetry.tools import populations
+    from ldp_telemetry.tools.cli import main
+
+    published = [populations.DEMO_SCHEMA, populations.USAGE_SCHEMA, populations.MEMO_SCHEMA,
+                 populations.homepage_schema()]
+    words = {3: "three", 4: "four", 5: "five"}
+    help_text = " ".join(CliRunner().invoke(main, ["demo", "--help"]).output.split())
+    assert f"publishes {words[len(published)]} demo schemas" in help_text

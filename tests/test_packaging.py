@@ -133,18 +133,24 @@ def test_all_three_packages_import_from_the_installed_wheel(built):
     assert all(Path(f).is_relative_to(built["venv"]) for f in files), files
 
 
-def test_the_client_imports_with_requests_alone(built):
-    only = built["root"] / "only-requests"
-    only.mkdir(exist_ok=True)
+def only(built: dict[str, Path], names: list[str]) -> Path:
+    """A folder holding only ``names`` of this .venv's packages (as links), for a PYTHONPATH."""
+    folder = built["root"] / "-".join(["only", *names[:1], *names[len(REQUESTS_AND_ITS_DEPENDENCIES):]])
+    folder.mkdir(exist_ok=True)
     site_packages = Path(sysconfig.get_paths()["purelib"])
-    for name in REQUESTS_AND_ITS_DEPENDENCIES:
-        if not (only / name).exists():
-            (only / name).symlink_to(site_packages / name)
+    for name in names:
+        if not (folder / name).exists():
+            (folder / name).symlink_to(site_packages / name)
+    return folder
+
+
+def test_the_client_imports_with_requests_alone(built):
+    only_requests = only(built, REQUESTS_AND_ITS_DEPENDENCIES)
     out = in_fresh_venv(built, "import sys, ldp_telemetry.client, ldp_telemetry.shared\n"
                                "from ldp_telemetry.client import TelemetryClient, randomize\n"
                                "print(sorted({'flask', 'numpy', 'sqlite_utils', 'apscheduler', 'click'} "
                                "& set(sys.modules)))\n"
-                               "print(ldp_telemetry.client.__file__)", [only])
+                               "print(ldp_telemetry.client.__file__)", [only_requests])
     heavy, client_file = out.splitlines()
     assert heavy == "[]"
     assert Path(client_file).is_relative_to(built["venv"])
@@ -156,3 +162,29 @@ def test_the_installed_console_script_runs(built):
     env["PYTHONPATH"] = str(site_packages)
     out = run(built["venv"] / "bin" / "ldp-telemetry", "simulate", "--devices", "1000", cwd=built["root"], env=env)
     assert "intervals cover the truth" in out.stdout
+
+
+def test_the_command_in_a_client_only_install_says_how_to_get_it(built):
+    # Issue 31: `pip install ldp-telemetry` (the client, as apps install it) also installs the
+    # `ldp-telemetry` script, which died with "ModuleNotFoundError: No module named 'click'".
+    from ldp_telemetry.tools.cli import NEEDS_AGGREGATOR
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(only(built, REQUESTS_AND_ITS_DEPENDENCIES))
+    done = subprocess.run([str(built["venv"] / "bin" / "ldp-telemetry"), "--help"], capture_output=True, text=True,
+                          cwd=built["root"], env=env, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == f"{NEEDS_AGGREGATOR} (missing: click)\n" and done.stdout == ""
+    assert "pip install 'ldp-telemetry[aggregator]'" in NEEDS_AGGREGATOR
+
+
+def test_a_command_whose_extra_is_missing_says_how_to_get_it(built):
+    # Click alone (an app may use it) is not the aggregator's extra: `serve` needs Flask and the rest.
+    from ldp_telemetry.tools.cli import NEEDS_AGGREGATOR
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(only(built, [*REQUESTS_AND_ITS_DEPENDENCIES, "click"]))
+    done = subprocess.run([str(built["venv"] / "bin" / "ldp-telemetry"), "serve", "--port", "0"], capture_output=True,
+                          text=True, cwd=built["root"], env=env, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == f"{NEEDS_AGGREGATOR} (missing: flask)\n"

@@ -19,9 +19,16 @@ from ldp_telemetry.shared.simulation import simulate
 from ldp_telemetry.tools.tables import CLIPPED_NOTE
 
 ROW = re.compile(
-    r"(?P<attribute>\S+)\s+(?P<value>\S+)\s+(?P<mechanism>rr|grr|oue)\s+(?P<epsilon>[0-9.e+-]+)\s+(?P<n>\d+)\s+"
-    r"(?P<truth>[0-9.]+)\s+(?P<estimate>[0-9.]+)(?P<clipped>\*?)\s+\[(?P<low>[0-9.]+), (?P<high>[0-9.]+)\] (?P<covers>yes|NO)"
+    r"(?P<attribute>\S+)\s+(?P<value>\S+)\s+(?P<mechanism>rr|grr|oue)\s+(?P<epsilon>[0-9.e+-]+)\s+(?P<n>[\d,]+)\s+"
+    r"(?P<truth>[0-9.]+%?)\s+(?P<estimate>[0-9.]+%?)(?P<clipped>\*?)\s+\[(?P<low>[0-9.]+%?), (?P<high>[0-9.]+%?)\] "
+    r"(?P<covers>yes|NO)"
 )
+NUMBERS = ("truth", "estimate", "low", "high")
+
+
+def number(text: str) -> float:
+    """A printed figure as a number: a share in percent as its fraction, a mean as it is."""
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
 SUMMARY = re.compile(r"(\d+) of (\d+) intervals cover the truth; simulated in [0-9.]+ s \(([0-9,]+) devices/s\)")
 
 
@@ -40,7 +47,7 @@ def table(output: str) -> list[dict]:
     # the note that explains a "*" is there exactly when a row has one
     assert (CLIPPED_NOTE in lines) == any(row["clipped"] for row in rows)
     assert SUMMARY.fullmatch(lines[-1]), lines[-1]
-    return [row.groupdict() for row in rows]
+    return [{k: number(v) if k in NUMBERS else v for k, v in row.groupdict().items()} for row in rows]
 
 
 def expected_values() -> list[tuple[str, str, float]]:
@@ -63,17 +70,18 @@ def test_the_table_shows_truth_estimate_interval_and_coverage(seed):
     assert output.splitlines()[0] == ("schema simulation v1: epsilon 8 per report, split equal, "
                                       "20,000 devices, 95% intervals")
     rows = table(output)
-    assert [(r["attribute"], r["value"], float(r["truth"])) for r in rows] == expected_values()
+    assert [(r["attribute"], r["value"], pytest.approx(r["truth"], abs=1e-12)) for r in rows] == expected_values()
     schema = parse_schema(SIMULATION_SCHEMA)
     # the CLI is a thin layer: the same numbers as the library with the same seed
     library = simulate(schema, SIMULATION_SHARES, devices, rng=np.random.default_rng(seed))
     for row, result in zip(rows, library):
-        low, high, estimate = float(row["low"]), float(row["high"]), float(row["estimate"])
+        low, high, estimate = row["low"], row["high"], row["estimate"]
         assert row["mechanism"] == schema.attribute(row["attribute"]).mechanism
-        assert float(row["epsilon"]) == 1.0 and int(row["n"]) == devices
-        # the estimate printed is the clipped one, marked when clipping changed it (as the dashboard)
-        assert (estimate, low, high) == (round(result.estimate.estimate_clipped, 4),
-                                         round(result.estimate.ci_low, 4), round(result.estimate.ci_high, 4))
+        assert float(row["epsilon"]) == 1.0 and int(row["n"].replace(",", "")) == devices
+        # the estimate printed is the clipped one, in percent to 2 decimals (or finer), marked when
+        # clipping changed it (as the dashboard)
+        assert (estimate, low, high) == pytest.approx((result.estimate.estimate_clipped, result.estimate.ci_low,
+                                                       result.estimate.ci_high), abs=0.5e-4 + 1e-12)
         assert bool(row["clipped"]) == (result.estimate.estimate != result.estimate.estimate_clipped)
         assert (row["covers"] == "yes") == result.covered
         # the Wilson interval holds f̂, so the clipped interval holds the printed estimate (to the
@@ -91,8 +99,8 @@ def test_share_and_epsilon_flags():
                           "--epsilon", "4")
     assert code == 0, output
     rows = {(r["attribute"], r["value"]): r for r in table(output)}
-    assert float(rows["dark_mode", "true"]["truth"]) == 0.9
-    assert [float(rows["os", c]["truth"]) for c in ("linux", "macos", "windows", "other")] == [0.1, 0.2, 0.3, 0.4]
+    assert rows["dark_mode", "true"]["truth"] == pytest.approx(0.9)
+    assert [rows["os", c]["truth"] for c in ("linux", "macos", "windows", "other")] == pytest.approx([0.1, 0.2, 0.3, 0.4])
     assert {float(r["epsilon"]) for r in rows.values()} == {0.5}  # 4 over 8 attributes
     assert "epsilon 4 per report" in output.splitlines()[0]
 
@@ -112,7 +120,7 @@ def test_a_schema_file_with_its_shares(tmp_path: Path):
     assert [(r["attribute"], r["value"], r["mechanism"]) for r in rows] == [
         ("beta", "true", "rr"), ("lang", "en", "oue"), ("lang", "de", "oue"), ("lang", "fr", "oue")]
     assert {float(r["epsilon"]) for r in rows} == {2.0}  # sample: the whole budget
-    assert int(rows[0]["n"]) + int(rows[1]["n"]) == 4000  # each device carries one attribute
+    assert int(rows[0]["n"].replace(",", "")) + int(rows[1]["n"].replace(",", "")) == 4000  # each device carries one attribute
 
 
 BAD_FLAGS = [
@@ -195,3 +203,18 @@ def test_simulate_covers_numeric_and_histogram_attributes(tmp_path):
         assert truth == 30 and low <= estimate <= high and high - low < 6
     assert [line.split()[1] + " " + line.split()[2] for line in lines if line.startswith("load_ms")] == [
         "[0, 50)", "[50, 100)", "[100, 250)", "[250, 1000]"]
+
+
+def test_a_truth_outside_its_interval_never_prints_as_one_of_its_ends():
+    # Issue 31: the demo printed "nafe78.com ... 0.0166 ... [0.0166, 0.0208] NO": the truth, 0.01656,
+    # and the interval's lower end, 0.01658, rounded alike.
+    from ldp_telemetry.tools.tables import TruthRow, truth_table
+    from ldp_telemetry.shared.display import SHARE
+
+    row = TruthRow("home", "nafe78.com", "olh", 4.0, SHARE, 0.01656, 0.0169, 0.0169, 0.01658, 0.0208, 100_116)
+    line = truth_table([row])[2]
+    truth, low = line.split()[5], line.split()[7].strip("[,")
+    assert line.endswith(" NO") and truth != low, line
+    assert (truth, low) == ("1.656%", "1.658%")
+    covered = TruthRow("home", "a.com", "olh", 4.0, SHARE, 0.0146, 0.0155, 0.0155, 0.0135, 0.0176, 100_116)
+    assert truth_table([covered])[2].split()[5:8] == ["1.46%", "1.55%", "[1.35%,"]  # a thousandth of a point

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,12 +11,28 @@ from collections.abc import Callable
 from typing import Any, TextIO, TypeVar
 from urllib.parse import quote
 
-import click
-
 from ..shared.estimators import DEFAULT_CONFIDENCE
 from ..shared.schema import parse_schema
 
 Command = TypeVar("Command", bound=Callable[..., Any])  # a command function, as click's decorators take it
+# The command comes with the aggregator's extra; a client-only install (``pip install
+# ldp-telemetry``, as an app does) gets the console script too, but not Click, Flask and the rest.
+NEEDS_AGGREGATOR = ("ldp-telemetry: this install has the client only (pip install ldp-telemetry); the "
+                    "ldp-telemetry command needs the aggregator's extra: pip install 'ldp-telemetry[aggregator]'")
+# The modules of that extra (by import name) whose absence means the extra is not installed.
+AGGREGATOR_MODULES = frozenset({"click", "flask", "sqlite_utils", "apscheduler", "numpy", "prometheus_client",
+                                "granian", "cryptography"})
+
+try:
+    import click
+
+    from ..aggregator.settings import SETTINGS  # serve's flags, made when this module is read
+except ModuleNotFoundError as missing:
+    if missing.name not in AGGREGATOR_MODULES:
+        raise
+    # a sentence, not a traceback: SystemExit prints it and exits 1
+    raise SystemExit(f"{NEEDS_AGGREGATOR} (missing: {missing.name})") from None
+
 
 @click.group()
 @click.version_option(package_name="ldp-telemetry")
@@ -44,6 +60,9 @@ def _with_total_epsilon(raw: Any, epsilon: float) -> dict[str, Any]:
         attributes = [{k: v for k, v in a.items() if k not in ("epsilon", "p", "q")} if isinstance(a, dict) else a
                       for a in attributes]
     return {**raw, "epsilon": epsilon, "attributes": attributes}
+
+
+PLAN_REPORTS = 10_000  # what ``plan`` assumes a window holds when no --reports is given
 
 
 def _endpoint_options(token_help: str,
@@ -101,28 +120,23 @@ def simulate(devices: int, schema_file: Path | None, share_specs: tuple[str, ...
         click.echo(line)
 
 
-def _parse_half_width(text: str) -> tuple[str | None, float]:
+def _parse_half_width(text: str) -> tuple[str | None, str]:
     name, sep, value = text.rpartition("=")
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise click.BadParameter(f"expected a positive number or NAME=NUMBER, got {text!r}")
-    return (name if sep else None), number
+    return (name if sep else None), value
 
 
 @main.command()
 @click.argument("schema_ref", metavar="SCHEMA")
 @click.option("--version", "schema_version", type=click.IntRange(min=1),
               help="For a published schema: its version (default: latest).")
-@click.option("--reports", "-n", default=10_000, show_default=True, type=click.IntRange(min=1),
-              help="Reports of the schema (per window, or over the range an analyst reads).")
+@click.option("--reports", "-n", default=PLAN_REPORTS, show_default=True, type=click.IntRange(min=1),
+              help="Reports of the schema a window (what devices send; a discovering string attribute is "
+                   "estimated from the level-0 half of them).")
 @click.option("--half-width", "half_widths", multiple=True, metavar="[NAME=]NUMBER",
-              help="The half-width wanted, for the 'needed' column: NUMBER for every share attribute (a share: "
-                   "0.02 is 2 percentage points), NAME=NUMBER for one attribute (a mean's in its units); "
-                   "repeatable. Default, as the dashboard: 1% of the scale (1 point of a share, 1% of a "
-                   "mean's range).")
+              help="The half-width wanted, for the 'needed' column, as the dashboard's planner takes it: a "
+                   "share's in percentage points (2 is ±2 points), a mean's in its units; NUMBER for every "
+                   "share attribute, NAME=NUMBER for one attribute; repeatable. Default, as the dashboard: 1% "
+                   "of the scale (1 point of a share, 1% of a mean's range).")
 @click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Confidence level of the intervals.")
 @_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
@@ -130,13 +144,12 @@ def _parse_half_width(text: str) -> tuple[str | None, float]:
 def plan(schema_ref: str, schema_version: int | None, reports: int, half_widths: tuple[str, ...], confidence: float,
          url: str, token: str | None, db: str | None) -> None:
     """Plan SCHEMA (a published schema's name, or a schema JSON file): each attribute's interval
-    with --reports reports, the reports a --half-width needs, and the smallest share it can tell
-    from zero, as published and under the other splits."""
-    from ..shared.planner import alternatives
+    at most with --reports reports a window, the reports a --half-width needs, and the smallest
+    share it can tell from zero, as published and under the other splits."""
+    from ..shared.planner import alternatives, typed_half_width
     from .remote import ok
     from .tables import plan_table
 
-    targets_given = [_parse_half_width(text) for text in half_widths]
     path = Path(schema_ref)
     if path.is_file():
         try:  # a JSONDecodeError or UnicodeDecodeError is a ValueError too
@@ -151,19 +164,25 @@ def plan(schema_ref: str, schema_version: int | None, reports: int, half_widths:
         raise click.ClickException(str(exc)) from None
     published = parse_schema(definition)
     targets = {}
-    for name, value in targets_given:
+    for name, value in map(_parse_half_width, half_widths):
         if name is not None and name not in published.attribute_names:
             raise click.ClickException(f"--half-width names no attribute of {published.name}: {name!r}")
         for a in published.attributes:
             if name == a.name or (name is None and a.mech.estimand.percent):
-                targets[a.name] = value
-    click.echo(f"schema {published.name} v{published.version}: {reports:,} reports, {confidence:.0%} intervals; "
-               f"'needed' is the reports for the half-width 'for ±' (a share, or a mean in its units)")
-    try:
-        lines = plan_table(options, reports, targets)
-    except ValueError as exc:  # narrower than the planner plans for (a millionth of the scale)
-        raise click.ClickException(str(exc)) from None
-    for line in lines:
+                try:
+                    targets[a.name] = typed_half_width(a, value)
+                except ValueError as exc:
+                    raise click.ClickException(f"--half-width: {exc}") from None
+    assumed = "the default; --reports sets it" if reports == PLAN_REPORTS else "--reports"
+    click.echo(f"schema {published.name} v{published.version}: with {reports:,} reports of the schema a window "
+               f"({assumed}), {confidence:.0%} intervals at their widest; 'needed' is the reports a window for "
+               f"the half-width 'for ±' (a share's in percentage points, a mean's in its units); 'detects' is "
+               f"the smallest share those reports tell from zero, 'finds' the smallest share discovery finds "
+               f"from them (about half the time)")
+    if any(a.discover for a in published.attributes):
+        click.echo("a discovering string attribute is estimated from the level-0 half of the reports; "
+                   "discovery reads every retained window's reports, so give --reports as all of them for 'finds'")
+    for line in plan_table(options, reports, targets):
         click.echo(line)
 
 
@@ -173,8 +192,6 @@ def _schema_path(name: str, version: int | None) -> str:
 
 def _setting_options(command: Command) -> Command:
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
-    from ..aggregator.settings import SETTINGS
-
     for setting in reversed(SETTINGS):
         default = setting.default
         default = "unset" if default is None else ",".join(default) if isinstance(default, tuple) else default
@@ -207,11 +224,34 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
         migrated_database(values).store.close()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
+    note = tcp_migrate_note(workers, values["LDP_WORKER_MAX_RSS"])
+    if note:
+        click.echo(note, err=True)
     try:
         run_server(config, host=host, port=port, workers=workers, access_log=access_log)
     finally:
         # Count what the stopped workers acknowledged and had not counted yet (migrated_database settles).
         migrated_database(values).store.close()
+
+
+TCP_MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+
+
+def tcp_migrate_note(workers: int, max_rss: int | None, sysctl: Path = TCP_MIGRATE_REQ) -> str | None:
+    """What granian's start-up warning about ``net.ipv4.tcp_migrate_req`` means for this server,
+    when granian gives it (Linux, several workers, each replaced past LDP_WORKER_MAX_RSS, the
+    sysctl off); else None."""
+    if not (sys.platform == "linux" and workers > 1 and max_rss):
+        return None
+    try:
+        if sysctl.read_text().strip() == "1":
+            return None
+    except OSError:  # no such sysctl (a kernel before 5.14): granian warns all the same
+        pass
+    return ("ldp-telemetry serve: granian warns below that net.ipv4.tcp_migrate_req is off. It matters only when "
+            "a worker is replaced (past LDP_WORKER_MAX_RSS): connections queued for it are reset, and clients "
+            "retry them. To move them to another worker instead: sysctl net.ipv4.tcp_migrate_req=1 (Linux "
+            "5.14+; deploy/README.md).")
 
 
 @main.group()
@@ -224,7 +264,7 @@ def schema() -> None:
 @_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
 def schema_publish(file: TextIO, url: str, token: str | None, db: str | None) -> None:
     """Publish the schema in FILE (JSON; - for stdin), over HTTP or straight into --db."""
-    from .remote import call
+    from .remote import call, refused
 
     try:
         body = json.load(file)
@@ -232,7 +272,7 @@ def schema_publish(file: TextIO, url: str, token: str | None, db: str | None) ->
         raise click.ClickException(f"{file.name} is not JSON: {exc}") from None
     status, answer = call("POST", "/api/v1/schemas", url=url, db=db, token=token, body=body)
     if status not in (200, 201):
-        raise click.ClickException(f"{status}: {answer.get('error', answer)}")
+        raise click.ClickException(refused("POST", "/api/v1/schemas", status, answer, url=url, db=db))
     click.echo(f"{'published' if status == 201 else 'already published, identical'}: "
                f"{answer['name']} version {answer['version']}")
     click.echo(json.dumps(answer, indent=2))
@@ -273,8 +313,11 @@ def refresh(url: str, token: str | None, db: str | None) -> None:
     """Recompute the estimates now (the scheduler does it every LDP_ESTIMATE_INTERVAL seconds)."""
     from .remote import ok
 
+    from ..shared.display import plural
+
     answer = ok("POST", "/api/v1/estimates/refresh", url=url, db=db, token=token)
-    click.echo(f"refreshed: {answer['written']:,} estimate rows written, {answer['windows']:,} windows recomputed")
+    click.echo(f"refreshed: {plural(answer['written'], 'estimate row')} written, "
+               f"{plural(answer['windows'], 'window')} recomputed")
 
 
 @main.command()
@@ -318,7 +361,9 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
         click.echo("no estimates yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds; "
                    "ldp-telemetry refresh computes them now)")
         return
-    for line in estimates_table(published, rows):
+    # the rollup rows too: a string attribute's candidates are ranked by them in every window
+    for line in estimates_table(published, rows, rollup=[e for e in answer["estimates"]
+                                                                  if e["window"] == ROLLUP]):
         click.echo(line)
 
 
@@ -339,8 +384,9 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
 def demo(devices: int, days: int, clients: int, data_dir: Path, port: int, seed: int, exit_after: bool) -> None:
     """Run the whole system: aggregator, devices with known truth, estimates beside the truth.
 
-    Starts the aggregator on SQLite in --data-dir, publishes three demo schemas (settings, usage
-    measurements, and the settings memoised), simulates the devices
+    Starts the aggregator on SQLite in --data-dir, publishes four demo schemas (settings, usage
+    measurements, the settings memoised, and home pages: any site, some found by discovery),
+    simulates the devices
     (each randomises on its side and sends over HTTP), refreshes, prints each true share beside
     its estimate and interval, and serves the dashboard until Ctrl-C (or stops with --exit).
     """

@@ -43,6 +43,7 @@ import numpy as np
 import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
+from ..shared.display import most_frequent_first
 from ..shared.schema import Schema, parse_schema
 from ..shared.windows import ROLLUP, window_start
 from .populations import (ADDED_RANKS, DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device, demo_sites, homepage_schema,
@@ -248,8 +249,9 @@ def homepage_lines(server: DemoServer, schema: Schema, devices: list[Device]) ->
                           timeout=60).json()["candidates"]
     held = Counter(d.record["home"] for d in devices)
     rollup = {e["value"]: e for e in answer["estimates"] if e["window"] == ROLLUP}
-    rows = sorted((truth_row(schema, "home", c["value"], held[c["value"]] / len(devices), rollup[c["value"]])
-                   for c in listed if c["value"] in rollup), key=lambda r: -r.estimate)
+    order = most_frequent_first({c["value"]: rollup[c["value"]]["estimate_clipped"] for c in listed
+                                 if c["value"] in rollup})  # as the dashboard lists them
+    rows = [truth_row(schema, "home", value, held[value] / len(devices), rollup[value]) for value in order]
     sources = {c["value"]: c["source"] for c in listed}
     lines = [f"{schema.name}, every window together ({answer['confidence']:.0%} intervals; n counts the level-0 "
              f"reports, half of them):"]
@@ -305,14 +307,14 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
             send_in_batches(server, other, others, Progress(len(others), "devices", out).update, 0)
             played.append((other, others))
         homes = play_homepages(server, options, rng, say, out)
-        written = server.admin("POST", "/api/v1/estimates/refresh")["written"]
+        server.admin("POST", "/api/v1/estimates/refresh")  # every schema's, now that all reports are in
         say(f"Sent {len(devices):,} reports of {schema.name} in {sent:.1f} s, then the other schemas'; "
-            f"refreshed {written} estimates.")
+            f"the estimates are refreshed.")
         rows = []
         for each, population_of in played:
             answer = requests.get(server.url + "/api/v1/estimates", params={"schema": each.name}, timeout=60).json()
             table = truth_rows(each, population_of, answer["estimates"])
-            units = "; a mean in its own units" if any(not r.percent for r in table) else ""
+            units = "; a mean in its own units" if any(not r.style.percent for r in table) else ""
             say()
             say(f"{each.name}, every window together ({answer['confidence']:.0%} intervals{units}):")
             for line in truth_table(table, summary=f" (about {answer['confidence']:.0%} should; the population "
@@ -332,17 +334,23 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
         try:
             server.wait()
         except KeyboardInterrupt:
-            try:
-                say("\nStopping.")
-            except OSError:  # after SIGHUP the terminal may be gone
-                pass
+            _stopped(say, "")
         return rows
-    except KeyboardInterrupt:  # before the table: the demo did not finish
-        raise RuntimeError("interrupted; the aggregator is stopped") from None
+    except KeyboardInterrupt:  # before the table: stopping is what was asked for, not an error
+        _stopped(say, " before it finished")
+        return []
     finally:
         with _stop_signals_ignored():  # a second Ctrl-C or SIGTERM must not break off the server's stop
             server.stop()
         restore()
+
+
+def _stopped(say: Callable[[str], None], when: str) -> None:
+    """The demo's last line when Ctrl-C, SIGTERM or SIGHUP stops it (the server stops right after)."""
+    try:
+        say(f"\nStopped{when}: the aggregator is stopping; its database stays in the data folder.")
+    except OSError:  # after SIGHUP the terminal may be gone
+        pass
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,10 +1,11 @@
 """The tables the ``ldp-telemetry`` command prints: each a function from rows to lines of text.
 
 Kept apart from the Click layer (:mod:`.cli`) so that a table has one printer whoever prints it:
-``simulate`` and ``demo`` both print :func:`truth_table`. An estimate outside its scale (a share
-below 0 or above 1, a mean outside its range) is printed clipped and marked ``*``, as the
-dashboard shows it, so a printed estimate always lies inside its printed interval; the unbiased
-value is in the API's ``estimate`` (and the CSV's).
+``simulate`` and ``demo`` both print :func:`truth_table`. Every figure is written by
+:mod:`...shared.display`, as the dashboard writes it: a share in percent, a mean in its units. An
+estimate outside its scale (a share below 0 or above 1, a mean outside its range) is printed
+clipped and marked ``*``, as the dashboard shows it, so a printed estimate always lies inside its
+printed interval; the unbiased value is in the API's ``estimate`` (and the CSV's).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..aggregator.dashboard.charts import shown
+from ..shared import display
 from ..shared.planner import Plan
 from ..shared.schema import BOOLEAN_KEY, Schema
+from ..shared.windows import ROLLUP
 
 CLIPPED_NOTE = ("* outside its scale (below 0% or above 100%, or outside the range): the unbiased estimate, "
                 "shown clipped to the scale; the API and the CSV give both")
@@ -28,7 +30,7 @@ class TruthRow:
     value: str  # "true" for a boolean's share, "mean" for a numeric attribute, else the category or bucket
     mechanism: str
     epsilon: float
-    percent: bool  # a share (printed to 4 decimals), else a mean in its units (6 significant digits)
+    style: display.Style  # a share's (percent) or a mean's (its units)
     truth: float
     estimate: float  # unbiased
     estimate_clipped: float
@@ -45,26 +47,28 @@ def truth_row(schema: Schema, attribute: str, value: Any, truth: float, estimate
     """A :class:`TruthRow` from an estimate with the API's fields."""
     a = schema.attribute(attribute)
     return TruthRow(attribute, BOOLEAN_KEY if value is True else str(value), a.mechanism, a.epsilon,
-                    a.mech.estimand.percent, truth, estimate["estimate"], estimate["estimate_clipped"],
+                    display.style_of(a), truth, estimate["estimate"], estimate["estimate_clipped"],
                     estimate["ci_low"], estimate["ci_high"], estimate["n"])
 
 
 def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping[str, str] | None = None
                 ) -> list[str]:
     """Truth, estimate and interval of each row, whether the interval covers the truth, and a last
-    line counting those that do (followed by ``summary``). With ``sources`` (a string attribute's
-    candidates: value -> listed, added or discovered) each row shows the whole string and its
-    source in place of the attribute and mechanism."""
+    line counting those that do (followed by ``summary``). Each row is written one decimal finer
+    than the dashboard writes it, and finer still where its truth would print as one of its
+    interval's ends: a "NO" never sits beside a truth that reads as a bound. With ``sources`` (a
+    string attribute's candidates: value -> listed, added or discovered) each row shows the whole
+    string and its source in place of the attribute and mechanism."""
     first = (f"{'value':<16} {'source':<10}" if sources is not None else
              f"{'attribute':<16} {'value':<12} {'mech':<7}")
     header = f"{first} {'eps':>6} {'n':>9} {'truth':>9} {'estimate':>10} {'interval':>21} covers"
     lines = [header, "-" * len(header)]
     for r in rows:
-        show = "{:.4f}".format if r.percent else "{:.6g}".format
+        show = r.style.finer(r.truth, (r.ci_low, r.ci_high)).value
         mark = "*" if r.estimate != r.estimate_clipped else " "
         first = (f"{r.value:<16} {sources.get(r.value, 'listed'):<10}" if sources is not None else
                  f"{r.attribute:<16.16} {r.value:<12.12} {r.mechanism:<7}")
-        lines.append(f"{first} {r.epsilon:>6.3g} {r.n:>9} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
+        lines.append(f"{first} {r.epsilon:>6.3g} {display.count(r.n):>9} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
                      f"{f'[{show(r.ci_low)}, {show(r.ci_high)}]':>21} {'yes' if r.covered else 'NO'}")
     if any(r.estimate != r.estimate_clipped for r in rows):
         lines.append(CLIPPED_NOTE)
@@ -72,49 +76,84 @@ def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping
     return lines
 
 
-def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Estimate rows of the API as the dashboard shows them: a share in percent to one decimal, a
-    mean in its units to 4 significant digits, the estimate clipped to its scale (marked ``*``)."""
-    header = f"{'window':<13} {'attribute':<16} {'value':<16} {'estimate':>9} {'interval':>21} {'n':>9} {'eps':>6}"
+def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
+                    rollup: Iterable[Mapping[str, Any]] = ()) -> list[str]:
+    """Estimate rows of the API as the dashboard shows them (:mod:`...shared.display`), the
+    estimate clipped to its scale (marked ``*``). A string attribute's candidates are listed as
+    its table lists them: most frequent first over all windows, each with its source (listed,
+    added or discovered: the rows' ``source``), and those whose all-windows interval includes zero
+    after the rest, under a line that says so; ``rollup``: the all-windows rows that rank them
+    (those of ``rows`` by default)."""
+    rows = list(rows)
+    overall_of = {(e["attribute"], e["value"]): e for e in [*rollup, *rows] if e["window"] == ROLLUP}
+
+    def ranked(group: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        attribute = schema.attribute(group[0]["attribute"])
+        if not attribute.kind.candidates_apart:
+            return group
+        overall = {e["value"]: overall_of.get((e["attribute"], e["value"])) for e in group}
+        order = display.most_frequent_first({v: o["estimate_clipped"] if o else None for v, o in overall.items()})
+        by_value = {e["value"]: e for e in group}
+        told = [v for v in order if (o := overall[v]) is not None and display.told_from_zero(o["ci_low"])]
+        return [by_value[v] for v in told] + [by_value[v] for v in order if v not in told]
+
+    header = (f"{'window':<13} {'attribute':<16} {'value':<16} {'estimate':>9} {'interval':>21} {'n':>9} {'eps':>6}"
+              f"  source")
     lines = [header, "-" * len(header)]
     clipped = False
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for e in rows:
-        percent = schema.attribute(e["attribute"]).mech.estimand.percent
-        value = BOOLEAN_KEY if e["value"] is True else str(e["value"])
-        mark = "*" if e["estimate"] != e["estimate_clipped"] else " "
-        clipped |= mark == "*"
-        interval = f"{shown(e['ci_low'], percent)} – {shown(e['ci_high'], percent)}"
-        lines.append(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} "
-                     f"{shown(e['estimate_clipped'], percent):>8}{mark} {interval:>21} {e['n']:>9} {e['epsilon']:>6.3g}")
+        groups.setdefault((e["window"], e["attribute"]), []).append(e)
+    for group in groups.values():
+        apart = False
+        for e in ranked(group):
+            style = display.style_of(schema.attribute(e["attribute"]))
+            source = e.get("source")
+            overall = overall_of.get((e["attribute"], e["value"]))
+            if source and not apart and not (overall and display.told_from_zero(overall["ci_low"])):
+                apart = True
+                lines.append(f"  {e['attribute']}: candidates whose interval over all windows includes zero "
+                             f"(not told apart from absent):")
+            value = BOOLEAN_KEY if e["value"] is True else str(e["value"])
+            mark = "*" if e["estimate"] != e["estimate_clipped"] else " "
+            clipped |= mark == "*"
+            interval = f"{style.value(e['ci_low'])} – {style.value(e['ci_high'])}"
+            lines.append(f"{e['window']:<13} {e['attribute']:<16.16} {value:<16.16} "
+                         f"{style.value(e['estimate_clipped']):>8}{mark} {interval:>21} {display.count(e['n']):>9} "
+                         f"{e['epsilon']:>6.3g}  {source or ''}".rstrip())
     if clipped:
         lines.append(CLIPPED_NOTE)
+    for name in dict.fromkeys(e["attribute"] for e in rows):
+        if schema.attribute(name).discover:
+            lines.append(f"n of {name}: its level-0 reports, about half of those that carry it (the others carry "
+                         f"discovery's prefixes, which no estimate uses)")
     return lines
 
 
 def plan_table(options: Mapping[str, Sequence[Plan] | str], reports: int, targets: Mapping[str, float]) -> list[str]:
-    """The planner's figures per split: the half-width now with ``reports`` reports, the reports
-    each attribute's target half-width needs (``targets`` by attribute name, else the planner's
-    default: 1% of its scale), the smallest share it tells from zero, and for a discovering string
-    attribute the smallest share discovery finds. ``ValueError`` naming the attribute for a target
-    narrower than the planner plans for."""
-    header = (f"{'split':<13} {'attribute':<16} {'mech':<7} {'eps':>6} {'± now':>9} {'for ±':>9} {'needed':>12} "
-              f"{'detects':>8} {'finds':>8}")
+    """The planner's figures per split, as the dashboard's planner line writes them: the
+    half-width at most with ``reports`` reports of the schema, the reports each attribute's target
+    half-width needs (``targets`` by attribute name, on the estimate's scale, else the planner's
+    default: 1% of its scale), a share's half-widths in percentage points and a mean's in its units,
+    the smallest share it tells from zero, and for a discovering string attribute the smallest
+    share discovery finds from that many reports (all in percent)."""
+    header = (f"{'split':<13} {'attribute':<16} {'mech':<7} {'eps':>6} {'± now':>9} {'for ±':>9} {'unit':<8} "
+              f"{'needed':>12} {'detects':>8} {'finds':>8}")
     lines = [header, "-" * len(header)]
     for split, plans in options.items():
         if isinstance(plans, str):
             lines.append(f"{split:<13} not possible: {plans}")
             continue
         for p in plans:
+            style = display.style_of(p.attribute)
             target = targets.get(p.attribute.name, p.default_half_width)
-            try:
-                needed = p.reports_for(target)
-            except ValueError as exc:
-                raise ValueError(f"{p.attribute.name}: {exc}") from None
+            needed = p.reports_for(target)
             detects, finds = p.detection_threshold(reports), p.discovery_threshold(reports)
             lines.append(f"{split:<13} {p.attribute.name:<16.16} {p.attribute.mechanism:<7} {p.attribute.epsilon:>6.3g} "
-                         f"{p.half_width(reports):>9.4g} {target:>9.4g} {needed:>12,} "
-                         f"{'' if detects is None else f'{detects:.4f}':>8} "
-                         f"{'' if finds is None else 'none' if finds >= 1 else f'{finds:.4f}':>8}")
+                         f"{style.width(p.half_width(reports), unit=False):>9} {style.width(target, unit=False):>9} "
+                         f"{'pts' if style.percent else 'units':<8} {needed:>12,} "
+                         f"{'' if detects is None else 'none' if detects >= 1 else display.percent(detects):>8} "
+                         f"{'' if finds is None else 'none' if finds >= 1 else display.percent(finds):>8}")
     return lines
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
+
+from ...shared.display import SHARE, Style, percent
 
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 24, 12, 34  # margins for the axis labels
@@ -25,7 +27,10 @@ class Tick:
     at: float  # pixel position along the axis
     label: str
     minor: bool = False  # hidden on narrow screens, where long labels would overlap
-    anchor: str = "middle"  # SVG text-anchor: the outermost labels align inwards to stay inside
+    # "first" or "last" of a line's labels: on a narrow screen, where its larger text would run
+    # past the plot's edge, it aligns inwards (static/dashboard.css); elsewhere every label is
+    # centred on its window, so that evenly spaced windows read as evenly spaced.
+    edge: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,25 +160,20 @@ def _exact_digits(shares: Sequence[float], most: int = 3) -> int:
 
 
 def window_ticks(windows: Sequence[str], positions: Sequence[float], *, centred: bool = False) -> list[Tick]:
-    """At most :data:`MAX_X_LABELS` window labels, evenly spaced, always the first and last.
+    """At most :data:`MAX_X_LABELS` window labels, evenly spaced, counted back from the latest
+    window, which is always labelled: equal gaps between labels mean equal spans of time.
 
-    Only the first and the last stay on a narrow screen (the others are ``minor``). A line's
-    first and last points sit at the plot's edges, so their labels align inwards to stay inside;
-    ``centred`` labels (a bar chart's groups, which are inset by half a group) sit under their
-    position, where the reader looks for them.
+    On a narrow screen only the outermost two stay (the others are ``minor``). A line's outermost
+    labels are marked as its ``edge``s to align inwards there; ``centred`` labels (a bar chart's
+    groups, inset by half a group) stay under their group.
     """
     count = len(windows)
     if count == 0:
         return []
-    if count == 1:
-        return [Tick(positions[0], windows[0])]
-    step = math.ceil((count - 1) / (MAX_X_LABELS - 1))
-    chosen = list(range(0, count - 1, step))
-    if count - 1 - chosen[-1] < step / 2 and len(chosen) > 1:
-        chosen.pop()  # too close to the last label, which always shows
-    chosen.append(count - 1)
-    ends = {chosen[0]: "start", chosen[-1]: "end"}
-    return [Tick(positions[i], windows[i], minor=i not in ends, anchor="middle" if centred else ends.get(i, "middle"))
+    step = max(1, math.ceil((count - 1) / (MAX_X_LABELS - 1)))
+    chosen = list(range(count - 1, -1, -step))[::-1]
+    edges = {} if centred or len(chosen) == 1 else {chosen[0]: "first", chosen[-1]: "last"}
+    return [Tick(positions[i], windows[i], minor=i not in (chosen[0], chosen[-1]), edge=edges.get(i, ""))
             for i in chosen]
 
 
@@ -185,16 +185,15 @@ def unit_scale(values: Sequence[float]) -> tuple[Scale, list[Tick]]:
     return scale, [Tick(scale(t), f"{t:g}") for t in ticks]
 
 
-def band_chart(windows: Sequence[str], values: Sequence[Interval], *, units: bool = False) -> LineChart:
+def band_chart(windows: Sequence[str], values: Sequence[Interval], style: Style = SHARE) -> LineChart:
     """An attribute over windows: the estimate as a line, the interval as a band; a boolean's share
-    in percent, or (``units``) a numeric attribute's mean in its own units."""
+    in percent, or (a ``style`` not in percent) a numeric attribute's mean in its own units."""
     ends = [v.low for v in values] + [v.high for v in values]
-    scale, y_ticks = unit_scale(ends) if units else share_scale(ends, from_zero=False)
-    show: Callable[[float], str] = (lambda v: f"{v:.4g}") if units else percent
+    scale, y_ticks = share_scale(ends, from_zero=False) if style.percent else unit_scale(ends)
     xs = _spread(len(windows))
     points = [
         Point(x, scale(v.estimate), scale(v.low), scale(v.high),
-              f"{w}: {show(v.estimate)} ({show(v.low)} to {show(v.high)})")
+              f"{w}: {style.value(v.estimate)} ({style.value(v.low)} to {style.value(v.high)})")
         for x, w, v in zip(xs, windows, values)
     ]
     return LineChart(points, window_ticks(windows, xs), y_ticks, band=True)
@@ -260,14 +259,3 @@ def _spread(count: int) -> list[float]:
         return [round((LEFT + WIDTH - RIGHT) / 2, 2)]
     x = Scale(0, count - 1, LEFT + 6, WIDTH - RIGHT - 6)
     return [x(i) for i in range(count)]
-
-
-def percent(share: float, digits: int = 1) -> str:
-    """``0.123`` as ``12.3%`` (the dashboard's ``pct`` filter too)."""
-    return f"{share * 100:.{digits}f}%"
-
-
-def shown(value: float, percent_: bool) -> str:
-    """An estimate or an interval's end as the dashboard shows it (and ``ldp-telemetry estimates``
-    prints it): a share in percent, or a mean in its units to 4 significant digits."""
-    return percent(value) if percent_ else f"{value:.4g}"

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...shared import mechanisms, privacy
+from ...shared import display, mechanisms, privacy
 from ...shared.planner import Plan, plan
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from . import charts
+from ..questions.discovery import MAX_READ
 from ..store import EstimateRow
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
@@ -66,7 +67,7 @@ class ValueRow:
     def includes_zero(self) -> bool:
         """Whether its interval (all windows, else the latest) includes zero: not told from absent."""
         shown = self.rollup or self.latest
-        return shown is None or shown.ci_low <= 0.0
+        return shown is None or not display.told_from_zero(shown.ci_low)
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,22 @@ class AttributeView:
     chart: charts.LineChart | charts.BarChart | None
     chart_note: str
     privacy: AttributePrivacy
-    percent: bool = True  # estimates are shares (percent); else a mean in the attribute's units
+    style: display.Style = display.SHARE  # how its figures are written: a share's, or a mean's in its units
     # A string attribute's candidates whose interval includes zero, set apart below its table
     # (most frequent first, at most MAX_TABLE_VALUES); ``hidden_apart`` more are not shown.
     apart: list[ValueRow] = field(default_factory=list)
     hidden_apart: int = 0
+
+    @property
+    def percent(self) -> bool:
+        """Whether its estimates are shares (in percent), not a mean in its units."""
+        return self.style.percent
+
+    @property
+    def level_zero(self) -> bool:
+        """Whether its ``n`` counts level-0 reports only (a discovering string attribute: the
+        other reports carry discovery's prefixes, which no estimate uses)."""
+        return bool(self.attribute.discover)
 
     @property
     def sourced(self) -> bool:
@@ -199,7 +211,9 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
 
     apart: list[ValueRow] = []
     if kind.candidates_apart:
-        rows = [rows[i] for i in sorted(range(len(rows)), key=size)]
+        by_label = {r.label: r for r in rows}
+        rows = [by_label[k] for k in display.most_frequent_first({
+            r.label: r.rollup.estimate_clipped if r.rollup else None for r in rows})]
         apart = [r for r in rows if r.includes_zero]
         rows = [r for r in rows if not r.includes_zero]
         shown = rows[:MAX_TABLE_VALUES]
@@ -211,7 +225,7 @@ def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], conf
     chart, note = _chart(attribute, windows, cells, charted, len(rows))
     widest = max(((c.ci_high - c.ci_low) / 2 for r in shown if (c := r.rollup) is not None), default=None)
     return AttributeView(attribute, shown, len(rows) - len(shown), latest, n, chart, note,
-                         attribute_privacy(attribute, n, confidence, widest), attribute.mech.estimand.percent,
+                         attribute_privacy(attribute, n, confidence, widest), display.style_of(attribute),
                          apart[:MAX_TABLE_VALUES], max(0, len(apart) - MAX_TABLE_VALUES))
 
 
@@ -227,8 +241,8 @@ def _chart(attribute: Attribute, windows: list[str], cells: dict[str, dict[str, 
         shown = [w for w in windows if key in cells[w]][-MAX_LINE_WINDOWS:]
         if len(shown) < len(windows):
             notes.append(f"the last {len(shown)} windows of the range")
-        return (charts.band_chart(shown, [cells[w][key].interval for w in shown],
-                                  units=not attribute.mech.estimand.percent), "; ".join(notes))
+        return (charts.band_chart(shown, [cells[w][key].interval for w in shown], display.style_of(attribute)),
+                "; ".join(notes))
     shown = windows[-MAX_BAR_WINDOWS:]
     if len(shown) < len(windows):
         notes.append(f"the last {len(shown)} of {len(windows)} windows in the range")
@@ -259,8 +273,8 @@ def attribute_privacy(attribute: Attribute, n: int, confidence: float,
         mechanism=attribute.mechanism,
         mechanism_name=attribute.mech.title,
         # a mean's numbers in its own units (its range), not on the wire's [-1, 1] scale
-        description=attribute.mech.describe(p, q, len(attribute.categories), charts.percent,
-                                            **({"span": attribute.range} if attribute.range else {})),
+        description=attribute.mech.describe(p, q, len(attribute.categories), display.percent,
+                                            **({"span": mechanisms.span_of(attribute)} if attribute.range else {})),
         p=p,
         q=q,
         categories=len(attribute.categories),
@@ -290,15 +304,19 @@ def schema_privacy(schema: Schema, views: Sequence[AttributeView]) -> SchemaPriv
 
 @dataclass(frozen=True)
 class PlanLine:
-    """An attribute's planner line: its interval now, the reports a wanted half-width needs, and
-    the smallest share it can tell from zero (None for a mean)."""
+    """An attribute's planner line, in the planner's terms (:mod:`...shared.planner`): its
+    ``reports`` are reports of the schema, a share ``carried`` of which carry the attribute and are
+    estimated, so the ``n`` its table shows is about ``reports`` × ``carried``."""
 
-    n: int  # reports of the schema in the latest window (what one window's interval is made from)
-    half_width: float | None  # at n; None before any report
+    n: int  # the latest window's n, as the table shows it (reports that carried it and are estimated)
+    reports: int  # the reports of the schema that n stands for: n / carried
+    carried: float  # the share of the schema's reports that n counts (1 unless sampled or discovering)
+    half_width: float | None  # at most, over every true value, with `reports`; None before any report
     target: float  # the half-width asked for, on the estimate's scale (a share, or units)
-    needed: int  # reports of the schema for ±target
-    detection: float | None  # the detection threshold at n
-    discovery: float | None  # a discovering string attribute's: the smallest share discovery finds at n
+    needed: int  # reports of the schema for ±target, at most
+    detection: float | None  # the detection threshold: the smallest share told from zero with `reports`
+    discovery_reports: int  # reports of the schema discovery reads: every retained window's, to its bound
+    discovery: float | None  # a discovering string attribute's: the smallest share it finds from those
     too_wide: bool  # the interval at n is wider than TOO_WIDE of its scale either side: too wide to use
     beyond_scale: bool = False  # the half-width at n exceeds the whole scale (a share's 1, a mean's range)
 
@@ -311,19 +329,22 @@ class PlanLine:
 def plan_lines(schema: Schema, views: Sequence[AttributeView], targets: dict[str, float],
                confidence: float) -> dict[str, PlanLine]:
     """Each attribute's :class:`PlanLine` from the planner (:mod:`...shared.planner`), at the
-    reports its latest window holds; ``targets`` are the half-widths an analyst typed (a default
-    of 1 percentage point, or 1% of a mean's range, where none was)."""
+    reports its latest window holds, and for discovery at those of every retained window (what the
+    discovery job reads, up to its bound); ``targets`` are the half-widths an analyst typed (a
+    default of 1 percentage point, or 1% of a mean's range, where none was)."""
     plans: dict[str, Plan] = {p.attribute.name: p for p in plan(schema, confidence=confidence)}
+    discovering = sum(1 for a in schema.attributes if a.discover)
     out = {}
     for view in views:
         p = plans[view.attribute.name]
         latest = next((r.latest.n for r in view.rows if r.latest is not None), 0)
-        reports = round(latest / p.carried)  # the schema's reports (under sample, a share carries it)
+        reports = round(latest / p.carried)
+        read = min(round(view.n / p.carried), MAX_READ // max(1, discovering))
         target = targets.get(view.attribute.name, p.default_half_width)
         half = p.half_width(reports) if reports else None
-        out[view.attribute.name] = PlanLine(reports, half, target, p.reports_for(target),
-                                            p.detection_threshold(reports) if reports else None,
-                                            p.discovery_threshold(reports) if reports else None,
+        out[view.attribute.name] = PlanLine(latest, reports, p.carried, half, target, p.reports_for(target),
+                                            p.detection_threshold(reports) if reports else None, read,
+                                            p.discovery_threshold(read) if read else None,
                                             half is not None and half > TOO_WIDE * p.scale,
                                             half is not None and half > p.scale)
     return out

@@ -20,12 +20,13 @@ from typing import Any
 from flask import Blueprint, current_app, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from ...shared import display
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
 from ...shared.windows import LENGTH, window_of
 from .. import auth
 from ..questions import candidates
-from . import charts, pages
+from . import pages
 from .. import context
 from ..catalog import version_number
 from ..retention import retention_cutoff
@@ -53,13 +54,24 @@ class Counts:
     windows: int
     computed_at: str | None
     pending: bool
+    # A discovering string attribute's counters count its level-0 reports alone (its other reports
+    # carry discovery's prefixes); where the count rests on those, discovery's reports are not in it.
+    level_zero_only: bool = False
 
 
 def counts(schema: Schema, seen: Activity) -> Counts:
-    """Reports received: under ``split: "sample"`` each carries one attribute, else every one."""
-    carried = seen.carried.values()
-    reports = sum(carried) if schema.split == "sample" else max(carried, default=0)
-    return Counts(reports, seen.windows, seen.computed_at, seen.pending)
+    """Reports received: under ``split: "sample"`` each carries one attribute, else every one; a
+    discovering attribute's count is of its level-0 reports, so under ``equal`` another attribute's
+    count, where there is one, is the schema's."""
+    discovering = {a.name for a in schema.attributes if a.discover}
+    whole = [n for a, n in seen.carried.items() if a not in discovering]
+    if schema.split == "sample":
+        reports, level_zero_only = sum(seen.carried.values()), bool(discovering & set(seen.carried))
+    elif whole:
+        reports, level_zero_only = max(whole), False
+    else:
+        reports, level_zero_only = max(seen.carried.values(), default=0), bool(seen.carried)
+    return Counts(reports, seen.windows, seen.computed_at, seen.pending, level_zero_only)
 
 
 # -- read token ---------------------------------------------------------------------------------
@@ -91,50 +103,22 @@ def _refuse(status: int, message: str) -> tuple[str, int]:
 
 # -- pages --------------------------------------------------------------------------------------
 
-bp.add_app_template_filter(charts.percent, "pct")
-
-
-@bp.app_template_filter("points")
-def _points(share: float) -> str:
-    """A difference of shares in percentage points, to two significant digits (whole points from
-    10 up: 210 pts, never 2.1e+02)."""
-    points = share * 100
-    return f"{points:,.0f} pts" if abs(points) >= 10 else f"{points:.2g} pts"
+# Every figure is written by shared/display.py, which the CLI's tables use too.
+for _name, _filter in (("pct", display.percent), ("sig", display.sig), ("times", display.times),
+                       ("plural", display.plural), ("num", display.count)):
+    bp.add_app_template_filter(_filter, _name)
 
 
 @bp.app_template_filter("shown")
-def _shown(value: float, percent: bool) -> str:
-    """An estimate or an interval's end: a share in percent, or a mean in its units (4 digits)."""
-    return charts.shown(value, percent)
+def _shown(value: float, style: display.Style) -> str:
+    """An estimate or an interval's end, in its attribute's style."""
+    return style.value(value)
 
 
 @bp.app_template_filter("width")
-def _width(value: float, percent: bool) -> str:
+def _width(value: float, style: display.Style) -> str:
     """A half-width: in percentage points for a share, in the attribute's units for a mean."""
-    return _points(value) if percent else _sig(value)
-
-
-@bp.app_template_filter("sig")
-def _sig(number: float) -> str:
-    """Three significant digits; whole numbers from 1,000 up in full (730, 1,095, not 1.1e+03)."""
-    return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.3g}"
-
-
-@bp.app_template_filter("times")
-def _times(ratio: float) -> str:
-    """A ratio as "67×", or "1.3×" below 10, where a whole number would round 1.4 to 1."""
-    return f"{ratio:,.0f}×" if ratio >= 10 else f"{ratio:.2g}×"
-
-
-@bp.app_template_filter("plural")
-def _plural(count: int, noun: str) -> str:
-    """``1 report``, ``2 reports``, with the count in full (1,000)."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-@bp.app_template_filter("num")
-def _num(number: int) -> str:
-    return f"{number:,}"
+    return style.width(value)
 
 
 def _refresh_seconds() -> int:
