@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Sequence
 from ..store import Increments, Known, ReportRow, Store, Tx, first_of_each_id, with_rollup
 from .counting import Counting
 from .groupcommit import GroupCommit
-from .inbox import SETTLE_SECONDS, Inbox
+from .inbox import SETTLE_SECONDS, FoldProgress, Inbox
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +111,14 @@ class ReportWriter:
 
         return self.store.run_tx("ingest", commit)
 
-    def _store_folded(self, rows: list[ReportRow], validated: bool) -> int:
-        """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order: how many were stored
-        already. A row that cannot be counted (a damaged line of a dead process's segment: only
-        rows not ``validated`` by this process's ingest are checked) is left out."""
-        unique = first_of_each_id(rows)
+    def _store_folded(self, rows: list[ReportRow], validated: bool, progress: FoldProgress) -> None:
+        """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order, noting in ``progress`` each
+        committed chunk's ids and how many of them were stored already (rows it holds already are
+        skipped: their chunk was committed by an earlier fold that failed later). A row that cannot
+        be counted (a damaged line of a dead process's segment: only rows not ``validated`` by this
+        process's ingest are checked) is left out."""
+        unique = [r for r in first_of_each_id(rows) if r.id not in progress.stored]
         countable = sorted(unique if validated else self.counting.countable(unique))
-        new_count = 0
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
 
@@ -126,5 +127,6 @@ class ReportWriter:
                 tx.add(with_rollup(counted))
                 return len(new)
 
-            new_count += self.store.run_tx("fold", fold)
-        return len(countable) - new_count
+            new = self.store.run_tx("fold", fold)
+            progress.stored.update(r.id for r in chunk)
+            progress.duplicates += len(chunk) - new
