@@ -226,14 +226,8 @@ class Inbox:
             try:
                 self._fold_own()
                 self._fold_orphans()
-            except Exception as exc:  # the database busy or gone: the segments stay and are tried again
+            except Exception:  # the database busy or gone: the segments stay and are tried again
                 log.exception("folding the inbox failed; trying again in %s s", FOLD_INTERVAL)
-                with self._lock:
-                    self._failing_since = self._failing_since or time.monotonic()
-                    self._failure = str(exc)
-            else:
-                with self._lock:
-                    self._failing_since = None
             self._after_folding(AFTER_FOLDING_INTERVAL)
             with self._lock:
                 if not self._pending and not self._rotated and not self._folded:
@@ -248,6 +242,16 @@ class Inbox:
             if since is None or time.monotonic() - since < FAILING_SECONDS:
                 return None
             return f"folding the inbox has failed for {time.monotonic() - since:.0f} s: {self._failure}"
+
+    def _note_fold(self, error: Exception | None) -> None:
+        """Keep whether the last fold failed (``error``), and since when folds fail in a row."""
+        with self._lock:
+            if error is None:
+                self._failing_since = None
+            else:
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+                self._failure = str(error)
 
     def _fold_own(self) -> None:
         """Fold what this process appended so far (its current segment is closed for appends)."""
@@ -325,8 +329,12 @@ class Inbox:
             progress = self._progress.setdefault(path.name, FoldProgress())
             try:
                 self.store_rows(rows, validated, progress)
+            except Exception as exc:
+                self._note_fold(exc)
+                raise
             finally:
                 self._folded = self._folded or bool(progress.stored)
+            self._note_fold(None)
             del self._progress[path.name]
             if progress.duplicates:
                 self.on_duplicates(progress.duplicates)

@@ -83,6 +83,12 @@ class ReportWriter:
         elif wait:
             self.store.erase_arrival_order()
 
+    def failing(self) -> str | None:
+        """What this process's folds of the inbox have said while failing for a while without a
+        success (the database cannot take what was acknowledged); None while they succeed, and
+        always where there is no inbox."""
+        return None if self._inbox is None else self._inbox.failing()
+
     def _store_new(self, tx: Tx, rows: Sequence[ReportRow], counted: Increments | None = None,
                    marks: dict[tuple[str, int], int] | None = None) -> tuple[list[ReportRow], Increments]:
         """In ``tx``: insert those of ``rows`` whose id is new and whose window is retained; the new

@@ -79,10 +79,11 @@ class Connections:
             self._local.conn = None
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the database's write lock from its first statement."""
+    def write(self, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement,
+        waiting for it up to ``timeout`` seconds (``busy_timeout`` if None)."""
         conn = self.conn
-        self._begin_immediate(conn)
+        self._begin_immediate(conn, self.busy_timeout if timeout is None else timeout)
         try:
             yield conn
             conn.execute("COMMIT")
@@ -93,14 +94,14 @@ class Connections:
                 conn.execute("ROLLBACK")
             raise
 
-    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
-        """Take the write lock, trying again every few milliseconds until ``busy_timeout``.
+    def _begin_immediate(self, conn: sqlite3.Connection, timeout: float) -> None:
+        """Take the write lock, trying again every few milliseconds for ``timeout`` seconds.
 
         Not SQLite's own busy handler: it sleeps ever longer (up to 100 ms a try), so a one-report
         ingest waiting beside a refresh, which takes the lock again every few milliseconds, would
         miss every gap and wait for the whole refresh.
         """
-        deadline = time.monotonic() + self.busy_timeout
+        deadline = time.monotonic() + timeout
         pause = _FIRST_PAUSE
         conn.execute("PRAGMA busy_timeout = 0")
         try:
