@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import subprocess
+import sys
+import time
 from typing import Iterator
 
 import pytest
-from conftest import ADMIN, APP_USAGE, expected_counters, publish, settle, sql, store_of, stored_counters
+import requests
+from conftest import ADMIN, APP_USAGE, LiveServer, expected_counters, publish, settle, sql, store_of, stored_counters
 
+from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.errors import error_response
 from ldp_telemetry.aggregator.http import ops
 from ldp_telemetry.aggregator.store import StoreError
@@ -108,6 +113,43 @@ def metric(client, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"{name} not exposed")
+
+
+@pytest.mark.sqlite_only
+def test_a_server_whose_file_another_process_locks_says_so_then_counts_every_acknowledged_report_once(tmp_path):
+    # Issue 27, finding 3, as it was found: `ldp-telemetry serve` (2 workers), and a plain sqlite3
+    # connection in another process holding BEGIN EXCLUSIVE while reports arrive.
+    server = LiveServer(tmp_path / "locked.db")
+    server.start()
+    reports = [randomize(APP_USAGE, {"dark_mode": i % 3 == 0, "os": "macos"}) for i in range(60)]
+    try:
+        assert requests.post(server.url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN, timeout=10).status_code == 201
+        holder = subprocess.Popen([sys.executable, "-c", (
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); sys.stdin.read()"), server.db],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline() == "locked\n"
+            for i in range(0, 60, 10):  # acknowledged into the inbox, counted once the lock goes
+                answer = requests.post(server.url + "/api/v1/reports", json={"reports": reports[i:i + 10]}, timeout=30)
+                assert (answer.status_code, answer.json()) == (202, {"accepted": 10, "duplicates": 0})
+            locked = requests.get(server.url + "/healthz", timeout=30)
+        finally:
+            holder.communicate("")  # the lock goes with the process
+        assert (locked.status_code, locked.json()["writes"]) == (503, "locked")
+        assert server.db not in locked.text
+        deadline = time.monotonic() + 30
+        while (healthy := requests.get(server.url + "/healthz", timeout=30)).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert healthy.json() == HEALTHY
+    finally:
+        server.stop()
+    assert sorted(i for (i,) in sql(server.db, "SELECT id FROM reports")) == sorted(r["id"] for r in reports)
+    database = open_database(server.db)
+    try:
+        assert stored_counters(database, APP_USAGE, [r["window"] for r in reports]) == expected_counters(APP_USAGE, reports)
+    finally:
+        database.store.close()
 
 
 def test_metrics_count_reports_batches_and_refreshes(client):
