@@ -21,6 +21,11 @@ from .errors import StoreBusy, StoreError, StoreUnavailable
 # Seconds a writer waits for another process's write lock before the store is busy.
 BUSY_TIMEOUT = 10.0
 CACHE_KIB = 64 * 1024  # page cache per connection
+# What SQLite may hold in all the connections of a process together: past it, a connection's cache
+# reuses its own pages instead of growing. Each thread that folds the inbox or settles (the folding
+# thread, each scheduler thread, a request's refresh) has a connection of its own, and each filled
+# its own CACHE_KIB as the database outgrew it; two caches' worth keeps the fold's whole.
+HEAP_LIMIT_KIB = 2 * CACHE_KIB
 WAL_CHECKPOINT_PAGES = 10_000
 # The WAL is cut back to this many bytes whenever it starts over after a complete checkpoint, so a
 # WAL that grew while a reader kept every checkpoint from completing does not stay that big, nor
@@ -65,6 +70,7 @@ class Connections:
             # a large page cache keeps the index in memory, and checkpointing every 10,000 pages
             # (~40 MiB of WAL) instead of 1,000 lets one checkpoint absorb many rewrites of a page.
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute(f"PRAGMA soft_heap_limit={HEAP_LIMIT_KIB * 1024}")  # the process's, not the connection's
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             # Retention must erase: deleted reports are overwritten, not left in free pages.
