@@ -19,6 +19,7 @@ import requests
 from conftest import ADMIN, APP_USAGE, LiveServer, sql
 
 from ldp_telemetry.aggregator.http.rsgi import BODY_SECONDS
+from ldp_telemetry.aggregator.http.server import RESPAWN_FIRST_SECONDS, RESPAWN_MAX_SECONDS, respawn_pause
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.windows import ROLLUP
 
@@ -181,3 +182,8 @@ def test_the_server_outlives_its_workers(tmp_path):
     assert acknowledged <= stored
     counted = sql(str(server.db_path), f"SELECT n FROM totals WHERE attribute = 'dark_mode' AND \"window\" = '{ROLLUP}'")
     assert counted == [(len(stored),)]  # each stored report counted once
+
+
+def test_the_pause_before_a_dead_worker_is_replaced_doubles_up_to_its_cap():
+    pauses = [respawn_pause(deaths) for deaths in (1, 2, 3, 10**6)]  # a worker that can never start: for ever
+    assert pauses == [RESPAWN_FIRST_SECONDS, 2 * RESPAWN_FIRST_SECONDS, 4 * RESPAWN_FIRST_SECONDS, RESPAWN_MAX_SECONDS]
