@@ -15,7 +15,8 @@ and counted only then, in the same transaction. Folding is idempotent, so a segm
 (a crash between the commit and the unlink) counts nothing twice; the reports found already
 stored are passed to ``on_duplicates`` (``/metrics``), since the answer could not know them. A fold
 that fails part-way (a later chunk's transaction) keeps what its committed chunks stored and found
-(:class:`FoldProgress`), so the retry neither folds them again nor reports them as found stored.
+(:class:`FoldProgress`), so the retry neither folds them again nor reports them as found stored;
+a dead process's segment folded part-way stays locked by the process that began it, which retries it.
 Whether folds keep failing is kept too (:meth:`Inbox.failing`), for the health check.
 
 Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fields of
@@ -129,6 +130,8 @@ class Inbox:
     _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
     _unreadable: set[str] = field(default_factory=set)  # segments this process could not open (warned)
     _progress: dict[str, FoldProgress] = field(default_factory=dict)  # segment name -> a fold that failed part-way
+    # Dead processes' segments folded here part-way: name -> the descriptor whose lock we keep.
+    _held: dict[str, int] = field(default_factory=dict)
     _failing_since: float | None = None  # monotonic seconds of the first failed fold since the last success
     _failure: str = ""  # what the last failed fold said
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
@@ -230,7 +233,7 @@ class Inbox:
                 log.exception("folding the inbox failed; trying again in %s s", FOLD_INTERVAL)
             self._after_folding(AFTER_FOLDING_INTERVAL)
             with self._lock:
-                if not self._pending and not self._rotated and not self._folded:
+                if not self._pending and not self._rotated and not self._folded and not self._held:
                     self._thread = None
                     return
 
@@ -270,7 +273,12 @@ class Inbox:
                     self._pending.difference_update(r.id for r in segment.rows)
 
     def _fold_orphans(self) -> list[Path]:
-        """Fold the segments of processes that died; the others' segments, still locked."""
+        """Fold the segments of processes that died (first those this process folded part-way);
+        the others' segments, still locked."""
+        for name in list(self._held):
+            fd = self._held.pop(name, None)
+            if fd is not None:  # not taken meanwhile by another thread folding orphans
+                self._fold_orphan(self.folder / name, fd)
         live = []
         for path in self._segments():
             try:
@@ -301,20 +309,35 @@ class Inbox:
                     self._undeletable.pop(path.name)
                 os.close(fd)
                 continue
-            try:
-                with self._fold_lock:
-                    self._fold_file(path, fd)
-            except StoreError:
-                os.close(fd)  # lets go of the lock: the segment is tried again later
-                raise
-            except Exception:
-                # Not the database: the segment itself (damage no line check caught). Set aside
-                # for the operator, so that it stops no start, no refresh and no other segment.
-                log.exception("cannot fold the inbox segment %s; renamed to %s.bad", path, path.name)
-                with contextlib.suppress(OSError):
-                    os.rename(path, path.with_name(path.name + ".bad"))
-                os.close(fd)
+            self._fold_orphan(path, fd)
         return live
+
+    def _fold_orphan(self, path: Path, fd: int) -> None:
+        """Fold a dead process's segment, locked by us through ``fd``. If the database fails the
+        fold, the lock is let go (the segment is tried again later, by anyone), unless some of its
+        chunks were committed: then this process keeps the lock and tries it again first, since
+        another process, not knowing them, would count their reports as found stored."""
+        try:
+            with self._fold_lock:
+                self._fold_file(path, fd)
+        except StoreError:
+            progress = self._progress.get(path.name)
+            if progress is not None and progress.stored:
+                with self._lock:
+                    self._held[path.name] = fd
+                    self._start_folding()  # which tries it again until it is folded
+            else:
+                self._progress.pop(path.name, None)
+                os.close(fd)
+            raise
+        except Exception:
+            # Not the database: the segment itself (damage no line check caught). Set aside
+            # for the operator, so that it stops no start, no refresh and no other segment.
+            log.exception("cannot fold the inbox segment %s; renamed to %s.bad", path, path.name)
+            with contextlib.suppress(OSError):
+                os.rename(path, path.with_name(path.name + ".bad"))
+            self._progress.pop(path.name, None)
+            os.close(fd)
 
     def _fold_file(self, path: Path, fd: int, rows: list[ReportRow] | None = None) -> None:
         """Fold the whole segment at ``path`` (locked by us through ``fd``; its ``rows`` when we
@@ -344,9 +367,10 @@ class Inbox:
             self._undeletable[path.name] = (stat.st_dev, stat.st_ino)
 
     def _segments(self) -> list[Path]:
-        """Every segment in the folder but this process's own."""
+        """Every segment in the folder but this process's own and those it holds."""
         with self._lock:
             own = {s.path for s in self._rotated} | ({self._current.path} if self._current else set())
+        own |= {self.folder / name for name in list(self._held)}
         try:
             return [p for p in self.folder.glob(f"*{SUFFIX}") if p not in own]
         except OSError:
