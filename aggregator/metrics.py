@@ -27,7 +27,8 @@ class Metrics:
                                   registry=self.registry)
         self.late_duplicates = Counter(
             "ldp_reports_duplicate_late", "Reports answered as new and found already stored when counted (SQLite: "
-            "a retry of a report counted before, or one sent to two workers at once): stored = accepted - these.",
+            "a retry of a report counted before, or one sent to two workers at once): stored = accepted - these, "
+            "unless a worker was killed between folding a segment in and deleting it (they are found here again).",
             registry=self.registry)
         self.rejected = Counter("ldp_reports_rejected", "Invalid reports (each rejects its whole batch).",
                                 registry=self.registry)

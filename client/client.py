@@ -23,7 +23,7 @@ from . import ledger as ledger_module
 from . import options as options_module
 from .datadir import default_data_dir, device_secret, outbox_path
 from .ledger import Ledger
-from .outbox import Outbox, OutboxError
+from .outbox import MEMORY, Outbox, OutboxError
 from .recorder import Recorder, RecordResult
 from .schemas import SchemaSource
 from .sender import MAX_WAIT, Sender
@@ -208,7 +208,7 @@ class TelemetryClient:
                     pass  # the folder is unusable anyway; nothing was written
             self._no_disk = f"the data folder {folder} cannot be used ({exc}), so no ledger can be kept: nothing is recorded"
             LOG.error("%s", self._no_disk)
-            return Outbox(Path(":memory:"), self.endpoint, **limits), None, []
+            return Outbox(MEMORY, self.endpoint, **limits), None, []
 
 
 def _utc_now() -> datetime:

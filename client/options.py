@@ -19,6 +19,9 @@ from ldp_telemetry.shared import Schema
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
 MAX_COUNT = 2**31 - 1  # SQLite's LIMIT and queue sizes take no more
+# The longest of the long timings (a pending record's wait, a retry's wait, a schema's age): a day.
+# Past it a device would as good as stop, and a huge number overflows the arithmetic of deadlines.
+A_DAY = 86_400.0
 MAX_BYTES = 2**40
 REQUIRED = object()  # the default of a setting the app must give
 _DEFAULT_SERVER_BODY = 1 << 20  # the aggregator's LDP_MAX_BODY default
@@ -151,7 +154,7 @@ OPTIONS: tuple[Option, ...] = (
            "`%LOCALAPPDATA%`; plus `ldp-telemetry/`"),
     Option("max_pending", 100, count(0, 100_000),
            "true records held in memory (never on disk) while the schema is not known yet"),
-    Option("pending_timeout", 600.0, seconds(most=86_400.0),
+    Option("pending_timeout", 600.0, seconds(most=A_DAY),
            "how long a pending record waits for its schema before it is dropped"),
     Option("max_outbox", 10_000, count(), "reports kept waiting at most (the oldest dropped first, with a warning)"),
     Option("max_outbox_bytes", 16 << 20, BYTES, "bytes of reports kept waiting at most (the oldest dropped first)",
@@ -163,12 +166,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_report_bytes", 32 << 10, BYTES,
            "a schema whose report could be bigger is refused, as a greedy one is (at most `max_batch_bytes`)",
            "32 KiB"),
-    Option("backoff_base", 1.0, seconds(positive=True), "retries wait `uniform(0, min(backoff_cap, "
+    Option("backoff_base", 1.0, seconds(positive=True, most=A_DAY), "retries wait `uniform(0, min(backoff_cap, "
            "backoff_base·2^attempt))` seconds, never less than the server's `Retry-After`"),
-    Option("backoff_cap", 300.0, seconds(positive=True), "the longest retry wait"),
+    Option("backoff_cap", 300.0, seconds(positive=True, most=A_DAY), "the longest retry wait"),
     Option("request_timeout", 10.0, seconds(positive=True, most=3600.0),
            "the overall deadline of one HTTP request (connecting, sending, redirects and reading the answer)"),
-    Option("schema_refresh", 3600.0, seconds(positive=True), "how often a named schema is fetched again"),
+    Option("schema_refresh", 3600.0, seconds(positive=True, most=A_DAY), "how often a named schema is fetched again"),
     Option("close_timeout", 5.0, seconds(most=3600.0),
            "how long `close()` (and interpreter exit) may spend waiting for the schema and delivering"),
     Option("linger", 0.05, seconds(most=60.0),

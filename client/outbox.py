@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from . import ledger
 
 LOG = logging.getLogger("ldp_telemetry.client")
 _CHUNK = 500  # SQL variables per statement: old SQLite builds allow 999
+MEMORY = Path(":memory:")  # an outbox in memory (SQLite's name for it): no file, gone with the process
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoint TEXT NOT NULL,
@@ -44,11 +46,21 @@ class OutboxError(Exception):
 
 @contextmanager
 def _failing_as(what: str) -> Iterator[None]:
-    """Turn a database error inside the block into :class:`OutboxError` saying ``what`` failed."""
+    """Turn a database (or file) error inside the block into :class:`OutboxError` saying ``what`` failed."""
     try:
         yield
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise OutboxError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create the outbox file, if missing, readable and writable by its owner alone (0600), before
+    SQLite opens it: SQLite would create it as the umask allows (0644: anyone on the machine could
+    read the reports), and gives its ``-wal`` and ``-shm`` files the database file's mode."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         with _failing_as(f"could not open the outbox {path}"):
+            if path != MEMORY:
+                _create_owner_only(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
             try:
                 self._db.execute("PRAGMA journal_mode=WAL")

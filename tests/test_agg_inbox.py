@@ -211,6 +211,65 @@ def test_a_dead_process_segment_that_meets_a_busy_database_waits_and_is_counted_
     assert segments(db) == []
 
 
+def test_a_fold_that_fails_part_way_counts_no_late_duplicate_when_tried_again(db, slow_fold, monkeypatch):
+    # Issue 27, finding 5: the retry folded the committed first chunk again and counted its reports
+    # as found stored (late duplicates), though each was sent once.
+    import sqlite3
+
+    from ldp_telemetry.aggregator.ingest import writer
+    from ldp_telemetry.aggregator.store import StoreError
+
+    monkeypatch.setattr(writer, "FOLD_CHUNK", 10)
+    app = sqlite_app(db)
+    client = app.test_client()
+    publish(client)
+    reports = make_reports(30)
+    refused = sorted(r["id"] for r in reports)[15]  # in the second chunk of ten, in id order
+    with sqlite3.connect(db) as conn:  # a fault the database raises: a chunk's transaction fails
+        conn.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON reports WHEN NEW.id = '{refused}' "
+                     "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    assert client.post("/api/v1/reports", json={"reports": reports}).json == {"accepted": 30, "duplicates": 0}
+    with pytest.raises(StoreError):
+        settle(app)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM reports").fetchone() == (10,)  # the first chunk is in
+        conn.execute("DROP TRIGGER refuse")
+    settle(app)
+    assert counters(app, reports) == expected_counters(APP_USAGE, reports)
+    assert "ldp_reports_duplicate_late_total 0.0" in client.get("/metrics").get_data(as_text=True)
+
+
+def test_a_dead_process_segment_folded_part_way_is_finished_by_the_same_process_and_counted_once(db, slow_fold,
+                                                                                                   monkeypatch):
+    # Issue 27, finding 5: the process whose fold of a dead process's segment failed part-way let go
+    # of it, and another process folded it, counting the committed chunk's reports as late duplicates.
+    import sqlite3
+
+    from ldp_telemetry.aggregator.ingest import writer
+    from ldp_telemetry.aggregator.store import StoreError
+
+    monkeypatch.setattr(writer, "FOLD_CHUNK", 10)
+    first = sqlite_app(db)
+    publish(first.test_client())
+    reports = make_reports(30)
+    refused = sorted(r["id"] for r in reports)[15]
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON reports WHEN NEW.id = '{refused}' "
+                     "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    write_segment(db, "left-by-a-killed-worker", reports)
+    with pytest.raises(StoreError):
+        first.extensions["ldp"]["writer"].settle(wait=False)  # the first chunk committed, the second refused
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TRIGGER refuse")
+    second = sqlite_app(db)  # another process starting: it folds what dead processes left
+    second.extensions["ldp"]["writer"].settle(wait=False)
+    settle(first)
+    assert counters(first, reports) == expected_counters(APP_USAGE, reports)
+    assert segments(db) == []
+    for app in (first, second):
+        assert "ldp_reports_duplicate_late_total 0.0" in app.test_client().get("/metrics").get_data(as_text=True)
+
+
 def _post_with_a_full_disk(db: str, big: list[dict], small: list[dict], answers) -> None:
     import resource
 

@@ -1,21 +1,27 @@
 """``ldp-telemetry serve`` as deployed: slow clients stop nobody, and its log names no client.
 
-A real server (granian, 2 workers) on 127.0.0.1, raw sockets for the slow and malformed clients.
+A real server (granian, 2 workers) on 127.0.0.1, raw sockets for the slow and malformed clients,
+and workers killed as the OOM killer would.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer
+from conftest import ADMIN, APP_USAGE, LiveServer, sql
 
 from ldp_telemetry.aggregator.http.rsgi import BODY_SECONDS
+from ldp_telemetry.aggregator.http.server import RESPAWN_FIRST_SECONDS, RESPAWN_MAX_SECONDS, respawn_pause
 from ldp_telemetry.shared import parse_schema, randomize
+from ldp_telemetry.shared.windows import ROLLUP
 
 # What a client would give away: its address, and headers a proxy might add or pass on.
 FORWARDED = "203.0.113.77"
@@ -124,3 +130,60 @@ def test_no_log_line_names_a_client_or_a_token(tmp_path):
     assert requests_lines
     for line in requests_lines:
         assert re.fullmatch(r'"[A-Z]+ /\S* HTTP/1\.1" \d{3} \d+\.\dms', line), line
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (granian forks its workers from the master)."""
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
+def test_the_server_outlives_its_workers(tmp_path):
+    # granian's own guard ended the whole server when a respawned worker died within 5.5 s.
+    server = LiveServer(tmp_path / "crash.db")
+    server.start()
+    schema = parse_schema(APP_USAGE)
+    acknowledged: set[str] = set()
+
+    def post_for(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            reports = [randomize(schema, {"dark_mode": True, "os": "linux"}) for _ in range(5)]
+            try:
+                response = requests.post(server.url + "/api/v1/reports", json={"reports": reports}, timeout=5)
+            except requests.RequestException:
+                continue  # its worker was killed: not acknowledged, the client would send it again
+            if response.status_code == 202:
+                acknowledged.update(r["id"] for r in reports)
+            time.sleep(0.05)
+
+    try:
+        assert requests.post(server.url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN, timeout=10).status_code == 201
+        for _ in range(4):  # every worker, then each replacement, 1.5 s apart
+            workers = _children(server.process.pid)
+            assert workers
+            for pid in workers:
+                os.kill(pid, signal.SIGKILL)
+            post_for(1.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and server.process.poll() is None:
+            try:
+                if requests.get(server.url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        assert server.process.poll() is None, server.log_path.read_text()[-2000:]
+        assert requests.get(server.url + "/healthz", timeout=5).json()["status"] == "ok"
+        post_for(0.5)
+        assert acknowledged
+    finally:
+        server.stop()
+    stored = {i for (i,) in sql(str(server.db_path), "SELECT id FROM reports")}
+    assert acknowledged <= stored
+    counted = sql(str(server.db_path), f"SELECT n FROM totals WHERE attribute = 'dark_mode' AND \"window\" = '{ROLLUP}'")
+    assert counted == [(len(stored),)]  # each stored report counted once
+
+
+def test_the_pause_before_a_dead_worker_is_replaced_doubles_up_to_its_cap():
+    pauses = [respawn_pause(deaths) for deaths in (1, 2, 3, 10**6)]  # a worker that can never start: for ever
+    assert pauses == [RESPAWN_FIRST_SECONDS, 2 * RESPAWN_FIRST_SECONDS, 4 * RESPAWN_FIRST_SECONDS, RESPAWN_MAX_SECONDS]

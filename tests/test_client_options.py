@@ -54,6 +54,15 @@ def test_a_bad_value_is_a_value_error_naming_the_setting(tmp_path, name, value):
                         **{"transport": ScriptedTransport(), name: value})
 
 
+@pytest.mark.parametrize("name", [o.name for o in OPTIONS if o.check.what.startswith("a number of seconds")])
+def test_every_timing_setting_has_an_upper_bound_that_its_error_names(tmp_path, name):
+    # Issue 27: backoff_base, backoff_cap and schema_refresh took any number (1e30 s: a device that
+    # as good as never retries, and deadlines whose arithmetic overflows).
+    with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds .* at most \d+, got 1e\+30$"):
+        TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,
+                        **{"transport": ScriptedTransport(), name: 1e30})
+
+
 def test_a_report_must_fit_a_batch(tmp_path):
     with pytest.raises(ValueError, match="max_report_bytes"):
         TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=tmp_path,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
+import stat
 import sys
 from pathlib import Path
 
@@ -61,6 +63,23 @@ def test_the_outbox_is_bounded_dropping_the_oldest_with_a_warning(tmp_path, capl
     second.close(timeout=0)
     assert [r["window"] for r in outbox_rows(second.outbox_path)] == windows[-3:]
     assert any("outbox is full" in r.getMessage() for r in caplog.records)
+
+
+def test_the_data_folder_and_the_outbox_files_are_made_owner_only(tmp_path):
+    # Issue 27: the outbox was created 0644, readable by anyone on the machine.
+    folder = tmp_path / "fresh" / "ldp-telemetry"
+    umask = os.umask(0o022)  # the usual umask, which let SQLite make the file 0644
+    try:
+        client = TelemetryClient(closed_endpoint(), BOOL_AND_OS, max_epsilon=4, data_dir=folder)
+        client.record(RECORD)
+        files = sorted(folder.iterdir())
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}  # -wal and -shm while it is open
+        client.close(timeout=0)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert client.outbox_path.name in modes and "device-secret" in modes
+    assert modes == {name: 0o600 for name in modes}
 
 
 def test_an_outbox_is_per_endpoint_but_the_ledger_is_per_device(tmp_path):

@@ -240,8 +240,9 @@ def _paths() -> dict[str, Any]:
                 **_errors(401, 403)}}},
         "/api/v1/openapi.json": {"get": {"summary": "This document",
                                           "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
-        "/healthz": {"get": {"summary": "Liveness and database check", "responses": {
-            "200": _json({"type": "object"}, "healthy"), "503": _json({"type": "object"}, "database unavailable")}}},
+        "/healthz": {"get": {"summary": "Liveness, and whether the database can be read and written", "responses": {
+            "200": _json({"type": "object"}, "healthy"),
+            "503": _json({"type": "object"}, "the database cannot be read, or cannot be written")}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
             "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     }

@@ -18,7 +18,14 @@ time; more wait in the listen queue until one closes. So a stranger holding conn
 without a word has each closed within :data:`HEADER_READ_MS`, and must open more than
 :data:`CONNECTIONS` per worker within that time to make others wait at all. What a worker holds for clients that do not read their answers is
 bounded per connection (:mod:`.rsgi`); ``LDP_WORKER_MAX_RSS`` replaces a worker that grows past it
-anyway, gracefully (granian's resource monitor, apart from its crash-loop guard).
+anyway, gracefully (granian's resource monitor).
+
+A worker that dies (the OOM killer, a native crash, ``kill -9``) is replaced, however often that
+happens: granian's own guard ended the whole server when a worker it had respawned less than 5.5 s
+before died again (granian 2.8 has no setting for it), and a server run bare then stayed down.
+:class:`Supervisor` waits a backoff before each replacement instead (:func:`respawn_pause`), so a
+worker that can never start costs a start every :data:`RESPAWN_MAX_SECONDS`, not a busy loop; the
+other workers answer meanwhile, and what a dead worker acknowledged is counted by the others.
 
 No access log unless asked for, and then one that cannot name a client: granian's format
 without its address atom and without the query string (it may carry a read token). A malformed
@@ -28,10 +35,13 @@ request gets a 400 from granian and no log line at all. Every log line goes thro
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import shutil
 import tempfile
+import threading
+import time
 from typing import Any
 
 from ..settings import load
@@ -57,6 +67,19 @@ RSS_SAMPLES = 2
 # Seconds a worker gets to finish its requests on stop before it is killed.
 STOP_SECONDS = 20
 TARGET = "ldp_telemetry.aggregator.http.rsgi:create_rsgi_app"
+# A dead worker is replaced after RESPAWN_FIRST_SECONDS, doubling with each death in a row of the
+# same worker up to RESPAWN_MAX_SECONDS; one that lived RESPAWN_STABLE_SECONDS starts the row over.
+RESPAWN_FIRST_SECONDS = 0.25
+RESPAWN_MAX_SECONDS = 30.0
+RESPAWN_STABLE_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
+
+
+def respawn_pause(deaths: int) -> float:
+    """Seconds to wait before replacing a worker that died ``deaths`` times in a row (from 1)."""
+    doublings = min(deaths - 1, 32)  # past the cap long before; a bound keeps the float finite
+    return min(RESPAWN_FIRST_SECONDS * 2.0 ** doublings, RESPAWN_MAX_SECONDS)
 
 
 def open_files_for(workers: int) -> int:
@@ -72,11 +95,50 @@ def open_files_for(workers: int) -> int:
     return max(64, min(CONNECTIONS, (soft - SPARE_FILES) // workers - SPARE_FILES))
 
 
+def _supervisor_class() -> type:
+    """granian's server (imported here: only ``serve`` needs granian) with dead workers replaced
+    after a backoff, never the whole server ended for them."""
+    from granian.server import Server
+
+    class Supervisor(Server):  # type: ignore[misc, valid-type]  # granian picks Server at import (MPServer or MTServer): a variable mypy cannot subclass
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._deaths: dict[int, int] = {}  # worker index -> deaths in a row
+            self._stopping = threading.Event()
+
+        def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
+            self._stopping.set()  # ends a backoff at once: a stop never waits for one
+            super().signal_handler_interrupt(*args, **kwargs)
+
+        def _respawn_workers(self, workers: list[int], spawn_target: Any, target_loader: Any,
+                             delay: float = 0) -> None:
+            # granian calls this for dead workers and for live ones it replaces on purpose (its
+            # memory limit, a reload): only the dead wait a backoff.
+            dead = [idx for idx in workers if not self.wrks[idx].is_alive()]
+            if dead:
+                pause = max(self._count_death(idx) for idx in dead)
+                log.warning("replacing dead worker(s) %s in %.2f s", ", ".join(str(i + 1) for i in dead), pause)
+                if self._stopping.wait(pause):
+                    return
+            super()._respawn_workers(workers, spawn_target, target_loader, delay)
+            # What granian's crash-loop guard reads ("respawned less than 5.5 s ago": exit):
+            # forgotten, since the backoff above replaces the guard.
+            self.respawned_wrks.clear()
+
+        def _count_death(self, idx: int) -> float:
+            """Count a death of worker ``idx``; the pause before it is replaced."""
+            lived = time.monotonic() - self.wrks[idx].birth
+            deaths = 1 if lived >= RESPAWN_STABLE_SECONDS else self._deaths.get(idx, 0) + 1
+            self._deaths[idx] = deaths
+            return respawn_pause(deaths)
+
+    return Supervisor
+
+
 def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
     """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
     from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
-    from granian.server import Server
 
     for name, value in config.items():
         os.environ[name] = str(value)  # the workers build their app from the environment
@@ -89,12 +151,13 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
     connections = open_files_for(workers)
     max_rss = load(config)["LDP_WORKER_MAX_RSS"] or None
     try:
-        Server(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
-               http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG, backpressure=connections,
-               http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
-               log_dictconfig=LOGGING, log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
-               respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS, workers_max_rss=max_rss,
-               rss_sample_interval=RSS_SAMPLE_SECONDS, rss_samples=RSS_SAMPLES).serve()
+        supervisor = _supervisor_class()
+        supervisor(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
+                   http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG, backpressure=connections,
+                   http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
+                   log_dictconfig=LOGGING, log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
+                   respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS, workers_max_rss=max_rss,
+                   rss_sample_interval=RSS_SAMPLE_SECONDS, rss_samples=RSS_SAMPLES).serve()
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)

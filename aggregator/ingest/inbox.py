@@ -13,7 +13,11 @@ side) and answers. A thread of the process then folds the segment into the datab
 reports per transaction, in id order, each stored only if its id is not (``INSERT OR IGNORE``)
 and counted only then, in the same transaction. Folding is idempotent, so a segment folded twice
 (a crash between the commit and the unlink) counts nothing twice; the reports found already
-stored are passed to ``on_duplicates`` (``/metrics``), since the answer could not know them.
+stored are passed to ``on_duplicates`` (``/metrics``), since the answer could not know them. A fold
+that fails part-way (a later chunk's transaction) keeps what its committed chunks stored and found
+(:class:`FoldProgress`), so the retry neither folds them again nor reports them as found stored;
+a dead process's segment folded part-way stays locked by the process that began it, which retries it.
+Whether folds keep failing is kept too (:meth:`Inbox.failing`), for the health check.
 
 Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fields of
 :class:`..store.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
@@ -57,6 +61,10 @@ FOLD_SOONER = 20_000  # reports in a segment that wake the folding thread before
 MAX_UNFOLDED = 50_000
 MAX_UNFOLDED_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 10.0  # how long settle() waits for other live processes to fold their segments
+# Folds that failed without a success in between for this long mean the database cannot take what
+# was acknowledged (locked, full, read-only): the health check says so. One failed try (a moment
+# of contention) is not enough.
+FAILING_SECONDS = 5.0
 # The folding thread calls after_folding() (the SQLite store: truncate the WAL) at most this often,
 # so that under load one call serves many folds; settle() calls it at once.
 AFTER_FOLDING_INTERVAL = 1.0
@@ -67,6 +75,15 @@ DRAFT_SUFFIX = ".draft"
 DRAFT_SECONDS = 60.0
 # Data only, not the file's times (macOS has no fdatasync: fsync there).
 _sync_data = getattr(os, "fdatasync", os.fsync)
+
+
+@dataclass
+class FoldProgress:
+    """What the folds of one segment committed so far, chunk by chunk: the ids whose chunk was
+    committed, and how many of them were found stored already (reported once the fold is done)."""
+
+    stored: set[str] = field(default_factory=set)
+    duplicates: int = 0
 
 
 @dataclass
@@ -81,8 +98,9 @@ class _Segment:
 class Inbox:
     """Segments of acknowledged reports beside the database, and their folding.
 
-    ``store_rows(rows, validated)`` stores and counts the new ones of ``rows`` in the database
-    (exactly once, however often it sees a row) and returns how many were already stored;
+    ``store_rows(rows, validated, progress)`` stores and counts the new ones of ``rows`` in the
+    database (exactly once, however often it sees a row), skipping the ids in ``progress.stored``
+    and adding to ``progress`` what each transaction it commits stored and found stored already;
     ``validated`` says the rows are this process's own appends (checked at ingest), not lines read
     back from a file. ``durable``: sync each
     append to the disk (``full``), not only to the operating system (``normal``: survives a
@@ -93,7 +111,7 @@ class Inbox:
     """
 
     folder: Path
-    store_rows: Callable[[list[ReportRow], bool], int]
+    store_rows: Callable[[list[ReportRow], bool, FoldProgress], None]
     durable: bool
     on_duplicates: Callable[[int], None] = lambda n: None
     after_folding: Callable[[], bool] = lambda: True
@@ -111,6 +129,11 @@ class Inbox:
     _undeletable: dict[str, tuple[int, int]] = field(default_factory=dict)
     _after_at: float = 0.0  # when after_folding() last ran (monotonic seconds)
     _unreadable: set[str] = field(default_factory=set)  # segments this process could not open (warned)
+    _progress: dict[str, FoldProgress] = field(default_factory=dict)  # segment name -> a fold that failed part-way
+    # Dead processes' segments folded here part-way: name -> the descriptor whose lock we keep.
+    _held: dict[str, int] = field(default_factory=dict)
+    _failing_since: float | None = None  # monotonic seconds of the first failed fold since the last success
+    _failure: str = ""  # what the last failed fold said
     _group: GroupCommit[Sequence[ReportRow]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -210,9 +233,28 @@ class Inbox:
                 log.exception("folding the inbox failed; trying again in %s s", FOLD_INTERVAL)
             self._after_folding(AFTER_FOLDING_INTERVAL)
             with self._lock:
-                if not self._pending and not self._rotated and not self._folded:
+                if not self._pending and not self._rotated and not self._folded and not self._held:
                     self._thread = None
                     return
+
+    def failing(self) -> str | None:
+        """What the folds of this process have said while failing for :data:`FAILING_SECONDS` or
+        more without a success; None while they succeed (or failed only for a moment)."""
+        with self._lock:
+            since = self._failing_since
+            if since is None or time.monotonic() - since < FAILING_SECONDS:
+                return None
+            return f"folding the inbox has failed for {time.monotonic() - since:.0f} s: {self._failure}"
+
+    def _note_fold(self, error: Exception | None) -> None:
+        """Keep whether the last fold failed (``error``), and since when folds fail in a row."""
+        with self._lock:
+            if error is None:
+                self._failing_since = None
+            else:
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+                self._failure = str(error)
 
     def _fold_own(self) -> None:
         """Fold what this process appended so far (its current segment is closed for appends)."""
@@ -231,7 +273,12 @@ class Inbox:
                     self._pending.difference_update(r.id for r in segment.rows)
 
     def _fold_orphans(self) -> list[Path]:
-        """Fold the segments of processes that died; the others' segments, still locked."""
+        """Fold the segments of processes that died (first those this process folded part-way);
+        the others' segments, still locked."""
+        for name in list(self._held):
+            fd = self._held.pop(name, None)
+            if fd is not None:  # not taken meanwhile by another thread folding orphans
+                self._fold_orphan(self.folder / name, fd)
         live = []
         for path in self._segments():
             try:
@@ -262,20 +309,35 @@ class Inbox:
                     self._undeletable.pop(path.name)
                 os.close(fd)
                 continue
-            try:
-                with self._fold_lock:
-                    self._fold_file(path, fd)
-            except StoreError:
-                os.close(fd)  # lets go of the lock: the segment is tried again later
-                raise
-            except Exception:
-                # Not the database: the segment itself (damage no line check caught). Set aside
-                # for the operator, so that it stops no start, no refresh and no other segment.
-                log.exception("cannot fold the inbox segment %s; renamed to %s.bad", path, path.name)
-                with contextlib.suppress(OSError):
-                    os.rename(path, path.with_name(path.name + ".bad"))
-                os.close(fd)
+            self._fold_orphan(path, fd)
         return live
+
+    def _fold_orphan(self, path: Path, fd: int) -> None:
+        """Fold a dead process's segment, locked by us through ``fd``. If the database fails the
+        fold, the lock is let go (the segment is tried again later, by anyone), unless some of its
+        chunks were committed: then this process keeps the lock and tries it again first, since
+        another process, not knowing them, would count their reports as found stored."""
+        try:
+            with self._fold_lock:
+                self._fold_file(path, fd)
+        except StoreError:
+            progress = self._progress.get(path.name)
+            if progress is not None and progress.stored:
+                with self._lock:
+                    self._held[path.name] = fd
+                    self._start_folding()  # which tries it again until it is folded
+            else:
+                self._progress.pop(path.name, None)
+                os.close(fd)
+            raise
+        except Exception:
+            # Not the database: the segment itself (damage no line check caught). Set aside
+            # for the operator, so that it stops no start, no refresh and no other segment.
+            log.exception("cannot fold the inbox segment %s; renamed to %s.bad", path, path.name)
+            with contextlib.suppress(OSError):
+                os.rename(path, path.with_name(path.name + ".bad"))
+            self._progress.pop(path.name, None)
+            os.close(fd)
 
     def _fold_file(self, path: Path, fd: int, rows: list[ReportRow] | None = None) -> None:
         """Fold the whole segment at ``path`` (locked by us through ``fd``; its ``rows`` when we
@@ -286,19 +348,29 @@ class Inbox:
             with open(path, "rb") as f:
                 rows = _parse(f.read(), path)
         if rows:
-            duplicates = self.store_rows(rows, validated)
-            self._folded = True
-            if duplicates:
-                self.on_duplicates(duplicates)
+            # A fold of it that failed part-way left its committed chunks here: not folded again.
+            progress = self._progress.setdefault(path.name, FoldProgress())
+            try:
+                self.store_rows(rows, validated, progress)
+            except Exception as exc:
+                self._note_fold(exc)
+                raise
+            finally:
+                self._folded = self._folded or bool(progress.stored)
+            self._note_fold(None)
+            del self._progress[path.name]
+            if progress.duplicates:
+                self.on_duplicates(progress.duplicates)
         # Counted: from here nothing may fail the fold (a retry would count nothing, but find no file).
         stat = os.fstat(fd)
         if not _discard(path, fd, sync=self.durable):
             self._undeletable[path.name] = (stat.st_dev, stat.st_ino)
 
     def _segments(self) -> list[Path]:
-        """Every segment in the folder but this process's own."""
+        """Every segment in the folder but this process's own and those it holds."""
         with self._lock:
             own = {s.path for s in self._rotated} | ({self._current.path} if self._current else set())
+        own |= {self.folder / name for name in list(self._held)}
         try:
             return [p for p in self.folder.glob(f"*{SUFFIX}") if p not in own]
         except OSError:

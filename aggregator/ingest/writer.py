@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Sequence
 from ..store import Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
 from .counting import Counting
 from .groupcommit import GroupCommit
-from .inbox import SETTLE_SECONDS, Inbox
+from .inbox import SETTLE_SECONDS, FoldProgress, Inbox
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,12 @@ class ReportWriter:
             except StoreBusy as exc:
                 log.warning("could not rewrite the reports stored since the last settle: %s", exc)
 
+    def failing(self) -> str | None:
+        """What this process's folds of the inbox have said while failing for a while without a
+        success (the database cannot take what was acknowledged); None while they succeed, and
+        always where there is no inbox."""
+        return None if self._inbox is None else self._inbox.failing()
+
     def _look_up_schemas(self, rows: Sequence[ReportRow]) -> None:
         """Look up the schemas of ``rows`` before a transaction counts them (a lookup may open a
         transaction of its own)."""
@@ -122,16 +128,17 @@ class ReportWriter:
         """Store a group of batches in one transaction: how many reports of each were new."""
         return self.store.run_tx("ingest", lambda tx: self._store_new(tx, batches))
 
-    def _store_folded(self, rows: list[ReportRow], validated: bool) -> int:
-        """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order: how many were stored
-        already. A row that cannot be counted (a damaged line of a dead process's segment: only
-        rows not ``validated`` by this process's ingest are checked) is left out."""
-        unique = first_of_each_id(rows)
+    def _store_folded(self, rows: list[ReportRow], validated: bool, progress: FoldProgress) -> None:
+        """Fold inbox rows in, :data:`FOLD_CHUNK` at a time in id order, noting in ``progress`` each
+        committed chunk's ids and how many of them were stored already (rows it holds already are
+        skipped: their chunk was committed by an earlier fold that failed later). A row that cannot
+        be counted (a damaged line of a dead process's segment: only rows not ``validated`` by this
+        process's ingest are checked) is left out."""
+        unique = [r for r in first_of_each_id(rows) if r.id not in progress.stored]
         countable = sorted(unique if validated else self.counting.countable(unique))
         self._look_up_schemas(countable)
-        new_count = 0
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
-
-            new_count += self.store.run_tx("fold", lambda tx: self._store_new(tx, [_Batch(chunk, None, {})])[0])
-        return len(countable) - new_count
+            new = self.store.run_tx("fold", lambda tx: self._store_new(tx, [_Batch(chunk, None, {})])[0])
+            progress.stored.update(r.id for r in chunk)
+            progress.duplicates += len(chunk) - new

@@ -284,6 +284,17 @@ class PostgresBackend:
             applied = {name for (name,) in conn.execute("SELECT name FROM migrations")}
         return bool({name for name, _ in MIGRATIONS} - applied)
 
+    def probe_write(self, timeout: float) -> None:
+        milliseconds = int(timeout * 1000)
+        with self._connections().connection(timeout=timeout) as conn:
+            conn.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+            conn.execute(f"SET LOCAL statement_timeout = {milliseconds}")
+            # The locks ingest takes (another session's EXCLUSIVE or stronger lock waits us out), and
+            # a write that changes no row: refused in a read-only transaction or on a standby.
+            conn.execute("LOCK TABLE reports, unsettled, totals, counters, dirty IN ROW EXCLUSIVE MODE")
+            conn.execute("UPDATE generation SET n = n WHERE false")
+            conn.rollback()
+
     def erase_arrival_order(self, store: Store) -> bool:
         """Every report is counted as it is stored; what is left is to take arrival order out of the
         reports stored since the last call (see the module's "No arrival order"): rewrite them,

@@ -112,6 +112,10 @@ class SQLiteBackend:
     def pending_migrations(self) -> bool:
         return bool(MIGRATIONS.pending(SqliteUtilsDatabase(self.connections.conn, execute_plugins=False)))
 
+    def probe_write(self, timeout: float) -> None:
+        with self.connections.write(timeout):
+            pass  # the write lock taken and let go: nothing written
+
     def erase_arrival_order(self, store: Store) -> bool:
         """The WAL holds the folds in the order they were made (arrival order): copy it into the
         database and cut it to nothing as soon as no reader is in the way (else on the next try).

@@ -21,6 +21,11 @@ from .errors import StoreBusy, StoreError, StoreUnavailable
 # Seconds a writer waits for another process's write lock before the store is busy.
 BUSY_TIMEOUT = 10.0
 CACHE_KIB = 64 * 1024  # page cache per connection
+# What SQLite may hold in all the connections of a process together: past it, a connection's cache
+# reuses its own pages instead of growing. Each thread that folds the inbox or settles (the folding
+# thread, each scheduler thread, a request's refresh) has a connection of its own, and each filled
+# its own CACHE_KIB as the database outgrew it; two caches' worth keeps the fold's whole.
+HEAP_LIMIT_KIB = 2 * CACHE_KIB
 WAL_CHECKPOINT_PAGES = 10_000
 # The WAL is cut back to this many bytes whenever it starts over after a complete checkpoint, so a
 # WAL that grew while a reader kept every checkpoint from completing does not stay that big, nor
@@ -65,6 +70,7 @@ class Connections:
             # a large page cache keeps the index in memory, and checkpointing every 10,000 pages
             # (~40 MiB of WAL) instead of 1,000 lets one checkpoint absorb many rewrites of a page.
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute(f"PRAGMA soft_heap_limit={HEAP_LIMIT_KIB * 1024}")  # the process's, not the connection's
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             # Retention must erase: deleted reports are overwritten, not left in free pages.
@@ -79,10 +85,11 @@ class Connections:
             self._local.conn = None
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the database's write lock from its first statement."""
+    def write(self, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement,
+        waiting for it up to ``timeout`` seconds (``busy_timeout`` if None)."""
         conn = self.conn
-        self._begin_immediate(conn)
+        self._begin_immediate(conn, self.busy_timeout if timeout is None else timeout)
         try:
             yield conn
             conn.execute("COMMIT")
@@ -93,14 +100,14 @@ class Connections:
                 conn.execute("ROLLBACK")
             raise
 
-    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
-        """Take the write lock, trying again every few milliseconds until ``busy_timeout``.
+    def _begin_immediate(self, conn: sqlite3.Connection, timeout: float) -> None:
+        """Take the write lock, trying again every few milliseconds for ``timeout`` seconds.
 
         Not SQLite's own busy handler: it sleeps ever longer (up to 100 ms a try), so a one-report
         ingest waiting beside a refresh, which takes the lock again every few milliseconds, would
         miss every gap and wait for the whole refresh.
         """
-        deadline = time.monotonic() + self.busy_timeout
+        deadline = time.monotonic() + timeout
         pause = _FIRST_PAUSE
         conn.execute("PRAGMA busy_timeout = 0")
         try:

@@ -60,6 +60,10 @@ class Backend(Protocol):
 
     def pending_migrations(self) -> bool: ...
 
+    def probe_write(self, timeout: float) -> None:
+        """Begin a write (the locks ingest takes) within ``timeout`` seconds and let go of it,
+        writing nothing; a driver error if it could not (locked elsewhere, read-only)."""
+
     def erase_arrival_order(self, store: Store) -> bool:
         """Take arrival order out of what was stored since the last call; whether it is all done."""
 
@@ -146,6 +150,12 @@ class Store:
         if self._translated(self.db.pending_migrations):
             raise StoreUnavailable("the database has pending migrations")
         self.run_tx("check", lambda tx: tx.check(), write=False)
+
+    def check_writable(self, timeout: float) -> None:
+        """Raise :class:`.errors.StoreBusy` unless a write could begin within ``timeout`` seconds
+        (another process holds the lock it needs), :class:`.errors.StoreUnavailable` if the database
+        refuses writes. Writes nothing, and never waits longer (not the store's busy timeout)."""
+        self._translated(lambda: self.db.probe_write(timeout))
 
     def close(self) -> None:
         """Close this thread's (SQLite) or this process's (PostgreSQL, which also resigns the jobs'
