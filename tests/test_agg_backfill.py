@@ -205,7 +205,7 @@ def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimat
     shown = {(r["window"], r["value"]): (r["source"], int(r["n"])) for r in csv.DictReader(io.StringIO(text))}
     assert shown == {k: (r["source"], r["n"]) for k, r in by_key.items()}
     page = client.get("/schemas/homes").get_data(as_text=True)
-    assert '<td class="hide-narrow source">discovered</td>' in page and ADDED[20] in page
+    assert '<td class="source">discovered</td>' in page and ADDED[20] in page
     listed = client.get(URL).get_json()["candidates"]
     assert [(r["value"], r["source"], r["estimated"]) for r in listed] == (
         [(s, "listed", True) for s in LISTED] + [(s, "added", True) for s in ADDED[:15]]

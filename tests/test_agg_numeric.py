@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
-from conftest import ADMIN
+from conftest import ADMIN, read, settle
 from statsmodels.stats.proportion import proportion_confint
 
 from ldp_telemetry.shared import parse_schema, randomize
@@ -131,7 +131,8 @@ def test_numeric_reports_are_validated_and_counted_sparsely(make_app):
         assert response.status_code == 400, (name, value)
         assert response.get_json()["details"][0]["field"] == f"values.{name}"
     assert client.post("/api/v1/reports", json={"reports": [good]}).status_code == 202
-    counters = context.store(app).window_counters("usage-numbers", 1, [window])[window]
+    settle(app)
+    counters = read(context.store(app), "window_counters", "usage-numbers", 1, [window])[window]
     assert counters.totals == {"session_minutes": 1, "crashes": 1, "latency": 1, "load_ms": 1}
     y = good["values"]["session_minutes"]
     # Σ and Σ² of a number; duchi's bit counted only when it is 1; one hit for the reported bucket

@@ -146,7 +146,7 @@ def test_the_dashboard_lists_strings_most_frequent_first_and_sets_apart_those_in
     section = page[page.index('id="attr-home"'):page.index('id="attr-dark_mode"')]
     table, apart = section.split('id="apart-home"')
     assert table.index('data-value="example.org"') < table.index('data-value="caf\u00e9.fr"')
-    assert '<td class="hide-narrow source">listed</td>' in table
+    assert '<td class="source">listed</td>' in table
     assert 'data-value="never-seen"' in apart and 'data-value="never-seen"' not in table
     assert "&#34;=SUM(A1)" not in page and 'data-value="=SUM(A1)"' in page  # escaped as text, not markup
 
@@ -176,6 +176,7 @@ def test_only_level_0_reports_are_counted_and_the_planner_line_says_what_discove
     # The page counts the schema's reports from the level-0 ones (half of them); about 90 a level.
     schema_reports = round(level_0 / 0.5)
     share = plan(derived)[0].discovery_threshold(schema_reports)
-    assert f"with {schema_reports:,} reports a window" in line
-    assert f"Discovery (11 levels, each from 1/22 of the reports): it finds strings held by about {share * 100:.1f}%" in line
+    assert f"with {level_0:,} level-0 reports a window" in line and f"about {schema_reports:,} reports" in line
+    assert (f"Discovery reads the reports of every retained window (about {schema_reports:,} reports of the schema "
+            f"here), each at one of its 11 levels or at level 0: it finds strings held by about {share * 100:.1f}%") in line
     assert "little can be found" in line

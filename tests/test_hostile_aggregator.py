@@ -104,10 +104,12 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
     for _ in range(4):
         assert requests.get(live.url + "/healthz", timeout=5).status_code == 200
     # Nothing of it reached the server's log: beyond the start-up lines, which name the listening
-    # address (and granian's advice on respawning workers where net.ipv4.tcp_migrate_req is off),
-    # the log is empty (tests/test_agg_serve.py checks the access log's lines).
+    # address (and granian's advice on respawning workers where net.ipv4.tcp_migrate_req is off,
+    # with serve's sentence on what it means), the log is empty (tests/test_agg_serve.py checks the
+    # access log's lines).
     log = live.log_path.read_text().splitlines()
-    assert log and all(line.startswith(("[INFO] ", "[WARNING] Workers respawn is configured")) for line in log), log
+    start_up = ("[INFO] ", "[WARNING] Workers respawn is configured", "ldp-telemetry serve: granian warns below")
+    assert log and all(line.startswith(start_up) for line in log), log
     assert not any("127.0.0.1" in line for line in log if "Listening at" not in line), log
 
 
