@@ -22,6 +22,7 @@ except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemet
 
 from . import errors, settings
 from .catalog import Catalog
+from .cells import Limit
 from .context import system_clock
 from .dashboard.pagecache import PageCache
 from . import jobs
@@ -93,6 +94,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     metrics = Metrics()
     database = migrated_database(values, metrics)
+    for sentence in database.catalog.over(Limit.of(values)):
+        log.warning("%s (published under other settings: kept, and served)", sentence)
     app.extensions["ldp"] = {"store": database.store, "catalog": database.catalog, "writer": database.writer,
                              "metrics": metrics, "pages": PageCache()}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..shared.schema import Schema, parse_schema, version_from_text
-from .store import Store
+from .cells import Limit, held_of
+from .store import Store, Tx
 
 
 def version_number(text: str) -> int:
@@ -39,10 +40,38 @@ class Catalog:
         """``(name, version) -> Schema | None``, as :func:`validate_report` takes it."""
         return self.schema(name, version)
 
-    def publish(self, raw: Any, published_at: str) -> tuple[str, dict[str, Any]]:
+    def publish(self, raw: Any, published_at: str, limit: Limit) -> tuple[str, dict[str, Any]]:
         """Parse and store a schema: ``("created" | "identical" | "conflict", derived definition)``.
 
-        Raises :class:`SchemaError` (from :func:`parse_schema`) for an invalid schema.
+        Raises :class:`SchemaError` (from :func:`parse_schema`) for an invalid schema, and
+        :class:`TooManyCells` for a new version over ``limit`` (a version already published is
+        never refused for it: its re-post is answered as before).
         """
-        derived = parse_schema(raw).to_dict()
-        return self.store.run_tx("publish_schema", lambda tx: tx.publish_schema(derived, published_at)), derived
+        schema = parse_schema(raw)
+        derived = schema.to_dict()
+        refusal = limit.refusal(schema, {})
+
+        def publish(tx: Tx) -> str:
+            if refusal is not None and tx.get_schema(schema.name, schema.version) is None:
+                raise TooManyCells(refusal)  # nothing written: the transaction rolls back
+            return tx.publish_schema(derived, published_at)
+
+        return self.store.run_tx("publish_schema", publish), derived
+
+    def over(self, limit: Limit) -> list[str]:
+        """A sentence for each published version over ``limit`` (published under other settings:
+        it keeps working, and start-up says so)."""
+        def versions(tx: Tx) -> list[tuple[str, int, dict[str, int]]]:
+            return [(latest["name"], version, held_of(tx.candidates(latest["name"], version)))
+                    for latest in tx.latest_schemas() for version in tx.schema_versions(latest["name"])]
+
+        sentences = []
+        for name, version, held in self.store.run_tx("versions_over_the_cells_limit", versions, write=False):
+            schema = self.schema(name, version)
+            refusal = None if schema is None else limit.refusal(schema, held)
+            sentences += [refusal] if refusal is not None else []
+        return sentences
+
+
+class TooManyCells(ValueError):
+    """A schema version over ``LDP_MAX_CELLS``; the message names its cells and the limit."""

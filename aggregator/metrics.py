@@ -35,6 +35,9 @@ class Metrics:
                                         registry=self.registry)
         self.batch_size = Histogram("ldp_batch_size", "Reports per accepted batch.", buckets=BATCH_BUCKETS,
                                     registry=self.registry)
+        self.discovery_left_out = Counter(
+            "ldp_discovery_left_out", "Strings discovery found and did not add as candidates: no room within the "
+            "10,000 candidates an attribute or LDP_MAX_CELLS.", registry=self.registry)
         self.refresh_seconds = Histogram("ldp_refresh_duration_seconds", "Duration of estimate refreshes.",
                                          registry=self.registry)
         self.transaction_seconds = Histogram("ldp_store_transaction_seconds",

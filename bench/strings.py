@@ -21,6 +21,7 @@ import numpy as np
 import requests
 
 from ldp_telemetry.aggregator import create_app
+from ldp_telemetry.aggregator.cells import Limit
 from ldp_telemetry.aggregator.questions import candidates
 from ldp_telemetry.aggregator.store import ReportRow
 from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
@@ -78,7 +79,8 @@ def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str
             writer.settle()
         loaded = time.perf_counter() - started
         started = time.perf_counter()
-        added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added")
+        added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added",
+                                            limit=Limit.of(app.config))
         runs = 0
         while store.run_tx("filling", lambda tx: tx.filling(), write=False):
             backfill_job(app, seconds=math.inf)

@@ -18,6 +18,7 @@ import pytest
 from conftest import settle, read, write, ADMIN, db_state, publish, sql, store_of
 
 from ldp_telemetry.aggregator import retention
+from ldp_telemetry.aggregator.cells import Limit
 from ldp_telemetry.aggregator.questions import candidates
 from ldp_telemetry.aggregator.questions import backfill
 from ldp_telemetry.aggregator.estimation import refresh
@@ -138,7 +139,7 @@ def test_a_bad_candidates_request_names_the_field_and_changes_nothing(make_app, 
 
 
 def test_adding_needs_the_admin_token_and_counts_only_new_candidates(make_app):
-    app = make_app()
+    app = make_app(LDP_MAX_CELLS=10**8)  # 10,000 hourly candidates: the candidate limit binds first
     client = app.test_client()
     publish(client, SCHEMA)
     before = db_state(app)
@@ -175,9 +176,10 @@ def test_added_candidates_are_back_filled_exactly_once_beside_ingest_and_estimat
     (schema, version, first, size), = read(store, "filling")
     assert size == 15 and not backfill.backfill_chunk(store, counting_of(app), schema, version, first, 60)
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ADDED[15:],
-                                     source="discovered") == len(ADDED) - 15
+                                     source="discovered", limit=Limit.of(app.config)) == len(ADDED) - 15
     assert candidates.add_candidates(app.extensions["ldp"]["catalog"], "homes", 1, "home", ["ab\ufffd"],
-                                     source="discovered", estimated=False) == 1
+                                     source="discovered", estimated=False,
+                                     limit=Limit.of(app.config)) == 1
     assert backfill_in_chunks(app, client, rng, 37, windows[1]) >= 8
     assert read(store, "filling") == []
     post(client, reports(rng, 30, windows[0]))  # after: counted by ingest alone

@@ -139,10 +139,10 @@ def test_an_admin_runs_discovery_now_over_http(make_app):
     assert refused.status_code == 400 and refused.get_json()["details"][0]["field"] == "attributes"
     assert read(store_of(app), "candidates", "sites", 1) == []  # nothing ran for the refused calls
     answer = client.post(path, headers=ADMIN)
-    assert answer.status_code == 200 and answer.get_json() == {"added": 2}
+    assert answer.status_code == 200 and answer.get_json() == {"added": 2, "left_out": 0}
     assert sorted((c.value, c.source) for c in read(store_of(app), "candidates", "sites", 1)) == [
         ("abc.org", "discovered"), ("xy.net", "discovered")]
-    assert client.post(path, headers=ADMIN).get_json() == {"added": 0}  # found again: not new
+    assert client.post(path, headers=ADMIN).get_json() == {"added": 0, "left_out": 0}  # found again: not new
 
 
 def test_discovery_reads_a_bounded_sample_from_a_random_id_on_and_wraps_round(make_app, monkeypatch):

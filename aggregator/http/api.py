@@ -15,7 +15,8 @@ from ..questions import candidates, discovery
 from .. import jobs
 from ..estimation import refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
-from ..catalog import version_number
+from ..catalog import TooManyCells, version_number
+from ..cells import Limit
 from .body import json_object
 from ..errors import ApiError, detail
 from ..ingest.batch import parse_batch, store_batch, window_policy
@@ -44,9 +45,11 @@ def publish_schema() -> tuple[Response, int]:
     require_admin()
     raw = json_object()
     try:
-        status, derived = context.catalog().publish(raw, context.iso(context.now()))
+        status, derived = context.catalog().publish(raw, context.iso(context.now()), Limit.of(current_app.config))
     except SchemaError as exc:
         raise ApiError(400, f"invalid schema: {exc}", [detail(exc.field, str(exc))]) from None
+    except TooManyCells as exc:
+        raise ApiError(400, str(exc), [detail("attributes", "more cells than LDP_MAX_CELLS")]) from None
     if status == "conflict":
         raise ApiError(409, f"schema {derived['name']} version {derived['version']} is already published with "
                             "other content; publish the change as a new version",
@@ -113,7 +116,8 @@ def add_candidates(name: str, version: str) -> tuple[Response, int]:
             raise ApiError(400, f"{field} must be {what}", [detail(field, f"must be {what}")])
     try:
         new = candidates.add_candidates(context.catalog(), schema.name, schema.version, body["attribute"],
-                                        body["candidates"], source="added", added_at=context.iso(context.now()))
+                                        body["candidates"], source="added", limit=Limit.of(current_app.config),
+                                        added_at=context.iso(context.now()))
     except candidates.CandidateError as exc:
         raise ApiError(exc.status, str(exc), [detail(exc.field, str(exc))]) from None
     if new:
@@ -125,16 +129,17 @@ def add_candidates(name: str, version: str) -> tuple[Response, int]:
 def discover_now(name: str, version: str) -> Response:
     """Run discovery over the schema version's retained reports now rather than at the hourly job
     (bounded as the job is); the strings found become ``discovered`` candidates, back-filled by
-    the job, which is asked to run at once. 200 with how many were new."""
+    the job, which is asked to run at once. 200 with how many were new, and how many strings found
+    were left out for want of room (the candidate limit or ``LDP_MAX_CELLS``)."""
     require_admin()
     schema = _published(name, version)
     if not any(a.discover for a in schema.attributes):
         raise ApiError(400, f"schema {schema.name} version {schema.version} has no attribute that discovers strings",
                        [detail("attributes", 'no string attribute has "discover": true')])
-    new = discovery.discover_in(current_app, schema)
-    if new:
+    found = discovery.discover_in(current_app, schema)
+    if found.added:
         jobs.soon(current_app, "backfill")
-    return jsonify({"added": new})
+    return jsonify({"added": found.added, "left_out": found.left_out})
 
 
 # -- reports -----------------------------------------------------------------------------------

@@ -155,7 +155,8 @@ COMPONENTS: dict[str, Any] = {
                            "description": "strings to estimate, each prepared as a value is (U+FFFD for control, "
                                           "format and surrogate characters, then NFC), at most max_length code "
                                           "points and distinct after that; one already a candidate is not new. At "
-                                          f"most {MAX_CANDIDATES} candidates an attribute in all"}}},
+                                          f"most {MAX_CANDIDATES} candidates an attribute in all, and the "
+                                          "schema version within LDP_MAX_CELLS cells"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
             "estimates": {"type": "array", "items": _ref("Estimate")},
@@ -214,8 +215,11 @@ def _paths() -> dict[str, Any]:
             "summary": "Discover the common strings of the schema version's discovering attributes now (admin; the "
                        "scheduler does it hourly): those found become discovered candidates, back-filled by a job",
             "security": ADMIN, "parameters": [name_param, version_param],
-            "responses": {"200": _json({"type": "object", "required": ["added"], "properties": {
-                "added": {"type": "integer", "description": "how many strings found were new candidates"}}}, "done"),
+            "responses": {"200": _json({"type": "object", "required": ["added", "left_out"], "properties": {
+                "added": {"type": "integer", "description": "how many strings found were new candidates"},
+                "left_out": {"type": "integer", "description": "how many new strings found were not added for want "
+                                                               "of room (the candidate limit, or LDP_MAX_CELLS)"}}},
+                "done"),
                 **_errors(400, 401, 403, 404)}}},
         "/api/v1/reports": {"post": {
             "summary": "Ingest a batch of randomised reports (all or nothing; duplicates stored once)",

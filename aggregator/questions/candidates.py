@@ -7,14 +7,15 @@ A new candidate's supports among the reports already stored are counted by the b
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ...shared.attribute_types import MAX_CANDIDATES, STRING, parse_candidates
 from ...shared.checks import SchemaError
-from ...shared.schema import Schema
-from .. import context
+from ...shared.schema import Attribute, Schema
+from .. import cells, context
 from ..catalog import Catalog
-from ..store import CandidateRow
+from ..cells import Limit
+from ..store import CandidateRow, Tx
 
 SOURCES = ("added", "discovered")
 
@@ -29,14 +30,15 @@ class CandidateError(ValueError):
 
 
 def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_name: str, values: Sequence[str], *,
-                   source: str, estimated: bool = True, added_at: str | None = None) -> int:
+                   source: str, limit: Limit, estimated: bool = True, added_at: str | None = None) -> int:
     """Add ``values`` to a string attribute's candidates; how many were new (one already a
     candidate, listed or added, is not new: no error). Each is prepared as a value is, at most
     ``max_length`` code points, and distinct from the others after that; at most
-    :data:`MAX_CANDIDATES` an attribute in all. ``estimated`` False (a discovered string still
-    holding U+FFFD, which no report can support): listed, never counted nor estimated. Otherwise
-    their counters are back-filled by :func:`backfill`. :class:`CandidateError` naming the field
-    for anything else; then nothing is added."""
+    :data:`MAX_CANDIDATES` an attribute in all, and the schema version within ``limit``
+    (``LDP_MAX_CELLS``). ``estimated`` False (a discovered string still holding U+FFFD, which no
+    report can support): listed, never counted nor estimated. Otherwise their counters are
+    back-filled (:mod:`.questions.backfill`). :class:`CandidateError` naming the field for anything
+    else; then nothing is added."""
     if source not in SOURCES:
         raise CandidateError("source", f"source must be one of {', '.join(SOURCES)}, got {source!r}")
     schema = catalog.schema(schema_name, version)
@@ -54,14 +56,33 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
         prepared = parse_candidates(given, attribute.max_length, "candidates")
     except SchemaError as exc:
         raise CandidateError(exc.field, str(exc)) from None
-    new = [v for v in prepared if v not in attribute.candidates]
-    added = catalog.store.run_tx("add_candidates", lambda tx: tx.add_candidates(
-        schema.name, schema.version, attribute.name, new, source=source, estimated=estimated,
-        added_at=added_at or context.iso(context.system_clock()), most=MAX_CANDIDATES - len(attribute.candidates)))
-    if added is None:
-        raise CandidateError("candidates", f"attribute {attribute.name} may have at most {MAX_CANDIDATES} candidates "
-                                           "in all (listed, added and discovered)")
-    return added
+
+    def add(tx: Tx) -> int:
+        # Read, checked and added in one write transaction: no add beside it can take the room meanwhile.
+        stored = tx.candidates(schema.name, schema.version)
+        held = cells.held_of(stored)
+        known = set(attribute.candidates) | {c.value for c in stored if c.attribute == attribute.name}
+        new = [v for v in prepared if v not in known]
+        mine = held.get(attribute.name, 0)
+        if len(attribute.candidates) + mine + len(new) > MAX_CANDIDATES:
+            raise CandidateError("candidates", f"attribute {attribute.name} may have at most {MAX_CANDIDATES} "
+                                               "candidates in all (listed, added and discovered)")
+        refusal = limit.refusal(schema, {**held, attribute.name: mine + len(new)})
+        if refusal is not None:
+            raise CandidateError("candidates", f"{len(new)} new candidates for attribute {attribute.name} would "
+                                               f"pass the limit: {refusal}")
+        return tx.add_candidates(schema.name, schema.version, attribute.name, new, source=source, estimated=estimated,
+                                 added_at=added_at or context.iso(context.system_clock()),
+                                 most=MAX_CANDIDATES - len(attribute.candidates))
+
+    return catalog.store.run_tx("add_candidates", add)
+
+
+def room(schema: Schema, attribute: Attribute, held: Mapping[str, int], limit: Limit) -> int:
+    """How many more candidates ``attribute`` may hold, with ``held`` stored per attribute: within
+    :data:`MAX_CANDIDATES` and the schema version's cells within ``limit``."""
+    return max(0, min(MAX_CANDIDATES - len(attribute.candidates) - held.get(attribute.name, 0),
+                      limit.room(schema, held)))
 
 
 def listing(schema: Schema, stored: Sequence[CandidateRow], published_at: str | None,

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 from flask import Flask
 
 from ...shared import discovery
+from ...shared.attribute_types import MAX_CANDIDATES
 from ...shared.schema import Attribute, Schema
-from .. import context
+from .. import cells, context
+from ..cells import Limit
 from ..store import Store, WireColumns
-from .candidates import CandidateError, add_candidates
+from . import candidates
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,13 @@ ID_SYMBOLS = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz" 
 START_SYMBOLS = 8  # of the random id the read starts at
 
 
+class Found(NamedTuple):
+    """What a discovery run did with the new strings it found."""
+
+    added: int  # became candidates
+    left_out: int  # found, but no room for them (the candidate limit, or LDP_MAX_CELLS)
+
+
 def discover_strings(app: Flask, *, seed: int | None = None) -> int:
     """The job: discovery over every discovering attribute's retained reports; how many
     candidates it added. ``seed`` fixes the sample's keys (tests); None: fresh ones."""
@@ -55,18 +65,20 @@ def discover_strings(app: Flask, *, seed: int | None = None) -> int:
         for version in store.run_tx("schema_versions", lambda tx: tx.schema_versions(latest["name"]), write=False):
             schema = catalog.schema(latest["name"], version)
             if schema is not None:
-                added += discover_in(app, schema, rng=rng)
+                added += discover_in(app, schema, rng=rng).added
     return added
 
 
-def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None = None) -> int:
+def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None = None) -> Found:
     """Discovery over one schema version's discovering attributes now (the job's step, and what an
-    admin's ``POST .../discover`` runs); how many candidates it added (0 if none discovers). The
-    reports ingested before the call are settled first, so that discovery reads them all."""
+    admin's ``POST .../discover`` runs): how many candidates it added and how many strings found
+    it left out (none if no attribute discovers). The reports ingested before the call are
+    settled first, so that discovery reads them all."""
     attributes = [a for a in schema.attributes if a.discover]
-    if attributes:
-        context.writer(app).settle()
-    return _discover_in(app, schema, attributes, rng or np.random.default_rng()) if attributes else 0
+    if not attributes:
+        return Found(0, 0)
+    context.writer(app).settle()
+    return _discover_in(app, schema, attributes, rng or np.random.default_rng())
 
 
 def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: str, budget: int
@@ -89,10 +101,10 @@ def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: s
                 break
 
 
-def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: np.random.Generator) -> int:
+def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: np.random.Generator) -> Found:
     # One budget for all of the version's discovering attributes, taken one after another: memory
     # and work per run stay bounded however many attributes discover.
-    store, added = context.store(app), 0
+    store, added, left_out = context.store(app), 0, 0
     for attribute in attributes:
         sample = UniformSample(MAX_REPORTS // len(attributes), rng)
         start = "".join(ID_SYMBOLS[i] for i in rng.integers(0, len(ID_SYMBOLS), size=START_SYMBOLS))
@@ -102,32 +114,37 @@ def _discover_in(app: Flask, schema: Schema, attributes: list[Attribute], rng: n
             kept = read.carried & attribute.mech.valid_columns(attribute, fields) & (fields["level"] > 0)
             sample.add(np.column_stack([fields[f][kept] for f in ("a", "b", "y", "level")]))
         run = discovery.discover(attribute, *sample.columns())
-        added += _add_found(app, schema, attribute, run.found)
+        found = _add_found(app, schema, attribute, run.found)
+        added, left_out = added + found.added, left_out + found.left_out
         log.info("discovery: %s version %s attribute %s: %d found over %d prefix reports", schema.name,
                  schema.version, attribute.name, len(run.found), sum(run.reports))
-    return added
+    return Found(added, left_out)
 
 
-def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[discovery.Discovered]) -> int:
-    """Add the strings found as discovered candidates; how many were new. Near the attribute's
-    10,000 candidates, as many as fit, the most supported first (the rest are logged)."""
-    def add(values: list[str], estimable: bool) -> int:
-        return add_candidates(context.catalog(app), schema.name, schema.version, attribute.name, values,
-                              source="discovered", estimated=estimable) if values else 0
-
-    added = 0
+def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[discovery.Discovered]) -> Found:
+    """Add the strings found as discovered candidates, the most supported first while they fit
+    (:func:`.candidates.room`: the 10,000-candidate limit and ``LDP_MAX_CELLS``); how many were
+    new and how many were left out for want of room (counted in ``/metrics``, and logged)."""
+    catalog = context.catalog(app)
+    limit = Limit.of(app.config)
+    stored = catalog.store.run_tx("candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False)
+    known = set(attribute.candidates) | {c.value for c in stored if c.attribute == attribute.name}
+    fresh = [d for d in found if d.value not in known]  # most supported first, as discover() ranks them
+    fits = fresh[:candidates.room(schema, attribute, cells.held_of(stored), limit)]
+    added, left_out = 0, len(fresh) - len(fits)
     for estimable in (True, False):
-        values = [d.value for d in found if d.estimable is estimable]  # most supported first, as discover() ranks them
+        values = [d.value for d in fits if d.estimable is estimable]
         try:
-            added += add(values, estimable)
-        except CandidateError as exc:  # they do not all fit: one at a time until one does not
-            log.warning("discovery: %s version %s attribute %s: %s", schema.name, schema.version, attribute.name, exc)
-            for value in values:
-                try:
-                    added += add([value], estimable)
-                except CandidateError:
-                    break
-    return added
+            added += candidates.add_candidates(catalog, schema.name, schema.version, attribute.name, values,
+                                               source="discovered", estimated=estimable, limit=limit) if values else 0
+        except candidates.CandidateError:  # an admin's add beside this one took the room
+            left_out += len(values)
+    if left_out:
+        context.metrics(app).discovery_left_out.inc(left_out)
+        log.warning("discovery: %s version %s attribute %s: %d of the %d new strings found left out for want of room "
+                    "(at most %s candidates an attribute, and at most LDP_MAX_CELLS = %s cells a schema version)",
+                    schema.name, schema.version, attribute.name, left_out, len(fresh), MAX_CANDIDATES, limit.most)
+    return Found(added, left_out)
 
 
 class UniformSample:
