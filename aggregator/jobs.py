@@ -43,7 +43,7 @@ def init_app(app: Flask) -> None:
     # coalesce + max_instances=1: a slow run is never doubled up or replayed in a burst.
     common = {"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
     scheduler.add_job(run_if_leader, "interval", seconds=app.config["LDP_ESTIMATE_INTERVAL"],
-                      args=(app, refresh.refresh), id="refresh", next_run_time=context.system_clock(), **common)
+                      args=(app, refresh.scheduled), id="refresh", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, retention.expire),
                       id="retention", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=backfill.BACKFILL_INTERVAL, args=(app, backfill.backfill),
