@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Iterable, Mapping
 
 from ..shared.attribute_types import BOOLEAN
 from ..shared.schema import Attribute, Schema
+from ..shared.windows import LENGTH
 from .store import CandidateRow
-
-HOURS_A_DAY = 24
 
 
 def values_counted(attribute: Attribute, held: int = 0) -> int:
@@ -59,8 +59,8 @@ class Limit:
     def windows(self, schema: Schema) -> int:
         """W + 1: the windows retention keeps of the schema's kind (W = the retained ones and the
         current one) and the ``all`` rollup."""
-        days = self.retention_days * (HOURS_A_DAY if schema.window == "hour" else 1)
-        return math.ceil(days) + 1 + 1
+        retained = self.retention_days * (timedelta(days=1) / LENGTH[schema.window])  # days, or hours
+        return math.ceil(retained) + 1 + 1
 
     def cells(self, schema: Schema, held: Mapping[str, int]) -> int:
         """The version's cells with ``held`` stored candidates per attribute."""

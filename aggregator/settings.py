@@ -146,7 +146,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_READ_TOKEN", None,
             "When set, reading estimates and the dashboard needs this bearer token (or the admin one).",
             _optional_token),
-    Setting("LDP_ESTIMATE_INTERVAL", 60.0, "Seconds between scheduled estimate refreshes.",
+    Setting("LDP_ESTIMATE_INTERVAL", 60.0, "Seconds between scheduled estimate refreshes (a run takes at most about "
+            "half of it, shared among the schemas with new reports).",
             _number(0, 86400 * 7, open_low=True)),
     Setting("LDP_MAX_BATCH", 1000, "Most reports accepted in one POST /api/v1/reports.", _integer(1)),
     # Below 4 KiB not even one report with a large OUE vector would fit.

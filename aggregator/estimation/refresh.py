@@ -41,7 +41,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from operator import attrgetter
+from typing import Any, Callable, Mapping, Sequence
 
 from flask import Flask
 
@@ -60,6 +61,10 @@ RUN_SHARE = 0.5
 # window's rows always go together): ingest waits at most one such write.
 VALUES_PER_READ = 20_000
 ROWS_PER_WRITE = 2_000
+# What a computed estimate row is compared with the stored one of its rank (its value) by: a row
+# whose numbers are the same is not written again (its computed_at stays when they were computed).
+NUMBERS = ("estimate", "estimate_clipped", "ci_low", "ci_high", "n", "epsilon", "confidence")
+_numbers = attrgetter(*NUMBERS)
 # The rank of a stored candidate's estimates (its own rank added): after every value a schema lists
 # (at most 64 attributes of 10,000), so the estimates of one window list the added ones last.
 ADDED_RANK = 1_000_000
@@ -135,7 +140,7 @@ def _refresh_version(app: Flask, version: Version, stale: Sequence[Stale], confi
         chunk = stale[start:start + per_read]
         names = [s.window for s in chunk]
         counters, before = store.run_tx("window_counters", lambda tx: (
-            tx.window_counters(*version, names), tx.window_estimates(*version, names)), write=False)
+            tx.window_counters(*version, names), tx.window_estimates(*version, names, NUMBERS)), write=False)
         rows: list[EstimateRow] = []
         done: list[Stale] = []
         for s in chunk:
@@ -152,14 +157,9 @@ def _refresh_version(app: Flask, version: Version, stale: Sequence[Stale], confi
     return _Done(written, windows, None)
 
 
-def changed(rows: Sequence[EstimateRow], stored: Mapping[tuple[str, str], EstimateRow]) -> list[EstimateRow]:
-    """``rows`` less those stored already with the same numbers (only ``computed_at`` differing)."""
-    out = []
-    for row in rows:
-        old = stored.get((row.attribute, row.value))
-        if old is None or old._replace(computed_at=row.computed_at) != row:
-            out.append(row)
-    return out
+def changed(rows: Sequence[EstimateRow], stored: Mapping[int, tuple[Any, ...]]) -> list[EstimateRow]:
+    """``rows`` less those stored already with the same :data:`NUMBERS` (``stored``: by rank)."""
+    return [row for row in rows if stored.get(row.rank) != _numbers(row)]
 
 
 class Turns:

@@ -222,19 +222,16 @@ class Tx:
             out[window] = WindowCounters(totals, amounts, smallest)
         return out
 
-    def window_estimates(self, schema: str, version: int,
-                         windows: Sequence[str]) -> dict[str, dict[tuple[str, str], EstimateRow]]:
-        """The stored estimates of ``windows`` of one schema version, per window by ``(attribute,
-        value)``: what a refresh compares its rows with, to write only those that changed."""
+    def window_estimates(self, schema: str, version: int, windows: Sequence[str],
+                         columns: Sequence[str]) -> dict[str, dict[int, tuple[Any, ...]]]:
+        """``columns`` of the stored estimates of ``windows`` of one schema version, per window by rank
+        (a plain tuple each, no object per row: a refresh reads them all to write only the rows
+        that changed)."""
         p = self.param
-        out: dict[str, dict[tuple[str, str], EstimateRow]] = {}
-        for window in windows:
-            cursor = self.conn.execute(f'SELECT * FROM estimates WHERE schema = {p} AND version = {p} AND "window" = {p}',
-                                       (schema, version, window))
-            names = [column[0] for column in cursor.description or ()]
-            rows = (EstimateRow(**dict(zip(names, row))) for row in cursor)
-            out[window] = {(r.attribute, r.value): r for r in rows}
-        return out
+        read = ", ".join(f'"{c}"' for c in ("rank", *columns))
+        return {window: {row[0]: row[1:] for row in self._all(
+            f'SELECT {read} FROM estimates WHERE schema = {p} AND version = {p} AND "window" = {p}',
+            (schema, version, window))} for window in windows}
 
     def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
         """Replace estimates with ``rows``; clear the ``done`` windows' dirty marks unless they
