@@ -34,7 +34,7 @@ from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.settings import BY_NAME
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, send, servers, strings
+from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -44,8 +44,9 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "ingest", "nodes", "estimates",
-         "estimates-postgres", "hostile", "olh-reference", "backfill", "ingest-strings", "discovery", "discovery-job")
+STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "refresh-million", "ingest", "nodes",
+         "estimates", "estimates-postgres", "hostile", "olh-reference", "backfill", "backfill-postgres",
+         "ingest-strings", "discovery", "discovery-job")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_RECORD_TARGET_US = 50  # issue 20: record() in Node; DESIGN.md: "well under a millisecond" anywhere
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
@@ -432,6 +433,12 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if ref:
         row(f"refresh, 1 schema x {ref['attributes']} attributes x {ref['windows']} windows, ms", ref["median_ms"],
             ".1f", "-", None)
+    big = results.get("refresh-million")
+    if big:
+        row(f"refresh writing {big['rows']:,} estimate rows ({big['attributes']} attributes x {big['categories']:,} "
+            f"categories x {big['windows']} windows and the rollup), SQLite, s", big["seconds"], ".2f",
+            f"<= {big['target_seconds']:g}", big["seconds"] <= big["target_seconds"] and big["rows"] >= 0.99 * big["target_rows"])
+        row("  estimate rows written per second", big["rows_per_second"], ",.0f", "-", None)
     hos = results.get("hostile")
     if hos:
         row(f"hostile batch ({hos['reports']} hourly windows, 1 x {hostile.CATEGORIES} categories): status",
@@ -564,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "record": bench_record,
         "send": send.run,
         "refresh": lambda: bench_refresh(max(3, args.runs)),
+        "refresh-million": refresh_million.run,
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
         "nodes": lambda: bench_nodes(args.runs, args.seconds),
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
