@@ -295,6 +295,12 @@ def bench_refresh(runs: int, reports_per_window: int = 200, windows: int = 30) -
             "estimate_rows": written, "attributes": len(schema.attributes), "windows": windows}
 
 
+def _ratio_in_turns(ours: dict[str, Any], other: dict[str, Any], unit: str) -> float:
+    """The median over the runs of ours / the other server in ``unit``: the servers took turns
+    within each run, so a run's ratio compares them under the same load of the machine."""
+    return statistics.median(o[unit] / b[unit] for o, b in zip(ours["runs"], other["runs"]))
+
+
 def _ingest_rows(ing: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """The ingest step's rows: issue 26's comparison (ours on granian beside the parse-only ceiling
     on granian and the naive durable app, in reports per second), then gunicorn's figures."""
@@ -314,12 +320,12 @@ def _ingest_rows(ing: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ours, aimed = figures[f"batch{batch}"], mode == DEFAULT_SYNCHRONOUS
             row(f"  ours on granian (serve), LDP_SYNCHRONOUS={mode}{' (default)' if aimed else ''}, reports/s",
                 ours[unit], ",.0f", "-", None)
-            ratio, target = ours[unit] / ceiling[unit], INGEST_RATIO_TARGETS[batch]
-            row("    ours / the parse-only ceiling", ratio, ".2f", f">= {target}" if aimed else "-",
-                ratio >= target if aimed else None)
+            ratio, target = _ratio_in_turns(ours, ceiling, unit), INGEST_RATIO_TARGETS[batch]
+            row("    ours / the parse-only ceiling (median of the runs' ratios)", ratio, ".2f",
+                f">= {target}" if aimed else "-", ratio >= target if aimed else None)
             ahead = aimed and batch == 100
-            ratio = ours[unit] / naive[unit]
-            row("    ours / the naive durable app", ratio, ".2f", f"> {NAIVE_RATIO_TARGET:g}" if ahead else "-",
+            ratio = _ratio_in_turns(ours, naive, unit)
+            row("    ours / the naive durable app (the same)", ratio, ".2f", f"> {NAIVE_RATIO_TARGET:g}" if ahead else "-",
                 ratio > NAIVE_RATIO_TARGET if ahead else None)
             row("    p99 latency ms", ours["p99_ms"], ".1f", "< 50", ours["p99_ms"] < 50)
             row("    failed requests (5xx, errors)", ours["failed"], "d", "0", ours["failed"] == 0)
