@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+# Its own database, not the aggregator's: the rule that only aggregator/store/ imports a driver
+# (tests/test_architecture.py) is about reaching the aggregator's data, which this app never does.
 import sqlite3
 
 from flask import Flask, jsonify, request
