@@ -5,9 +5,10 @@
 
 Ingest runs over real HTTP against ``ldp-telemetry serve`` (granian, 2 workers) and the same app
 under gunicorn's sync workers, each beside the same server path with no database
-(:mod:`bench.ceiling`); figures are medians of ``--runs``
-runs, since the machine is shared and noisy. Every server listens on 127.0.0.1 and is stopped at
-the end; every load stops by itself.
+(:mod:`bench.ceiling`), and beside the naive durable app (:mod:`bench.naive`, on gunicorn); the
+servers take turns, run by run, and figures are medians of ``--runs`` runs, since the machine is
+shared and noisy. Every server listens on 127.0.0.1 and is stopped at the end; every load stops
+by itself.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import time
 from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import requests
 
 from ldp_telemetry.aggregator import create_app
 from ldp_telemetry.aggregator.estimation.refresh import refresh
 from ldp_telemetry.aggregator import open_database
+from ldp_telemetry.aggregator.settings import BY_NAME
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, send, servers, strings
+from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -42,14 +44,19 @@ REFRESH_SCHEMA = parse_schema({
 })
 
 
-STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "ingest", "nodes", "estimates",
-         "estimates-postgres", "hostile", "olh-reference", "backfill", "ingest-strings", "discovery", "discovery-job")
+STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "refresh-million", "ingest", "nodes",
+         "estimates", "estimates-postgres", "hostile", "olh-reference", "backfill", "backfill-postgres",
+         "ingest-strings", "discovery", "discovery-job")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_RECORD_TARGET_US = 50  # issue 20: record() in Node; DESIGN.md: "well under a millisecond" anywhere
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
-# Ours against the no-database ceiling on the fastest HTTP server measured (issue 11's targets):
-# the cost of validation, deduplication, counters and a durable commit beside the HTTP layer's.
-INGEST_RATIO_TARGETS = {1: 0.7, 100: 0.6}
+# Issue 26 ("Speed"): ours (`serve --workers 2`, defaults) against the parse-only ceiling on
+# granian, measured in the same run, by reports per request; and, on 100-report requests, ahead
+# of the naive durable app (bench/naive.py on gunicorn). Replaces issue 11's 0.7 and 0.6 against
+# the faster of two servers' ceilings.
+INGEST_RATIO_TARGETS = {100: 0.3, 1: 0.4}
+NAIVE_RATIO_TARGET = 1.0  # ours / the naive durable app, 100-report requests: "ahead of" it
+DEFAULT_SYNCHRONOUS = BY_NAME["LDP_SYNCHRONOUS"].default  # the targets are of `serve`'s defaults
 
 
 def _js_built() -> str | None:
@@ -90,7 +97,12 @@ def bench_js_record(rounds: int = 3, calls: int = 20_000) -> dict[str, Any]:
 
 def median_of(runs: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run ``measure`` ``runs`` times; the median of every numeric figure, and the runs themselves."""
-    results = [measure() for _ in range(runs)]
+    return medians([measure() for _ in range(runs)])
+
+
+def medians(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of every numeric figure of ``results`` (runs of one measure), the failures
+    summed, and the runs themselves."""
     merged: dict[str, Any] = {k: statistics.median(r[k] for r in results)
                               for k, v in results[0].items() if isinstance(v, (int, float))}
     merged["failed"] = sum(r.get("failed", 0) for r in results)
@@ -98,42 +110,77 @@ def median_of(runs: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any
     return merged
 
 
-def _both_batch_sizes(url: str, runs: int, seconds: float) -> dict[str, Any]:
-    """Medians of ``runs`` loads of 100-report batches, then of single reports, against ``url``."""
-    schema = encoders.BENCH_SCHEMA
-    return {f"batch{batch}": median_of(runs, lambda: ingest.measure(
-                url, schema, batch=batch, seconds=seconds, connections=CONNECTIONS))
-            for batch in (100, 1)}
+BATCHES = (100, 1)  # reports per request of the ingest loads
+Contender = tuple[str, str, str]  # (HTTP server, what runs on it: ceiling, naive or ours, LDP_SYNCHRONOUS)
+
+
+def _ingest_contenders(folder: Path, modes: list[str]) -> dict[Contender, Callable[[], ContextManager[str]]]:
+    """The servers the ingest step measures, each a function starting it (on the same database
+    each time): the issue's three first (the parse-only ceiling on granian, the naive durable app
+    on gunicorn, ours on granian), then gunicorn's ceiling and ours on gunicorn."""
+    out: dict[Contender, Callable[[], ContextManager[str]]] = {
+        ("granian", "ceiling", ""): lambda: servers.ceiling(folder, http_server="granian"),
+        ("gunicorn", "naive", ""): lambda: servers.naive(folder)}
+    for mode in modes:
+        out[("granian", "ours", mode)] = lambda m=mode: servers.aggregator(
+            folder / f"ingest-granian-{m}.db", synchronous=m, http_server="granian")
+    out[("gunicorn", "ceiling", "")] = lambda: servers.ceiling(folder, http_server="gunicorn")
+    for mode in modes:
+        out[("gunicorn", "ours", mode)] = lambda m=mode: servers.aggregator(
+            folder / f"ingest-gunicorn-{m}.db", synchronous=m, http_server="gunicorn")
+    return out
 
 
 def bench_ingest(runs: int, seconds: float, modes: list[str]) -> dict[str, Any]:
-    """Ingest over HTTP on each HTTP server: the no-database ceiling, then ours at each LDP_SYNCHRONOUS mode."""
-    out: dict[str, Any] = {"load_generator": ingest.load_generator()}
+    """Ingest over HTTP, 100-report then 1-report requests, on every server of
+    :func:`_ingest_contenders`. They take turns: each run starts each server in turn, loads it and
+    stops it, so the machine's changing load falls alike on all of them and the ratios of one run
+    compare like with like."""
+    schema = encoders.BENCH_SCHEMA
+    loads: dict[Contender, list[dict[str, Any]]] = {}
+    lags: dict[Contender, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
-        for http_server in servers.HTTP_SERVERS:
-            figures = out[http_server] = {"ours": {}}
-            with servers.ceiling(Path(folder), http_server=http_server) as url:
-                figures["ceiling"] = _both_batch_sizes(url, runs, seconds)
-            for synchronous in modes:
-                db = Path(folder) / f"ingest-{http_server}-{synchronous}.db"
-                with servers.aggregator(db, synchronous=synchronous, http_server=http_server) as url:
-                    servers.publish(url, encoders.BENCH_SCHEMA.to_dict())
-                    ours = figures["ours"][synchronous] = _both_batch_sizes(url, runs, seconds)
-                    # The SQLite store counts a moment after it answers: how far behind the load it was.
-                    database = open_database(str(db))
-                    started = time.perf_counter()
-                    database.writer.settle()
-                    ours["count_lag_seconds"] = time.perf_counter() - started
-                    database.store.close()
-                acknowledged = sum(r["reports"] for key, b in ours.items() if key.startswith("batch") for r in b["runs"])
-                stored = stored_reports(str(db))
-                # A load generator stops at its deadline with requests in flight: the server may
-                # have stored those without the generator reading the 202. So: nothing
-                # acknowledged is missing, and the extra is at most one request per connection per run.
-                in_flight = runs * CONNECTIONS * (100 + 1)
-                ours["no_acknowledged_report_lost"] = acknowledged <= stored <= acknowledged + in_flight
-                ours["stored"], ours["acknowledged"] = stored, acknowledged
+        contenders = _ingest_contenders(Path(folder), modes)
+        for run in range(runs):
+            for key, start in contenders.items():
+                ours = key[1] == "ours"
+                with start() as url:
+                    if ours and run == 0:
+                        servers.publish(url, schema.to_dict())
+                    loads.setdefault(key, []).append({f"batch{batch}": ingest.measure(
+                        url, schema, batch=batch, seconds=seconds, connections=CONNECTIONS) for batch in BATCHES})
+                    if ours:  # the SQLite store counts a moment after it answers: how far behind the load it was
+                        lags.setdefault(key, []).append(_count_lag(Path(folder) / f"ingest-{key[0]}-{key[2]}.db"))
+        out: dict[str, Any] = {"load_generator": ingest.load_generator(),
+                               **{name: {"ours": {}} for name in servers.HTTP_SERVERS}}
+        for key, results in loads.items():
+            http_server, what, mode = key
+            figures = {f"batch{b}": medians([r[f"batch{b}"] for r in results]) for b in BATCHES}
+            if what != "ours":
+                out[http_server][what] = figures
+                continue
+            out[http_server]["ours"][mode] = figures
+            figures["count_lag_seconds"] = statistics.median(lags[key])
+            acknowledged = sum(r["reports"] for b in BATCHES for r in figures[f"batch{b}"]["runs"])
+            stored = stored_reports(str(Path(folder) / f"ingest-{http_server}-{mode}.db"))
+            # A load generator stops at its deadline with requests in flight: the server may
+            # have stored those without the generator reading the 202. So: nothing
+            # acknowledged is missing, and the extra is at most one request per connection per run.
+            in_flight = runs * CONNECTIONS * sum(BATCHES)
+            figures["no_acknowledged_report_lost"] = acknowledged <= stored <= acknowledged + in_flight
+            figures["stored"], figures["acknowledged"] = stored, acknowledged
     return out
+
+
+def _count_lag(db: Path) -> float:
+    """Seconds until the database at ``db`` has counted all that its server acknowledged."""
+    database = open_database(str(db))
+    try:
+        started = time.perf_counter()
+        database.writer.settle()
+        return time.perf_counter() - started
+    finally:
+        database.store.close()
 
 
 def stored_reports(location: str) -> int:
@@ -248,6 +295,63 @@ def bench_refresh(runs: int, reports_per_window: int = 200, windows: int = 30) -
             "estimate_rows": written, "attributes": len(schema.attributes), "windows": windows}
 
 
+def _ratio_in_turns(ours: dict[str, Any], other: dict[str, Any], unit: str) -> float:
+    """The median over the runs of ours / the other server in ``unit``: the servers took turns
+    within each run, so a run's ratio compares them under the same load of the machine."""
+    return statistics.median(o[unit] / b[unit] for o, b in zip(ours["runs"], other["runs"]))
+
+
+def _ingest_rows(ing: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The ingest step's rows: issue 26's comparison (ours on granian beside the parse-only ceiling
+    on granian and the naive durable app, in reports per second), then gunicorn's figures."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(name: str, value: float, fmt: str, target: str, ok: bool | None) -> None:
+        rows.append((name, format(value, fmt), target, "-" if ok is None else ("ok" if ok else "MISSED")))
+
+    unit = "reports_per_second"
+    granian, gunicorn = ing["granian"], ing["gunicorn"]
+    for batch in BATCHES:
+        ceiling, naive = granian["ceiling"][f"batch{batch}"], gunicorn["naive"][f"batch{batch}"]
+        row(f"ingest, {batch}-report requests: parse-only ceiling on granian, reports/s", ceiling[unit], ",.0f", "-", None)
+        row("  naive durable app on gunicorn (one executemany, no validation), reports/s", naive[unit], ",.0f", "-", None)
+        row("    its failed requests (5xx, errors)", naive["failed"], "d", "-", None)
+        for mode, figures in granian["ours"].items():
+            ours, aimed = figures[f"batch{batch}"], mode == DEFAULT_SYNCHRONOUS
+            row(f"  ours on granian (serve), LDP_SYNCHRONOUS={mode}{' (default)' if aimed else ''}, reports/s",
+                ours[unit], ",.0f", "-", None)
+            ratio, target = _ratio_in_turns(ours, ceiling, unit), INGEST_RATIO_TARGETS[batch]
+            row("    ours / the parse-only ceiling (median of the runs' ratios)", ratio, ".2f",
+                f">= {target}" if aimed else "-", ratio >= target if aimed else None)
+            ahead = aimed and batch == 100
+            ratio = _ratio_in_turns(ours, naive, unit)
+            row("    ours / the naive durable app (the same)", ratio, ".2f", f"> {NAIVE_RATIO_TARGET:g}" if ahead else "-",
+                ratio > NAIVE_RATIO_TARGET if ahead else None)
+            row("    p99 latency ms", ours["p99_ms"], ".1f", "< 50", ours["p99_ms"] < 50)
+            row("    failed requests (5xx, errors)", ours["failed"], "d", "0", ours["failed"] == 0)
+    for batch in BATCHES:
+        ceiling = gunicorn["ceiling"][f"batch{batch}"]
+        row(f"ingest on gunicorn, {batch}-report requests: parse-only ceiling, reports/s", ceiling[unit], ",.0f", "-", None)
+        for mode, figures in gunicorn["ours"].items():
+            ours = figures[f"batch{batch}"]
+            row(f"  ours, LDP_SYNCHRONOUS={mode}, reports/s", ours[unit], ",.0f", "-", None)
+            row("    ours / this server's ceiling", ours[unit] / ceiling[unit], ".2f", "-", None)
+            row("    p99 latency ms", ours["p99_ms"], ".1f", "< 50", ours["p99_ms"] < 50)
+            row("    failed requests (5xx, errors)", ours["failed"], "d", "0", ours["failed"] == 0)
+    for http_server in servers.HTTP_SERVERS:
+        for mode, figures in ing[http_server]["ours"].items():
+            row(f"ours on {http_server}, {mode}: stored - acknowledged (in flight at cut-off)",
+                figures["stored"] - figures["acknowledged"], "d", ">= 0", figures["no_acknowledged_report_lost"])
+            row("  seconds until every acknowledged report was counted, after a load (median)",
+                figures["count_lag_seconds"], ".2f", "-", None)
+    for mode in granian["ours"]:
+        for batch in BATCHES:
+            row(f"ours on granian / ours on gunicorn, {mode}, {batch}-report requests",
+                granian["ours"][mode][f"batch{batch}"][unit] / gunicorn["ours"][mode][f"batch{batch}"][unit], ".2f",
+                "-", None)
+    return rows
+
+
 def bench_record(rounds: int = 3, calls: int = 20_000) -> dict[str, Any]:
     """``TelemetryClient.record()``: queued (a new window each call) and suppressed (the same
     window); per figure the median over ``rounds`` fresh clients."""
@@ -299,35 +403,7 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
     ing = results.get("ingest")
     if ing:
-        units = {100: "reports_per_second", 1: "requests_per_second"}
-        fastest = {batch: max(ing[name]["ceiling"][f"batch{batch}"][unit] for name in servers.HTTP_SERVERS)
-                   for batch, unit in units.items()}
-        for http_server in servers.HTTP_SERVERS:
-            figures = ing[http_server]
-            for batch, unit in units.items():
-                ceiling = figures["ceiling"][f"batch{batch}"]
-                label = unit.replace("_", " ")
-                target = INGEST_RATIO_TARGETS[batch]
-                row(f"ingest on {http_server}, {batch}-report batches, no-database ceiling, {label}", ceiling[unit],
-                    ",.0f", "-", None)
-                for mode, runs in figures["ours"].items():
-                    ours = runs[f"batch{batch}"]
-                    row(f"  ours, LDP_SYNCHRONOUS={mode}, {label}", ours[unit], ",.0f", "-", None)
-                    row("    ours / this server's ceiling", ours[unit] / ceiling[unit], ".2f", "-", None)
-                    ratio = ours[unit] / fastest[batch]
-                    row("    ours / the fastest server's ceiling", ratio, ".2f", f">= {target}", ratio >= target)
-                    row("    p99 latency ms", ours["p99_ms"], ".1f", "< 50", ours["p99_ms"] < 50)
-                    row("    failed requests (5xx, errors)", ours["failed"], "d", "0", ours["failed"] == 0)
-            for mode, runs in figures["ours"].items():
-                row(f"  {mode}: stored - acknowledged (in flight at cut-off)", runs["stored"] - runs["acknowledged"],
-                    "d", ">= 0", runs["no_acknowledged_report_lost"])
-                row(f"  {mode}: seconds until every acknowledged report was counted, after the load",
-                    runs["count_lag_seconds"], ".2f", "-", None)
-        granian, gunicorn = (ing[name]["ours"] for name in servers.HTTP_SERVERS)
-        for mode in granian:
-            for batch, unit in ((100, "reports_per_second"), (1, "requests_per_second")):
-                row(f"ours on granian / ours on gunicorn, {mode}, {batch}-report batches",
-                    granian[mode][f"batch{batch}"][unit] / gunicorn[mode][f"batch{batch}"][unit], ".2f", "-", None)
+        rows += _ingest_rows(ing)
     nod = results.get("nodes")
     if nod:
         row("ingest, 100-report batches, 1 node on SQLite, reports per second", nod["sqlite"]["reports_per_second"],
@@ -363,6 +439,12 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if ref:
         row(f"refresh, 1 schema x {ref['attributes']} attributes x {ref['windows']} windows, ms", ref["median_ms"],
             ".1f", "-", None)
+    big = results.get("refresh-million")
+    if big:
+        row(f"refresh writing {big['rows']:,} estimate rows ({big['attributes']} attributes x {big['categories']:,} "
+            f"categories x {big['windows']} windows and the rollup), SQLite, s", big["seconds"], ".2f",
+            f"<= {big['target_seconds']:g}", big["seconds"] <= big["target_seconds"] and big["rows"] >= 0.99 * big["target_rows"])
+        row("  estimate rows written per second", big["rows_per_second"], ",.0f", "-", None)
     hos = results.get("hostile")
     if hos:
         row(f"hostile batch ({hos['reports']} hourly windows, 1 x {hostile.CATEGORIES} categories): status",
@@ -430,11 +512,15 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         worst = lhs["max_relative_difference"]
         row(f"string estimates vs pure-LDP's LHServer (our hash), {lhs['reports']:,} reports x {lhs['candidates']} "
             "candidates, largest relative difference", worst, ".1e", "<= 1e-9", worst <= 1e-9 and lhs["n_equal"])
-    bf = results.get("backfill")
-    if bf:
-        row(f"back-fill of {bf['candidates']:,} new candidates over {bf['reports']:,} stored reports (SQLite), s",
-            bf["seconds"], ".2f", f"<= {bf['target_seconds']:g}", bf["seconds"] <= bf["target_seconds"])
-        row("  (report, candidate) pairs per second", bf["cells_per_second"], ",.0f", "-", None)
+    for step in ("backfill", "backfill-postgres"):  # the issue's targets: 10 s on each database
+        bf = results.get(step)
+        if bf and "skipped" in bf:
+            rows.append(("back-fill on PostgreSQL: skipped, " + bf["skipped"], "-", "-", "-"))
+        elif bf:
+            row(f"back-fill of {bf['candidates']:,} new candidates over {bf['reports']:,} stored reports "
+                f"({bf['database']}), s", bf["seconds"], ".2f", f"<= {bf['target_seconds']:g}",
+                bf["seconds"] <= bf["target_seconds"])
+            row("  (report, candidate) pairs per second", bf["cells_per_second"], ",.0f", "-", None)
     ist = results.get("ingest-strings")
     if ist:
         for name in ("plain", "strings"):
@@ -495,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         "record": bench_record,
         "send": send.run,
         "refresh": lambda: bench_refresh(max(3, args.runs)),
+        "refresh-million": refresh_million.run,
         "ingest": lambda: bench_ingest(args.runs, args.seconds, args.synchronous.split(",")),
         "nodes": lambda: bench_nodes(args.runs, args.seconds),
         "estimates": lambda: bench_estimates([int(s) for s in args.sizes.split(",")]),
@@ -502,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         "hostile": hostile.run,
         "olh-reference": olh_reference.run,
         "backfill": lambda: strings.backfill(100_000 if args.quick else 1_000_000),
+        "backfill-postgres": lambda: strings.backfill(100_000 if args.quick else 1_000_000, postgres=True),
         "ingest-strings": lambda: strings.ingest(args.seconds, args.runs),
         "discovery": lambda: discovery.run(1 if args.quick else args.runs),
         "discovery-job": lambda: discovery.job(100_000 if args.quick else 1_000_000),

@@ -3,7 +3,8 @@
 Two HTTP servers, so that each figure sits beside the ceiling measured on the same one:
 ``granian`` (what ``ldp-telemetry serve`` runs: granian's RSGI front end and our body-buffering
 bridge to the Flask app) and ``gunicorn`` (sync workers running the Flask app directly, the
-server the aggregator used before). Both with :data:`WORKERS` worker processes.
+server the aggregator used before). Both with :data:`WORKERS` worker processes. And the naive
+durable app (:mod:`bench.naive`), on gunicorn as issue 26 measured it: what ours must stay ahead of.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from ldp_telemetry.tools.process import ServerProcess
+
+from . import naive as naive_app
 
 ADMIN_TOKEN = "bench-admin-token"
 WORKERS = 2
@@ -113,6 +116,14 @@ def ceiling(folder: Path, *, http_server: str = "granian") -> ContextManager[str
     """:mod:`bench.ceiling` (no database) under ``http_server``, on the same path as the aggregator."""
     target = "bench.ceiling:create_rsgi_app" if http_server == "granian" else "bench.ceiling:create_app"
     return _running(ServerProcess(folder / f"ceiling-{http_server}", command=_command(http_server, target)))
+
+
+def naive(folder: Path) -> ContextManager[str]:
+    """:mod:`bench.naive` (the naive durable app) on gunicorn's sync workers, storing into a SQLite
+    file in ``folder`` (the same file each time it is started there)."""
+    db = folder / "naive.db"
+    return _running(ServerProcess(db, command=_command("gunicorn", "bench.naive:create_app"),
+                                  env={naive_app.DB_VARIABLE: str(db)}))
 
 
 def publish(url: str, schema: dict) -> None:
