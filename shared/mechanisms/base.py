@@ -255,7 +255,7 @@ class Mechanism(ABC):
         raise NotImplementedError(f"{self.name} has no per-report amounts")
 
     def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
-        """:math:`(\Sigma v, \Sigma v^2)` over ``n`` reports of their unbiased estimates :math:`v` of
+        r""":math:`(\Sigma v, \Sigma v^2)` over ``n`` reports of their unbiased estimates :math:`v` of
         :math:`t`, from their summed ``amounts``; only with :attr:`unbiased_number`."""
         raise NotImplementedError(f"{self.name} reports no unbiased number")
 

@@ -362,7 +362,7 @@ class Duchi(MeanMechanism):
         return bits
 
     def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
-        """From ``H`` 1 bits among ``n``: :math:`v = C(2b - 1)` gives :math:`\Sigma v = C(2H - n)`
+        r"""From ``H`` 1 bits among ``n``: :math:`v = C(2b - 1)` gives :math:`\Sigma v = C(2H - n)`
         and :math:`\Sigma v^2 = C^2 n` (DESIGN.md, "Breakdowns")."""
         c = _duchi_c(attribute.epsilon)
         return c * (2 * int(amounts.get(SUM, 0)) - n), c * c * n
