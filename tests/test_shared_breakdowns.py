@@ -389,6 +389,8 @@ def numeric(mechanism: str) -> dict[str, Any]:
 # value of `by` (the breakdown has something to find), b's shares from 20% up.
 CASES = {
     "rr-by-grr": Case(BOOLEAN, categorical("b", "grr", 3), [0.5, 0.3, 0.2], [0.1, 0.3, 0.6]),
+    # DESIGN's hard case: at ε = 0.5 per attribute b's share 12% is 6 standard errors from 0.
+    "rr-by-rr": Case(BOOLEAN, {"name": "b", "type": "boolean"}, [0.12, 0.88], [0.3, 0.1]),
     "grr-by-rr": Case(categorical("a", "grr", 3), {"name": "b", "type": "boolean"}, [0.35, 0.65],
                       [[0.6, 0.3, 0.1], [0.2, 0.3, 0.5]]),
     "oue-by-oue": Case(categorical("a", "oue", 3), categorical("b", "oue", 2), [0.4, 0.6],
