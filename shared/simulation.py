@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .attribute_types import CONCENTRATION
+from .breakdowns import values_of
 from .mechanisms import olh
 from .estimators import DEFAULT_CONFIDENCE, Estimate
 from .schema import Attribute, Schema, parse_schema
@@ -40,6 +41,9 @@ def correlated_truth(of: Attribute, by: Attribute, by_shares: Sequence[float], o
     ``by_shares[j]``, then its ``of`` value from ``of_within[j]`` (as :func:`population_shares`
     takes it: a share of true, shares per category, a mean). Within each value of ``by`` the
     breakdown targets exactly ``of_within[j]``."""
+    if not len(by_shares) == len(of_within) == len(values_of(by)):
+        raise ValueError(f"{by.name}: give a share and a population of {of.name} for each of its "
+                         f"{len(values_of(by))} values")
     index = rng.choice(len(by_shares), size=n, p=by_shares)
     of_truth: np.ndarray | None = None
     by_truth: np.ndarray | None = None
@@ -51,8 +55,8 @@ def correlated_truth(of: Attribute, by: Attribute, by_shares: Sequence[float], o
         if of_truth is None or by_truth is None:
             of_truth, by_truth = np.empty(n, dtype=of_j.dtype), np.empty(n, dtype=by_j.dtype)
         of_truth[where], by_truth[where] = of_j, by_j
-    if of_truth is None or by_truth is None:
-        raise ValueError("give the of attribute's population within at least one value of by")
+    if of_truth is None or by_truth is None:  # no value of `by` at all
+        raise ValueError(f"{by.name}: give a share and a population of {of.name} for each of its values")
     return of_truth, by_truth
 
 

@@ -355,6 +355,13 @@ def test_the_planner_answers_a_mean_in_its_units():
         assert plan.reports_for(12) == 1, "a half-width of the whole range needs one report"
 
 
+def test_a_simulated_population_needs_one_for_each_value_of_by():
+    schema = schema_of(APP[:2])
+    with pytest.raises(ValueError, match="for each of its 2 values"):
+        correlated_truth(schema.attribute("os"), schema.attribute("crashed"), [1.0], [[0.2, 0.3, 0.5]], 10,
+                         np.random.default_rng(0))
+
+
 # --- statistics ----------------------------------------------------------------------------------
 
 DEVICES = 10_000  # per simulated window: DESIGN's coverage bar holds from n = 10,000

@@ -246,12 +246,12 @@ class Mechanism(ABC):
     def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
         """Each report's amount of each :meth:`counter_keys` key, one row per report of
         :meth:`wire_array`'s form: what :meth:`statistics` adds, as a matrix (integers where the
-        amounts are: a share's indicators :math:`I_j`, duchi's bit), as :meth:`wire_array`."""
+        amounts are: a share's indicators :math:`I_j`, duchi's bit). Only where that is."""
         raise NotImplementedError(f"{self.name} has no per-report amounts")
 
     def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Many devices' wire values, in :meth:`wire_array`'s form, for their prepared true values
-        (numpy; simulation only), as :meth:`wire_array`."""
+        (numpy; simulation only). Only where that is."""
         raise NotImplementedError(f"{self.name} has no per-report amounts")
 
     def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
