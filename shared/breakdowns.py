@@ -111,7 +111,7 @@ def parse_breakdowns(raw: Any, schema: Schema) -> tuple[Breakdown, ...]:
     if not isinstance(raw, list):
         raise SchemaError("breakdowns", f'breakdowns must be a list of {{"of": A, "by": B}} objects, got {kind(raw)}')
     if raw:
-        _refuse_one_attribute_a_report(schema, "breakdowns")
+        _refuse_one_attribute_a_report(schema)
     distinct = dict.fromkeys(parse_breakdown(item, schema, f"breakdowns[{i}]") for i, item in enumerate(raw))
     _check_count(len(distinct))
     return tuple(distinct)
@@ -120,7 +120,7 @@ def parse_breakdowns(raw: Any, schema: Schema) -> tuple[Breakdown, ...]:
 def add_breakdown(raw: Any, schema: Schema, existing: Sequence[Breakdown]) -> tuple[Breakdown, ...]:
     """``existing`` with the breakdown ``raw`` (``{"of": A, "by": B}``, as ``POST .../breakdowns``
     takes it) added, checked by the same rules as at publish; ``existing`` itself if it is there."""
-    _refuse_one_attribute_a_report(schema, "breakdowns")
+    _refuse_one_attribute_a_report(schema)
     breakdown = parse_breakdown(raw, schema)
     if breakdown in existing:
         return tuple(existing)
@@ -162,14 +162,13 @@ def parse_breakdown(raw: Any, schema: Schema, where: str = "") -> Breakdown:
 
 def _named_attribute(name: Any, schema: Schema, field: str) -> Attribute:
     if not isinstance(name, str) or name not in schema.by_name:
-        raise SchemaError(field, f"{field} must name an attribute of the schema ({', '.join(schema.attribute_names)}), "
-                                 f"got {show(name)}")
+        raise SchemaError(field, f"{field} must name an attribute of the schema, got {show(name)}")
     return schema.attribute(name)
 
 
-def _refuse_one_attribute_a_report(schema: Schema, field: str) -> None:
+def _refuse_one_attribute_a_report(schema: Schema) -> None:
     if schema.split == ONE_ATTRIBUTE_A_REPORT:
-        raise SchemaError(field, f"a schema with split {ONE_ATTRIBUTE_A_REPORT!r} cannot have breakdowns: no report "
+        raise SchemaError("breakdowns", f"a schema with split {ONE_ATTRIBUTE_A_REPORT!r} cannot have breakdowns: no report "
                                  f"carries two attributes")
 
 
