@@ -165,6 +165,12 @@ class AttributeType(ABC):
         """The API's ``value`` of a stored ``key``."""
         return key
 
+    def complement(self, attribute: Typed) -> tuple[Any, ...]:
+        """The values besides :meth:`values` whose indicator is one minus that of its one key (a
+        boolean's ``false``: :math:`I_{false} = 1 - I_{true}`); none for the others. A breakdown by
+        it shows them too (DESIGN.md, "Breakdowns")."""
+        return ()
+
     def source(self, attribute: Typed, key: str) -> str | None:
         """Where the value keyed ``key`` came from, for a type whose values are candidates
         (``listed`` in the schema, ``added`` later, ``discovered``); None for the others."""
@@ -252,6 +258,9 @@ class Boolean(_Shares):
 
     def value_of(self, key: str) -> Any:
         return True
+
+    def complement(self, attribute: Typed) -> tuple[Any, ...]:
+        return (False,)
 
     def example(self, attribute: Typed) -> bool:
         return True

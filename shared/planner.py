@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import discovery
+from . import breakdowns, discovery
 from .estimators import DEFAULT_CONFIDENCE, z_value
 from .mechanisms.olh import LEVEL_ZERO
 from .schema import Attribute, Schema, SchemaError, parse_schema
@@ -81,11 +81,7 @@ class Plan:
     def reports_for(self, half_width: float) -> int:
         """Reports of the schema needed for an interval of about ``half_width`` either side;
         ``ValueError`` below :data:`MIN_RELATIVE_HALF_WIDTH` of :attr:`scale`."""
-        least = MIN_RELATIVE_HALF_WIDTH * self.scale
-        if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width >= least):
-            raise ValueError(f"half_width must be a number of at least {least:g} (a millionth of the scale), "
-                             f"got {half_width!r}")
-        if half_width >= self.scale:  # the interval is clipped to the scale: one report is enough
+        if _within_reach(half_width, self.scale):
             return 1
         return max(1, math.ceil(z_value(self.confidence) ** 2 * self.variance / (self.carried * half_width ** 2)))
 
@@ -104,6 +100,74 @@ class Plan:
             return None
         a = self.attribute
         return discovery.smallest_share(math.floor(n * self.per_level), a.p, a.q, discovery.last_level_tested(a))
+
+
+def _within_reach(half_width: float, scale: float) -> bool:
+    """Whether one report gives an interval of ``half_width`` either side on a scale ``scale``
+    wide (the interval is clipped to the scale); ``ValueError`` below
+    :data:`MIN_RELATIVE_HALF_WIDTH` of it."""
+    least = MIN_RELATIVE_HALF_WIDTH * scale
+    if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width >= least):
+        raise ValueError(f"half_width must be a number of at least {least:g} (a millionth of the scale), "
+                         f"got {half_width!r}")
+    return half_width >= scale
+
+
+@dataclass(frozen=True)
+class BreakdownPlan:
+    r"""The planner's answer for one row of a breakdown (DESIGN.md, "Breakdowns"), from the ``all``
+    rollup's sums: one report's variance of the ratio is
+
+    .. math:: \sigma^2 = (s_{uu} - 2\hat R s_{uw} + \hat R^2 s_{ww}) / ar w^2
+
+    (the delta method's, per report), so n reports give a half-width :math:`z\sigma/\sqrt n` and a
+    half-width h needs :math:`(z\sigma/h)^2` reports. ``sigma`` None: the rollup has no row for it
+    or a null one (its ratio means nothing yet): it needs reports first."""
+
+    value: Any  # of `of`, as :class:`.breakdowns.Row` has it
+    by_value: Any
+    sigma: float | None  # in the estimate's units (a share's, or the `of` attribute's own)
+    n: int  # the reports of the rollup
+    scale: float  # the width of the estimate's scale: 1 for a share, the range for a mean
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def half_width(self, n: int | None = None) -> float | None:
+        """About half the interval's width with ``n`` reports (the rollup's own unless given)."""
+        if self.sigma is None:
+            return None
+        n = self.n if n is None else n
+        if not n >= 1:
+            raise ValueError(f"n must be at least 1, got {n!r}")
+        return z_value(self.confidence) * self.sigma / math.sqrt(n)
+
+    def reports_for(self, half_width: float) -> int | None:
+        """Reports needed for an interval of about ``half_width`` either side, ``(zσ/h)²`` rounded
+        up; None while it needs reports first."""
+        if self.sigma is None:
+            return None
+        if _within_reach(half_width, self.scale):
+            return 1
+        return max(1, math.ceil((z_value(self.confidence) * self.sigma / half_width) ** 2))
+
+
+def plan_breakdown(schema: Schema, breakdown: breakdowns.Breakdown, rollup: breakdowns.BreakdownSums | None, *,
+                   confidence: float = DEFAULT_CONFIDENCE) -> list[BreakdownPlan]:
+    """A :class:`BreakdownPlan` per row of ``breakdown`` (in the rows' order) from the sums of its
+    ``all`` rollup (None: it has none yet)."""
+    of = schema.attribute(breakdown.of)
+    cells = breakdowns.cell_moments(schema, breakdown, rollup or breakdowns.BreakdownSums({}))
+    # One unit of the ratio's scale in the estimate's units: 1 for a share, half the range for a mean.
+    slope = of.mech.to_estimate(of, 1.0) - of.mech.to_estimate(of, 0.0)
+    scale = of.kind.extent(of)
+    plans = []
+    for value, by_value, m in cells:
+        shown = breakdowns.row(of, value, by_value, m, confidence, memoised_rollup=False)
+        sigma = None
+        if shown.estimate is not None:
+            ratio = m.u / m.w
+            sigma = slope * math.sqrt(max(0.0, m.s_uu - 2 * ratio * m.s_uw + ratio * ratio * m.s_ww)) / abs(m.w)
+        plans.append(BreakdownPlan(value, by_value, sigma, m.n, scale, confidence))
+    return plans
 
 
 def typed_half_width(attribute: Attribute, text: str) -> float:

@@ -13,18 +13,51 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .attribute_types import CONCENTRATION
+from .breakdowns import values_of
 from .mechanisms import olh
 from .estimators import DEFAULT_CONFIDENCE, Estimate
 from .schema import Attribute, Schema, parse_schema
 
-__all__ = ["CONCENTRATION", "SimulatedEstimate", "discovery_reports", "hit_counts", "population_shares", "simulate",
-           "true_values"]
+__all__ = ["CONCENTRATION", "SimulatedEstimate", "correlated_truth", "discovery_reports", "hit_counts",
+           "population_shares", "responses", "simulate", "true_values"]
 
 
 def hit_counts(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Randomise ``truth`` (bools, category or bucket indices, numbers) with the attribute's
     mechanism and sum each counter key's amount (:meth:`Mechanism.encode_bulk`)."""
     return attribute.mech.encode_bulk(attribute, truth, rng)
+
+
+def responses(attribute: Attribute, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each device's randomised wire value for ``truth``, in the array form
+    :meth:`Mechanism.wire_array` reads (:meth:`Mechanism.respond_bulk`): what a breakdown counts."""
+    return attribute.mech.respond_bulk(attribute, truth, rng)
+
+
+def correlated_truth(of: Attribute, by: Attribute, by_shares: Sequence[float], of_within: Sequence[Any], n: int,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` devices' prepared true values of ``of`` and ``by``, each drawn independently: its ``by``
+    value j (of :func:`.breakdowns.values_of`: a boolean's true and false) with probability
+    ``by_shares[j]``, then its ``of`` value from ``of_within[j]`` (as :func:`population_shares`
+    takes it: a share of true, shares per category, a mean). Within each value of ``by`` the
+    breakdown targets exactly ``of_within[j]``."""
+    if not len(by_shares) == len(of_within) == len(values_of(by)):
+        raise ValueError(f"{by.name}: give a share and a population of {of.name} for each of its "
+                         f"{len(values_of(by))} values")
+    index = rng.choice(len(by_shares), size=n, p=by_shares)
+    of_truth: np.ndarray | None = None
+    by_truth: np.ndarray | None = None
+    for j, spec in enumerate(of_within):
+        where = np.flatnonzero(index == j)
+        only_j = [1.0 if k == j else 0.0 for k in range(len(by_shares))]
+        of_j = of.kind.draw(of, population_shares(of, spec), where.size, rng, sampled=True)
+        by_j = by.kind.draw(by, only_j, where.size, rng, sampled=True)
+        if of_truth is None or by_truth is None:
+            of_truth, by_truth = np.empty(n, dtype=of_j.dtype), np.empty(n, dtype=by_j.dtype)
+        of_truth[where], by_truth[where] = of_j, by_j
+    if of_truth is None or by_truth is None:  # no value of `by` at all
+        raise ValueError(f"{by.name}: give a share and a population of {of.name} for each of its values")
+    return of_truth, by_truth
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,21 @@ def test_an_invalid_schema_names_its_field(case):
     assert generate.run_invalid_schema(case) == case["field"]
 
 
+# --- breakdown_schemas.json -----------------------------------------------------------------------
+
+BREAKDOWN_SCHEMAS = load("breakdown_schemas.json")
+
+
+@cases(BREAKDOWN_SCHEMAS["valid"])
+def test_a_schema_published_with_breakdowns_serves_without_them(case):
+    assert same(generate.run_published(case)) == {"derived": case["derived"], "breakdowns": case["breakdowns"]}
+
+
+@cases(BREAKDOWN_SCHEMAS["invalid"])
+def test_a_refused_breakdown_names_its_field(case):
+    assert generate.run_invalid_published(case) == case["field"]
+
+
 # --- reports.json, report_validation.json -------------------------------------------------------
 
 
@@ -173,6 +188,20 @@ def test_estimates_from_counters_within_the_stated_tolerance(case):
         for number in NUMBERS:
             assert math.isclose(row[number], expected[number], rel_tol=tolerance["relative"],
                                 abs_tol=tolerance["absolute"]), (row["value"], number, row[number], expected[number])
+
+
+@cases(ESTIMATES["breakdowns"])
+def test_breakdown_rows_from_sums_within_the_stated_tolerance(case):
+    tolerance = ESTIMATES["tolerance"]
+    rows = same(generate.run_breakdown(generate.schemas_by_name(ESTIMATES["schemas"])[case["schema"]], case))
+    assert [{k: r[k] for k in ("value", "by_value", "n", "reason")} for r in rows] == \
+        [{k: r[k] for k in ("value", "by_value", "n", "reason")} for r in case["rows"]]
+    for row, expected in zip(rows, case["rows"]):
+        for number in (*NUMBERS, "by_share"):
+            assert (row[number] is None) == (expected[number] is None), (row["by_value"], number)
+            if row[number] is not None:
+                assert math.isclose(row[number], expected[number], rel_tol=tolerance["relative"],
+                                    abs_tol=tolerance["absolute"]), (row["by_value"], number, row[number], expected[number])
 
 
 # --- the folder ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -124,6 +124,12 @@ class Mechanism(ABC):
     title: ClassVar[str]  # in plain words, for the dashboard
     estimand: ClassVar[Estimand]
     memoisable: ClassVar[bool] = False  # can take a permanent randomised response (memoisation)
+    # What a breakdown (DESIGN.md, "Breakdowns") may do with an attribute it randomises. Its report
+    # gives each value an indicator I_j, a hit with probability p when j is the true value and q
+    # otherwise: a breakdown may be by it, and of it (shares within each value of the other).
+    indicates: ClassVar[bool] = False
+    # Its report is an unbiased number v of the true t (a mean's): a breakdown may be of it (a mean).
+    unbiased_number: ClassVar[bool] = False
     wire_schema: ClassVar[dict[str, Any]]  # the JSON Schema of a wire value, for the OpenAPI document
 
     def __repr__(self) -> str:
@@ -230,6 +236,38 @@ class Mechanism(ABC):
             for key, amount in self.statistics(attribute, value):
                 sums[key] = sums.get(key, 0) + amount * count
         return sums
+
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
+        """Many checked wire values as one numpy array (the form :meth:`report_amounts` reads and
+        :meth:`respond_bulk` makes): read once, at the door. Only a mechanism a breakdown may be
+        of has it (:attr:`indicates` or :attr:`unbiased_number`)."""
+        raise NotImplementedError(f"{self.name} has no per-report amounts")
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """Each report's amount of each :meth:`counter_keys` key, one row per report of
+        :meth:`wire_array`'s form: what :meth:`statistics` adds, as a matrix (integers where the
+        amounts are: a share's indicators :math:`I_j`, duchi's bit). Only where that is."""
+        raise NotImplementedError(f"{self.name} has no per-report amounts")
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Many devices' wire values, in :meth:`wire_array`'s form, for their prepared true values
+        (numpy; simulation only). Only where that is."""
+        raise NotImplementedError(f"{self.name} has no per-report amounts")
+
+    def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
+        r""":math:`(\Sigma v, \Sigma v^2)` over ``n`` reports of their unbiased estimates :math:`v` of
+        :math:`t`, from their summed ``amounts``; only with :attr:`unbiased_number`."""
+        raise NotImplementedError(f"{self.name} reports no unbiased number")
+
+    def to_estimate(self, attribute: Target, y: float) -> float:
+        """What ``y``, on the scale of one report's unbiased estimate (a share's 0 to 1, a mean's
+        [-1, 1]), stands for in the estimate's units: a share as it is."""
+        return y
+
+    def estimate_span(self, attribute: Target) -> Span:
+        """The values the estimate can take, which a clipped estimate and its interval keep to:
+        [0, 1] for a share."""
+        return (0.0, 1.0)
 
     @abstractmethod
     def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +187,7 @@ class MeanMechanism(Mechanism):
 
     estimand = MEAN
     wire_schema = {"type": "number", "description": "the randomised value, on the [-1, 1] scale"}
+    unbiased_number = True  # its report is an unbiased number of t (DESIGN.md, "Breakdowns")
 
     def counter_keys(self, attribute: Target) -> tuple[str, ...]:
         return (SUM, SUM_SQUARES)
@@ -230,20 +231,43 @@ class MeanMechanism(Mechanism):
         y = float(reported)
         return ((SUM, y), (SUM_SQUARES, y * y)) if y else ()
 
+    def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
+        """The wire values' Σ and Σ² themselves: each wire value is its report's unbiased :math:`v`."""
+        return float(amounts.get(SUM, 0)), float(amounts.get(SUM_SQUARES, 0))
+
+    def to_estimate(self, attribute: Target, y: float) -> float:
+        return to_units(attribute, y)
+
+    def estimate_span(self, attribute: Target) -> Span:
+        lo, hi = span_of(attribute)
+        return float(lo), float(hi)
+
     def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
-        total, squares = float(amounts.get(SUM, 0)), float(amounts.get(SUM_SQUARES, 0))
+        total, squares = self.mean_sums(attribute, n, amounts)
         mean = total / n
         theory = self.variance_at(attribute.epsilon, min(1.0, max(-1.0, mean)))
         sample = max(0.0, (squares - total * mean) / (n - 1)) if n > 1 else 0.0
         half = z_value(confidence) * math.sqrt(max(sample, theory) / n)
         return [(attribute.keys[0], _in_units(attribute, mean, mean - half, mean + half, n))]
 
-    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np
 
-        y = self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng)
-        return np.array([y.sum(), np.square(y).sum()])
+        return np.array(reported, dtype=float)
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """Two columns: the wire value and its square (Σ and Σ²'s amounts)."""
+        import numpy as np
+
+        return np.column_stack([wire, np.square(wire)])
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng)
+
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        amounts: np.ndarray = self.report_amounts(attribute, self.respond_bulk(attribute, truth, rng)).sum(axis=0)
+        return amounts
 
     @abstractmethod
     def randomise_bulk(self, t: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
@@ -322,6 +346,27 @@ class Duchi(MeanMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((SUM, 1),) if reported else ()
 
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
+        import numpy as np
+
+        return np.array(reported, dtype=np.int8)
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """One column, the bit (Σ's amount: the counters keep the number of 1 bits)."""
+        return wire.reshape(-1, 1)
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        bits: np.ndarray = self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng).astype(np.int8)
+        return bits
+
+    def mean_sums(self, attribute: Target, n: int, amounts: Mapping[str, int | float]) -> tuple[float, float]:
+        r"""From ``H`` 1 bits among ``n``: :math:`v = C(2b - 1)` gives :math:`\Sigma v = C(2H - n)`
+        and :math:`\Sigma v^2 = C^2 n` (DESIGN.md, "Breakdowns")."""
+        c = _duchi_c(attribute.epsilon)
+        return c * (2 * int(amounts.get(SUM, 0)) - n), c * c * n
+
     def estimates(self, attribute: Target, n: int, amounts: Mapping[str, int | float],
                   confidence: float) -> list[tuple[str, Estimate]]:
         hits = int(amounts.get(SUM, 0))
@@ -333,7 +378,7 @@ class Duchi(MeanMechanism):
     def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
-        return np.array([np.count_nonzero(self.randomise_bulk(_units_bulk(attribute, truth), attribute.epsilon, rng))])
+        return np.array([np.count_nonzero(self.respond_bulk(attribute, truth, rng))])
 
     def randomise_bulk(self, t: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
         p, q = self.parameters(epsilon=epsilon)

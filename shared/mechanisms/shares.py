@@ -28,7 +28,7 @@ import json
 import math
 from abc import abstractmethod
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import product
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -133,6 +133,7 @@ class ShareMechanism(HitMechanism):
     """
 
     memoisable = True
+    indicates = True  # each report gives each value an indicator (DESIGN.md, "Breakdowns")
 
     def _uninformative_keep(self, d: int) -> float:
         """The IRR's keep probability at which a report says nothing (the search's lower end)."""
@@ -240,11 +241,28 @@ class BinaryRR(ShareMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((attribute.keys[0], 1),) if reported else ()
 
-    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
+        import numpy as np
+
+        return np.array(reported, dtype=bool)
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """One column, ``true``'s indicator: the reported bit (``false``'s is one minus it)."""
+        import numpy as np
+
+        return wire.astype(np.int8).reshape(-1, 1)
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         keep = rng.random(truth.shape[0]) < attribute.p
-        return np.array([np.count_nonzero(np.where(keep, truth, ~truth))])
+        reported: np.ndarray = np.where(keep, truth, ~truth)
+        return reported
+
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        return np.array([np.count_nonzero(self.respond_bulk(attribute, truth, rng))])
 
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
         # The two outputs: the true value of x (p vs q) and that of x' (q vs p); for ε' ≥ 0 this
@@ -301,14 +319,35 @@ class GeneralisedRR(ShareMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((reported, 1),)
 
-    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
+        """The reported categories' indices."""
+        import numpy as np
+
+        index_of = attribute.index_of
+        return np.fromiter((index_of[c] for c in reported), dtype=np.int64, count=len(reported))
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """One-hot rows: category j's indicator is 1 where j was reported."""
+        import numpy as np
+
+        indicators = np.zeros((wire.shape[0], len(attribute.categories)), dtype=np.int8)
+        indicators[np.arange(wire.shape[0]), wire] = 1
+        return indicators
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
         d = len(attribute.categories)
         keep = rng.random(truth.shape[0]) < attribute.p
         other = rng.integers(0, d - 1, size=truth.shape[0])
         other += other >= truth
-        return np.bincount(np.where(keep, truth, other), minlength=d)
+        reported: np.ndarray = np.where(keep, truth, other)
+        return reported
+
+    def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        return np.bincount(self.respond_bulk(attribute, truth, rng), minlength=len(attribute.categories))
 
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:
         # As for rr, plus one "other" output carrying the q-vs-q mass (it never adds to δ for ε' ≥ 0).
@@ -367,17 +406,30 @@ class OptimisedUnaryEncoding(ShareMechanism):
         categories = attribute.categories
         return ((categories[i], 1) for i, bit in enumerate(reported) if bit)
 
+    def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
+        """The reported vectors, one row each."""
+        import numpy as np
+
+        return np.array(reported, dtype=np.int8).reshape(len(reported), len(attribute.categories))
+
+    def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
+        """The vectors themselves: bit j is category j's indicator."""
+        return wire
+
+    def respond_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import numpy as np
+
+        n = truth.shape[0]
+        bits = (rng.random((n, len(attribute.categories))) < attribute.q).astype(np.int8)
+        bits[np.arange(n), truth] = rng.random(n) < attribute.p
+        return bits
+
     def encode_bulk(self, attribute: Target, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import numpy as np
 
-        d = len(attribute.categories)
-        counts = np.zeros(d, dtype=np.int64)
+        counts = np.zeros(len(attribute.categories), dtype=np.int64)
         for start in range(0, truth.shape[0], _CHUNK):
-            chunk = truth[start : start + _CHUNK]
-            n = chunk.shape[0]
-            bits = (rng.random((n, d)) < attribute.q).astype(np.uint8)
-            bits[np.arange(n), chunk] = rng.random(n) < attribute.p
-            counts += bits.sum(axis=0, dtype=np.int64)
+            counts += self.respond_bulk(attribute, truth[start : start + _CHUNK], rng).sum(axis=0, dtype=np.int64)
         return counts
 
     def worst_pair(self, p: float, q: float) -> list[tuple[float, float]]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ldp_telemetry.aggregator.estimation.refresh import estimate_rows
 from ldp_telemetry.aggregator.store import WindowCounters
-from ldp_telemetry.shared import windows
+from ldp_telemetry.shared import breakdowns, windows
 from ldp_telemetry.shared.attribute_types import prepare_text
 from ldp_telemetry.shared.mechanisms import olh
 from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow
@@ -136,6 +136,22 @@ def run_invalid_schema(case: Mapping[str, Any]) -> JSON:
     return None
 
 
+def run_published(case: Mapping[str, Any]) -> JSON:
+    """A schema published with ``breakdowns``: the derived schema as served (never with them) and
+    the breakdowns, each ``{of, by}``, in order, each once."""
+    schema, found = breakdowns.parse_published(case["schema"])
+    return {"derived": schema.to_dict(), "breakdowns": [b.to_dict() for b in found]}
+
+
+def run_invalid_published(case: Mapping[str, Any]) -> JSON:
+    """The field the :class:`SchemaError` of a publish with ``breakdowns`` names (``None`` if valid)."""
+    try:
+        breakdowns.parse_published(case["schema"])
+    except SchemaError as exc:
+        return exc.field
+    return None
+
+
 def run_report_counters(schemas: Mapping[str, Schema], case: Mapping[str, Any]) -> JSON:
     """What a valid report adds to the counters: per attribute ``n`` (1, or 0 for a report only
     discovery reads: a string prefix's, level 1 or more) and the amounts."""
@@ -198,6 +214,21 @@ def run_estimates(schema: Schema, case: Mapping[str, Any]) -> JSON:
     return [{"value": attribute.value_of(row.value), "estimate": row.estimate,
              "estimate_clipped": row.estimate_clipped, "ci_low": row.ci_low, "ci_high": row.ci_high}
             for row in estimate_rows(schema, case["window"], counters, case["confidence"], "")]
+
+
+def run_breakdown(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """The rows of a breakdown from its sums over one window (or pooled: the ``all`` rollup), each
+    with the fields of ``GET /api/v1/breakdowns`` that the math makes."""
+    given = case["sums"]
+    amounts: dict[tuple[str, str], int | float] = {(breakdowns.TOTAL, breakdowns.TOTAL): given["n"]}
+    amounts.update({(breakdowns.TOTAL, key): amount for key, amount in given["by"].items()})
+    amounts.update({(key, breakdowns.TOTAL): amount for key, amount in given["of"].items()})
+    amounts.update({(a, b): amount for a, row in given["cells"].items() for b, amount in row.items()})
+    rows = breakdowns.estimate(schema, breakdowns.Breakdown(case["of"], case["by"]), breakdowns.BreakdownSums(amounts),
+                               case["confidence"], rollup=case["window"] == windows.ROLLUP)
+    return [{"value": r.value, "by_value": r.by_value, "estimate": r.estimate, "estimate_clipped": r.estimate_clipped,
+             "ci_low": r.ci_low, "ci_high": r.ci_high, "by_share": r.by_share, "n": r.n, "reason": r.reason}
+            for r in rows]
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -544,6 +575,13 @@ def _numeric(**fields: Any) -> dict[str, Any]:
     return _attribute(**{"name": "x", "type": "numeric", "range": [0, 1], **fields})
 
 
+# Breakdowns' limits: 1,024 categories times 4 (4,096 cells) or 8 (8,192); 20 pairs of five booleans.
+_WIDE = [{"name": "wide", "type": "categorical", "categories": [f"c{i}" for i in range(1024)]},
+         {"name": "four", "type": "categorical", "categories": OS},
+         {"name": "eight", "type": "categorical", "categories": LANGUAGES}]
+_FIVE = [{"name": f"b{i}", "type": "boolean"} for i in range(5)]
+_PAIRS = [{"of": f"b{i}", "by": f"b{j}"} for i in range(5) for j in range(5) if i != j]
+
 VALID_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
     *((s["name"], s) for s in SCHEMAS),
     ("defaults-filled-in", {"name": "bare", "version": 1, "epsilon": 1,
@@ -710,6 +748,51 @@ def schemas() -> JSON:
 def invalid_schemas() -> JSON:
     return [{"name": name, "schema": schema, "field": _refused(run_invalid_schema({"schema": schema}), name)}
             for name, schema in INVALID_SCHEMAS]
+
+
+# Schemas published with breakdowns (DESIGN.md, "Breakdowns"): a file of their own, since the
+# schema a client parses never carries them (clients refuse unknown fields).
+PUBLISHED_WITH_BREAKDOWNS: list[tuple[str, dict[str, Any]]] = [
+    ("breakdowns-listed", _features(breakdowns=[{"of": "dark_mode", "by": "os"}, {"of": "os", "by": "dark_mode"}])),
+    ("breakdowns-empty", _features(breakdowns=[])),
+    ("breakdowns-the-same-twice-is-once", _features(breakdowns=[{"of": "dark_mode", "by": "os"},
+                                                                {"by": "os", "of": "dark_mode"}])),
+    ("breakdowns-of-every-type-but-string", {**SCHEMAS[5], "name": "broken-down", "epsilon": 5.0, "attributes": [
+        *SCHEMAS[5]["attributes"], {"name": "flag", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": OS, "mechanism": "oue"},
+        {"name": "minutes", "type": "numeric", "range": [0, 120]}], "breakdowns": [
+        {"of": "minutes", "by": "load_ms"}, {"of": "flag", "by": "ratio"}, {"of": "os", "by": "flag"},
+        {"of": "load_ms", "by": "os"}]}),
+    ("breakdowns-memoised", {**SCHEMAS[6], "breakdowns": [{"of": "flag", "by": "os"}, {"of": "lang", "by": "load_ms"}]}),
+    ("breakdowns-4096-cells", _features(epsilon=2.0, attributes=_WIDE, breakdowns=[{"of": "wide", "by": "four"}])),
+    ("breakdowns-16", _features(epsilon=5.0, attributes=_FIVE, breakdowns=_PAIRS[:16])),
+]
+
+REFUSED_BREAKDOWNS: list[tuple[str, Any]] = [
+    ("breakdowns-not-a-list", _features(breakdowns={"of": "dark_mode", "by": "os"})),
+    ("breakdowns-over-16", _features(epsilon=5.0, attributes=_FIVE, breakdowns=_PAIRS[:17])),
+    ("breakdown-not-an-object", _features(breakdowns=[{"of": "dark_mode", "by": "os"}, "os"])),
+    ("breakdown-unknown-field", _features(breakdowns=[{"of": "dark_mode", "by": "os", "where": "os"}])),
+    ("breakdown-of-missing", _features(breakdowns=[{"by": "os"}])),
+    ("breakdown-of-not-an-attribute", _features(breakdowns=[{"of": "crashed", "by": "os"}])),
+    ("breakdown-by-not-an-attribute", _features(breakdowns=[{"of": "dark_mode", "by": ["os"]}])),
+    ("breakdown-of-and-by-the-same", _features(breakdowns=[{"of": "os", "by": "os"}])),
+    ("breakdown-by-numeric", {**SCHEMAS[4], "attributes": [*SCHEMAS[4]["attributes"], {"name": "flag", "type": "boolean"}],
+                              "breakdowns": [{"of": "flag", "by": "minutes"}]}),
+    ("breakdown-by-string", {**SCHEMAS[8], "breakdowns": [{"of": "flag", "by": "home"}]}),
+    ("breakdown-of-string", {**SCHEMAS[8], "breakdowns": [{"of": "home", "by": "flag"}]}),
+    ("breakdown-over-4096-cells", _features(epsilon=2.0, attributes=_WIDE, breakdowns=[{"of": "wide", "by": "four"},
+                                                                                       {"of": "wide", "by": "eight"}])),
+    ("breakdowns-under-split-sample", {**SCHEMAS[2], "breakdowns": [{"of": "flag", "by": "os"}]}),
+    ("breakdowns-after-a-schema-error", _features(window="week", breakdowns=[{"of": "x", "by": "y"}])),
+]
+
+
+def breakdown_schemas() -> JSON:
+    return {"valid": [{"name": name, "schema": schema, **run_published({"schema": schema})}
+                      for name, schema in PUBLISHED_WITH_BREAKDOWNS],
+            "invalid": [{"name": name, "schema": schema, "field": _refused(run_invalid_published({"schema": schema}), name)}
+                        for name, schema in REFUSED_BREAKDOWNS]}
 
 
 ID = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"  # 32 url-safe characters
@@ -919,6 +1002,68 @@ ESTIMATES: list[tuple[str, str, str, int, dict[str, int | float], float, dict[st
 
 WINDOW_MOMENT = datetime(2026, 11, 21, 13, 30, tzinfo=timezone.utc)  # a window estimates.json cases are in
 
+# A schema for breakdowns of every mean mechanism by a share (estimates.json's only).
+USAGE = {"name": "usage", "version": 1, "epsilon": 6.0,
+         "attributes": [{"name": "crashed", "type": "boolean"},
+                        {"name": "plan", "type": "categorical", "categories": ["free", "pro", "team"], "mechanism": "grr"},
+                        {"name": "minutes", "type": "numeric", "range": [0, 120], "mechanism": "duchi"},
+                        {"name": "pages", "type": "numeric", "range": [1, 50], "mechanism": "pm"},
+                        {"name": "latency", "type": "numeric", "range": [-5, 5.5], "mechanism": "hm"},
+                        {"name": "load", "type": "numeric", "range": [0, 10], "mechanism": "laplace"}]}
+
+
+def _sums(n: int, of: dict[str, int | float], by: dict[str, int], cells: dict[str, dict[str, int | float]]
+          ) -> dict[str, Any]:
+    return {"n": n, "of": of, "by": by, "cells": cells}
+
+
+_LANG_BY_LOAD = {lang: {"[0, 100)": low, "[100, 1000]": high} for lang, low, high in zip(
+    LANGUAGES, (668, 604, 636, 614, 640, 635, 581, 630), (570, 563, 577, 535, 556, 563, 550, 535))}
+# (name, schema, of, by, sums, confidence, extra fields); counts as a simulated window gave them.
+BREAKDOWNS: list[tuple[str, str, str, str, dict[str, Any], float, dict[str, Any]]] = [
+    ("rr-by-grr", "usage", "crashed", "plan", _sums(10_000, {"true": 3125}, {"free": 4004, "pro": 3053, "team": 2943},
+                                                    {"true": {"free": 1225, "pro": 959, "team": 941}}), 0.95, {}),
+    ("grr-by-rr", "usage", "plan", "crashed", _sums(8000, {"free": 3337, "pro": 2584, "team": 2079}, {"true": 2571},
+                                                    {"free": {"true": 1039}, "pro": {"true": 828},
+                                                     "team": {"true": 704}}), 0.95, {}),
+    ("grr-by-rr-90-percent", "usage", "plan", "crashed", _sums(8000, {"free": 3337, "pro": 2584, "team": 2079},
+                                                               {"true": 2571}, {"free": {"true": 1039}, "pro": {"true": 828},
+                                                                                "team": {"true": 704}}), 0.9, {}),
+    ("rr-by-grr-rollup-not-memoised", "usage", "crashed", "plan",
+     _sums(30_000, {"true": 9400}, {"free": 12_000, "pro": 9100, "team": 8900},
+           {"true": {"free": 3700, "pro": 2900, "team": 2800}}), 0.95, {"window": windows.ROLLUP}),
+    ("duchi-by-grr", "usage", "minutes", "plan", _sums(5000, {"sum": 2061}, {"free": 1918, "pro": 1720, "team": 1362},
+                                                       {"sum": {"free": 683, "pro": 750, "team": 628}}), 0.95, {}),
+    ("pm-by-rr", "usage", "pages", "crashed", _sums(3000, {"sum": -608.08, "sumsq": 13150.65}, {"true": 1083},
+                                                    {"sum": {"true": -360.68}, "sumsq": {"true": 4968.84}}), 0.95, {}),
+    ("hm-by-grr", "usage", "latency", "plan",
+     _sums(4000, {"sum": 219.19, "sumsq": 18202.25}, {"free": 1552, "pro": 1330, "team": 1118},
+           {"sum": {"free": 200.05, "pro": 3.9, "team": 15.23},
+            "sumsq": {"free": 6885.87, "pro": 5930.67, "team": 5385.71}}), 0.95, {}),
+    ("laplace-by-rr", "usage", "load", "crashed", _sums(2000, {"sum": -484.53, "sumsq": 17140.03}, {"true": 816},
+                                                        {"sum": {"true": -54.63}, "sumsq": {"true": 6321.7}}), 0.95, {}),
+    # Almost every bit 1: the means lie above the range; estimate_clipped and the intervals keep to it.
+    ("duchi-mean-outside-the-range", "usage", "minutes", "plan",
+     _sums(400, {"sum": 396}, {"free": 100, "pro": 100, "team": 200}, {"sum": {"free": 98, "pro": 99, "team": 199}}),
+     0.95, {}),
+    # 'pro' is reported as often as devices none of which hold it would report it (n q = 211.9):
+    # w-bar is about 0, A < 0.
+    ("by-share-not-distinct-from-0", "usage", "crashed", "plan",
+     _sums(1000, {"true": 300}, {"free": 550, "pro": 212, "team": 238}, {"true": {"free": 200, "pro": 60, "team": 40}}),
+     0.95, {}),
+    ("too-few-reports", "usage", "crashed", "plan", _sums(1, {"true": 1}, {"pro": 1}, {"true": {"pro": 1}}), 0.95, {}),
+    ("no-reports", "usage", "minutes", "crashed", _sums(0, {}, {}, {}), 0.95, {"window": windows.ROLLUP}),
+    ("memoised-window", "memoised", "flag", "os",
+     _sums(6000, {"true": 2895}, {"linux": 1600, "macos": 1530, "windows": 1511, "other": 1359},
+           {"true": {"linux": 775, "macos": 721, "windows": 767, "other": 632}}), 0.95, {}),
+    ("memoised-rollup", "memoised", "flag", "os",
+     _sums(18_000, {"true": 8700}, {"linux": 4800, "macos": 4600, "windows": 4500, "other": 4100},
+           {"true": {"linux": 2300, "macos": 2200, "windows": 2300, "other": 1900}}), 0.95, {"window": windows.ROLLUP}),
+    ("memoised-oue-by-histogram", "memoised", "lang", "load_ms",
+     _sums(3000, {"en": 1238, "de": 1167, "fr": 1213, "es": 1149, "it": 1196, "pt": 1198, "nl": 1131, "pl": 1165},
+           {"[0, 100)": 1600, "[100, 1000]": 1400}, _LANG_BY_LOAD), 0.95, {}),
+]
+
 
 def estimates_vectors() -> JSON:
     schemas = derived_schemas()
@@ -930,13 +1075,22 @@ def estimates_vectors() -> JSON:
         case = {"name": name, "schema": schema, "attribute": attribute, "window": window, "n": n,
                 "amounts": amounts, "confidence": confidence, **extra}
         cases.append({**case, "estimates": run_estimates(parsed[schema], case)})
-    return {"tolerance": TOLERANCE, "schemas": schemas, "cases": cases}
+    schemas.append(parse_schema(USAGE).to_dict())
+    parsed = schemas_by_name(schemas)
+    rows = []
+    for name, schema, of, by, sums, confidence, fields in BREAKDOWNS:
+        window = fields.get("window", windows.window_of(WINDOW_MOMENT, parsed[schema].window))
+        case = {"name": name, "schema": schema, "of": of, "by": by, "window": window, "confidence": confidence,
+                "sums": sums}
+        rows.append({**case, "rows": run_breakdown(parsed[schema], case)})
+    return {"tolerance": TOLERANCE, "schemas": schemas, "cases": cases, "breakdowns": rows}
 
 
 FILES: dict[str, Callable[[], JSON]] = {
     "randomness.json": randomness,
     "schemas.json": schemas,
     "invalid_schemas.json": invalid_schemas,
+    "breakdown_schemas.json": breakdown_schemas,
     "reports.json": reports,
     "report_validation.json": report_validation,
     "windows.json": windows_vectors,
