@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import context
-from ..questions import candidates, discovery
+from ..questions import breakdowns, candidates, discovery
 from .. import jobs
 from ..estimation import refresh, readout
 from ..auth import identified_reader, require_admin, require_reader
@@ -94,6 +94,17 @@ def get_candidates(name: str, version: str) -> Response:
         tx.candidates(schema.name, schema.version), tx.published_at(schema.name, schema.version)), write=False)
     rows = candidates.listing(schema, stored, published_at, attribute)
     return jsonify({"schema": schema.name, "version": schema.version, "candidates": rows})
+
+
+@bp.get("/schemas/<name>/<version>/breakdowns")
+def get_breakdowns(name: str, version: str) -> Response:
+    """The schema version's breakdowns (DESIGN.md, "Breakdowns"), listed and added, each with its
+    source and when it was added: the served schema never carries them."""
+    require_reader()
+    refuse_unknown(request.args, (), "query parameter")
+    schema = _published(name, version)
+    stored = context.store().run_tx("breakdowns", lambda tx: tx.breakdowns(schema.name, schema.version), write=False)
+    return jsonify({"schema": schema.name, "version": schema.version, "breakdowns": breakdowns.listing(stored)})
 
 
 @bp.post("/schemas/<name>/<version>/candidates")

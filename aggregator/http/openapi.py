@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
+from ...shared.breakdowns import MAX_BREAKDOWNS, MAX_CELLS as MAX_BREAKDOWN_CELLS
 from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
 from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
 from ...shared.reports import ID_RE
@@ -98,7 +99,24 @@ COMPONENTS: dict[str, Any] = {
             "split": {"type": "string", "enum": list(SPLITS)},
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_LENGTH},
             "attributes": {"type": "array", "minItems": 1, "maxItems": MAX_ATTRIBUTES,
-                           "items": _ref("AttributeInput")}}},
+                           "items": _ref("AttributeInput")},
+            "breakdowns": {"type": "array", "maxItems": MAX_BREAKDOWNS, "items": _ref("BreakdownInput"),
+                           "description": "breakdowns to count from the start; kept beside the schema, never in the "
+                                          "schema served to clients (see .../breakdowns); not under split 'sample'"}}},
+        "BreakdownInput": {"type": "object", "required": ["of", "by"], "additionalProperties": False, "properties": {
+            "of": {"type": "string", "description": "the attribute estimated within each value of by: any type but "
+                                                    "string"},
+            "by": {"type": "string", "description": "the attribute whose values divide the reports: boolean, "
+                                                    "categorical or histogram"}},
+            "description": f"one attribute within each value of another; at most {MAX_BREAKDOWN_CELLS:,} cells (the "
+                           "values of of, a boolean 2 and a numeric 1, times those of by)"},
+        "Breakdowns": {"type": "object", "required": ["schema", "version", "breakdowns"], "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"},
+            "breakdowns": {"type": "array", "items": {"type": "object", "required": ["of", "by", "source", "added_at"],
+                                                      "properties": {
+                "of": {"type": "string"}, "by": {"type": "string"},
+                "source": {"type": "string", "enum": ["listed", "added"]},
+                "added_at": {"type": "string", "format": "date-time"}}}}}},
         "Attribute": {"type": "object", "required": ["name", "type", "epsilon", "mechanism", "p", "q"], "properties": {
             "name": {"type": "string"}, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "items": {"type": "string"},
@@ -212,6 +230,10 @@ def _paths() -> dict[str, Any]:
                      "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
                          "added": {"type": "integer", "description": "how many were new"}}}, "stored"),
                          **_errors(400, 401, 403, 404, 413, 415)}}},
+        "/api/v1/schemas/{name}/{version}/breakdowns": {
+            "get": {"summary": "The breakdowns of a schema version, listed at publish and added, with their source",
+                    "parameters": [name_param, version_param],
+                    "responses": {"200": _json(_ref("Breakdowns"), "the breakdowns"), **_errors(400, 401, 403, 404)}}},
         "/api/v1/schemas/{name}/{version}/discover": {"post": {
             "summary": "Discover the common strings of the schema version's discovering attributes now (admin; the "
                        "scheduler does it hourly): those found become discovered candidates, back-filled by a job",

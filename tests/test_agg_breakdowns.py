@@ -1,0 +1,108 @@
+"""Breakdowns in the aggregator (DESIGN.md, "Breakdowns"): published beside the schema (never in
+the served one), counted at ingest exactly once, estimated by the refresh and read through
+``GET /api/v1/breakdowns``, each row equal to :mod:`ldp_telemetry.shared.breakdowns`' estimate over
+the same reports' sums."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from conftest import ADMIN
+
+pytestmark = pytest.mark.backends
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+OS = ["linux", "macos", "windows", "other"]
+APP: dict[str, Any] = {
+    "name": "crashes", "version": 1, "epsilon": 6.0, "window": "day", "split": "equal",
+    "attributes": [
+        {"name": "crashed", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": OS},
+        {"name": "minutes", "type": "numeric", "range": [0, 120]},
+    ],
+}
+LISTED = [{"of": "crashed", "by": "os"}, {"of": "minutes", "by": "os"}, {"of": "os", "by": "crashed"}]
+
+
+def with_breakdowns(schema: dict[str, Any], breakdowns: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(schema), "breakdowns": breakdowns}
+
+
+# -- publishing ----------------------------------------------------------------------------------
+
+
+def test_the_served_schema_and_the_answer_are_the_same_bytes_as_without_breakdowns(make_app):
+    plain, listed = make_app().test_client(), make_app().test_client()
+    without = plain.post("/api/v1/schemas", json=APP, headers=ADMIN)
+    answer = listed.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN)
+    assert (answer.status_code, without.status_code) == (201, 201)
+    assert answer.data == without.data and "breakdowns" not in answer.get_json()
+    assert listed.get("/api/v1/schemas/crashes/1").data == plain.get("/api/v1/schemas/crashes/1").data
+    assert listed.get("/api/v1/schemas/crashes").data == plain.get("/api/v1/schemas/crashes").data
+
+
+def test_the_breakdowns_are_listed_with_their_source_and_when_they_were_added(make_app):
+    client = make_app(LDP_CLOCK=lambda: NOW).test_client()
+    client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN)
+    answer = client.get("/api/v1/schemas/crashes/1/breakdowns")
+    assert answer.status_code == 200
+    assert answer.get_json() == {"schema": "crashes", "version": 1, "breakdowns": [
+        {**b, "source": "listed", "added_at": "2026-11-21T12:00:00Z"} for b in LISTED]}
+    assert client.get("/api/v1/schemas/crashes/2/breakdowns").status_code == 404
+
+
+def test_a_repost_is_compared_with_what_was_published_breakdowns_included(make_app):
+    client = make_app().test_client()
+    assert client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).status_code == 201
+    assert client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).status_code == 200
+    for other in (APP, with_breakdowns(APP, LISTED[:2]), with_breakdowns(APP, []), with_breakdowns(APP, LISTED[::-1])):
+        answer = client.post("/api/v1/schemas", json=other, headers=ADMIN)
+        assert answer.status_code == 409, other
+    assert [b["of"] for b in client.get("/api/v1/schemas/crashes/1/breakdowns").get_json()["breakdowns"]] == [
+        "crashed", "minutes", "os"]
+    # a schema published without breakdowns: its re-post with none (or an empty list) is the same
+    plain = {**APP, "version": 2}
+    assert client.post("/api/v1/schemas", json=plain, headers=ADMIN).status_code == 201
+    assert client.post("/api/v1/schemas", json=with_breakdowns(plain, []), headers=ADMIN).status_code == 200
+
+
+WIDE = {"name": "wide", "version": 1, "epsilon": 4.0, "window": "day", "attributes": [
+    {"name": "a", "type": "categorical", "categories": [f"a{i}" for i in range(64)]},
+    {"name": "b", "type": "categorical", "categories": [f"b{i}" for i in range(65)]},
+    {"name": "url", "type": "string", "max_length": 16, "candidates": ["x.org"]}]}
+
+
+@pytest.mark.parametrize("schema, breakdowns, field, words", [
+    (APP, {"of": "crashed", "by": "os"}, "breakdowns", "must be a list"),
+    (APP, [{"of": "crashed", "by": "nope"}], "breakdowns[0].by", "must name an attribute"),
+    (APP, [{"of": "crashed"}], "breakdowns[0].by", "must name an attribute"),
+    (APP, [{"of": "os", "by": "os"}], "breakdowns[0].by", "another attribute"),
+    (APP, [{"of": "crashed", "by": "minutes"}], "breakdowns[0].by", "numeric"),
+    (APP, [{"of": "crashed", "by": "os", "when": 1}], "breakdowns[0].when", "unknown field"),
+    (APP, ["crashed by os"], "breakdowns[0]", "JSON object"),
+    (WIDE, [{"of": "url", "by": "a"}], "breakdowns[0].of", "string"),
+    (WIDE, [{"of": "a", "by": "b"}], "breakdowns[0]", "at most 4,096"),
+    ({**APP, "split": "sample"}, [{"of": "crashed", "by": "os"}], "breakdowns", "split 'sample'"),
+    ({**APP, "attributes": APP["attributes"] + [
+        {"name": f"c{i}", "type": "boolean"} for i in range(17)]},
+     [{"of": f"c{i}", "by": "os"} for i in range(17)], "breakdowns", "at most 16"),
+])
+def test_a_breakdown_breaking_a_rule_is_refused_with_a_400_naming_it(make_app, schema, breakdowns, field, words):
+    client = make_app().test_client()
+    answer = client.post("/api/v1/schemas", json=with_breakdowns(schema, breakdowns), headers=ADMIN)
+    assert answer.status_code == 400, answer.get_json()
+    body = answer.get_json()
+    assert words in body["error"] and body["details"][0]["field"] == field, body
+    assert client.get(f"/api/v1/schemas/{schema['name']}").status_code == 404  # nothing stored
+
+
+def test_ldp_max_cells_counts_the_breakdown_cells(make_app):
+    # 7 values a window (2 + 4 + 1) x 32 windows (31 days: 30 retained and the current one; the rollup) = 224;
+    # the breakdown of crashed by os adds 2 x 4 = 8 a window: 15 x 32 = 480.
+    client = make_app(LDP_MAX_CELLS=300).test_client()
+    answer = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED[:1]), headers=ADMIN)
+    assert answer.status_code == 400 and "480" in answer.get_json()["error"] and "300" in answer.get_json()["error"]
+    assert client.post("/api/v1/schemas", json=APP, headers=ADMIN).status_code == 201
