@@ -106,3 +106,92 @@ def test_ldp_max_cells_counts_the_breakdown_cells(make_app):
     answer = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED[:1]), headers=ADMIN)
     assert answer.status_code == 400 and "480" in answer.get_json()["error"] and "300" in answer.get_json()["error"]
     assert client.post("/api/v1/schemas", json=APP, headers=ADMIN).status_code == 201
+
+
+# -- counting at ingest ----------------------------------------------------------------------------
+
+WINDOWS = ("2026-11-20", "2026-11-21")
+# A correlated population: each OS's share, its crash rate and its mean minutes.
+OS_SHARES = [0.45, 0.3, 0.2, 0.05]
+CRASH_RATE = {"linux": 0.1, "macos": 0.3, "windows": 0.6, "other": 0.5}
+MINUTES = {"linux": 80.0, "macos": 50.0, "windows": 20.0, "other": 100.0}
+
+
+def population_reports(schema: dict[str, Any], n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """``n`` reports of devices from the correlated population, randomised on the "device"
+    (:func:`randomize`), spread over :data:`WINDOWS`."""
+    import random
+
+    from ldp_telemetry.shared import randomize
+
+    rng = random.Random(seed)
+    reports = []
+    for i in range(n):
+        os_ = rng.choices(OS, OS_SHARES)[0]
+        record = {"crashed": rng.random() < CRASH_RATE[os_], "os": os_,
+                  "minutes": min(120.0, max(0.0, rng.gauss(MINUTES[os_], 15.0)))}
+        reports.append(randomize(schema, record, window=WINDOWS[i % len(WINDOWS)]))
+    return reports
+
+
+def post(client: Any, reports: list[dict[str, Any]], size: int = 500) -> None:
+    for start in range(0, len(reports), size):
+        answer = client.post("/api/v1/reports", json={"reports": reports[start:start + size]})
+        assert answer.status_code == 202, answer.get_json()
+
+
+def expected_sums(derived: dict[str, Any], reports: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
+    """``(window, breakdown number) -> BreakdownSums`` counted straight from the reports (the
+    rollup pooled over the windows), by the shared core."""
+    from ldp_telemetry.shared import breakdowns, parse_schema
+    from ldp_telemetry.shared.windows import ROLLUP
+
+    schema = parse_schema(derived)
+    out = {}
+    for i, b in enumerate(LISTED):
+        breakdown = breakdowns.Breakdown(b["of"], b["by"])
+        windows = {w: breakdowns.count(schema, breakdown, [r["values"] for r in reports if r["window"] == w])
+                   for w in WINDOWS}
+        out.update({(w, i): sums for w, sums in windows.items()})
+        out[(ROLLUP, i)] = breakdowns.pooled(windows.values())
+    return out
+
+
+def stored_sums(app: Any) -> dict[tuple[str, int], dict[tuple[str, str], float]]:
+    from conftest import read, settle, store_of
+
+    from ldp_telemetry.shared.windows import ROLLUP
+
+    settle(app)
+    counters = read(store_of(app), "window_counters", "crashes", 1, [*WINDOWS, ROLLUP])
+    return {(w, i): amounts for w, c in counters.items() for i, amounts in c.breakdowns.items()}
+
+
+def assert_same_sums(stored: dict[tuple[str, int], Any], expected: dict[tuple[str, int], Any]) -> None:
+    assert set(stored) == set(expected)
+    for key, sums in expected.items():
+        assert set(stored[key]) == set(sums.amounts), key
+        for cell, amount in sums.amounts.items():  # integers exactly; numeric sums to rounding
+            assert stored[key][cell] == (amount if isinstance(amount, int) else pytest.approx(amount, rel=1e-12)), \
+                (key, cell)
+
+
+def test_each_listed_breakdown_is_counted_once_per_stored_report_under_retries_and_duplicates(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).get_json()
+    reports = population_reports(derived, 1200)
+    post(client, reports[:700])
+    post(client, reports[:300])  # a retry: every one a duplicate
+    repeated = reports[700:] + reports[700:750] + reports[650:700]  # ids repeated in a batch and stored already
+    answer = client.post("/api/v1/reports", json={"reports": repeated})
+    assert answer.status_code == 202, answer.get_json()
+    assert_same_sums(stored_sums(app), expected_sums(derived, reports))
+
+
+def test_a_schema_without_breakdowns_has_no_breakdown_sums(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=APP, headers=ADMIN).get_json()
+    post(client, population_reports(derived, 50))
+    assert stored_sums(app) == {}
