@@ -195,3 +195,61 @@ def test_a_schema_without_breakdowns_has_no_breakdown_sums(make_app):
     derived = client.post("/api/v1/schemas", json=APP, headers=ADMIN).get_json()
     post(client, population_reports(derived, 50))
     assert stored_sums(app) == {}
+
+
+# -- estimation ------------------------------------------------------------------------------------
+
+
+def expected_rows(derived: dict[str, Any], reports: list[dict[str, Any]], confidence: float = 0.95
+                  ) -> dict[tuple[str, str, Any, str, Any], Any]:
+    """``(window, of, value, by, by_value) -> Row`` by the shared core over the reports' sums."""
+    from ldp_telemetry.shared import breakdowns, parse_schema
+    from ldp_telemetry.shared.windows import ROLLUP
+
+    schema = parse_schema(derived)
+    out = {}
+    for (window, i), sums in expected_sums(derived, reports).items():
+        b = breakdowns.Breakdown(LISTED[i]["of"], LISTED[i]["by"])
+        for row in breakdowns.estimate(schema, b, sums, confidence, rollup=window == ROLLUP):
+            out[(window, b.of, row.value, b.by, row.by_value)] = row
+    return out
+
+
+ROW_FIELDS = ("estimate", "estimate_clipped", "ci_low", "ci_high", "by_share", "n", "reason")
+
+
+def assert_rows_equal(got: dict[Any, dict[str, Any]], expected: dict[Any, Any]) -> None:
+    assert set(got) == set(expected)
+    for key, row in expected.items():
+        for field in ROW_FIELDS:
+            mine, theirs = got[key][field], getattr(row, field)
+            if isinstance(theirs, float):
+                assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-9), (key, field)
+            else:
+                assert mine == theirs, (key, field)
+
+
+def test_the_refresh_stores_each_breakdown_row_as_the_shared_core_estimates_it(make_app):
+    from conftest import read, store_of
+
+    from ldp_telemetry.shared import parse_schema
+    from ldp_telemetry.shared.windows import ROLLUP
+
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).get_json()
+    reports = population_reports(derived, 1500)
+    post(client, reports)
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    schema = parse_schema(derived)
+    stored = read(store_of(app), "window_breakdown_estimates", "crashes", 1, [*WINDOWS, ROLLUP])
+    got = {}
+    for window, rows in stored.items():
+        for row in rows.values():
+            b = LISTED[row.breakdown]
+            of, by = schema.attribute(b["of"]), schema.attribute(b["by"])
+            from ldp_telemetry.aggregator.estimation.breakdowns import value_of
+            got[(window, b["of"], value_of(of, row.value), b["by"], value_of(by, row.by_value))] = row._asdict()
+    assert_rows_equal(got, expected_rows(derived, reports))
+    # nothing changed since: a second refresh writes no row
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).get_json()["written"] == 0
