@@ -253,3 +253,150 @@ def test_the_refresh_stores_each_breakdown_row_as_the_shared_core_estimates_it(m
     assert_rows_equal(got, expected_rows(derived, reports))
     # nothing changed since: a second refresh writes no row
     assert client.post("/api/v1/estimates/refresh", headers=ADMIN).get_json()["written"] == 0
+
+
+# -- reading: GET /api/v1/breakdowns --------------------------------------------------------------
+
+
+@pytest.fixture
+def counted(make_app: Any) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+    """An app with the listed breakdowns, 1,500 reports of the correlated population posted and
+    estimated: ``(client, derived schema, reports)``."""
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).get_json()
+    reports = population_reports(derived, 1500)
+    post(client, reports)
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    return client, derived, reports
+
+
+def keyed(rows: list[dict[str, Any]]) -> dict[tuple[str, str, Any, str, Any], dict[str, Any]]:
+    out = {(r["window"], r["of"], r["value"], r["by"], r["by_value"]): r for r in rows}
+    assert len(out) == len(rows)
+    return out
+
+
+def test_every_row_of_get_breakdowns_is_the_shared_cores_estimate_over_the_same_reports(counted):
+    client, derived, reports = counted
+    answer = client.get("/api/v1/breakdowns?schema=crashes")
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert (body["schema"], body["version"], body["confidence"], body["next"]) == ("crashes", 1, 0.95, None)
+    assert all(list(r) == ["window", "of", "value", "by", "by_value", "estimate", "estimate_clipped", "ci_low",
+                           "ci_high", "by_share", "n", "reason", "computed_at"] for r in body["breakdowns"])
+    assert_rows_equal(keyed(body["breakdowns"]), expected_rows(derived, reports))
+    # the order: windows in time, the rollup last; breakdowns as listed; by each value of by, each of of
+    windows = [r["window"] for r in body["breakdowns"]]
+    assert windows == sorted(windows) and windows[-1] == "all"
+    first = [(r["of"], r["by_value"], r["value"]) for r in body["breakdowns"] if r["window"] == WINDOWS[0]]
+    assert first[:5] == [("crashed", "linux", True), ("crashed", "macos", True), ("crashed", "windows", True),
+                         ("crashed", "other", True), ("minutes", "linux", "mean")]
+    assert [(b, v) for o, b, v in first if o == "os"][:2] == [(True, "linux"), (True, "macos")]
+
+
+def test_of_and_by_narrow_the_rows_to_a_breakdown(counted):
+    client, derived, reports = counted
+    rows = client.get("/api/v1/breakdowns?schema=crashes&of=minutes&by=os").get_json()["breakdowns"]
+    assert {(r["of"], r["by"], r["value"]) for r in rows} == {("minutes", "os", "mean")}
+    assert len(rows) == 3 * 4  # two windows and the rollup, four OSes
+    by_os = client.get("/api/v1/breakdowns?schema=crashes&by=os").get_json()["breakdowns"]
+    assert {r["of"] for r in by_os} == {"crashed", "minutes"}
+    within = client.get(f"/api/v1/breakdowns?schema=crashes&version=1&since={WINDOWS[1]}&until={WINDOWS[1]}"
+                        "&of=os").get_json()["breakdowns"]
+    assert {r["window"] for r in within} == {WINDOWS[1], "all"}
+    assert {r["by_value"] for r in within} == {True, False}  # a boolean by: both its values
+
+
+@pytest.mark.parametrize("query, status, field", [
+    ("", 400, "schema"),
+    ("schema=crashes&attribute=os", 400, "attribute"),
+    ("schema=crashes&of=nope", 404, "of"),
+    ("schema=crashes&of=minutes&by=crashed", 404, "of"),
+    ("schema=crashes&since=2026-11-21&until=2026-11-20", 400, "since"),
+    ("schema=crashes&limit=0", 400, "limit"),
+    ("schema=crashes&format=xml", 400, "format"),
+    ("schema=nope", 404, "schema"),
+    ("schema=crashes&version=2", 404, "version"),
+])
+def test_a_bad_query_is_refused(counted, query, status, field):
+    client, _, _ = counted
+    answer = client.get(f"/api/v1/breakdowns?{query}")
+    assert answer.status_code == status, answer.get_json()
+    assert answer.get_json()["details"][0]["field"] == field
+
+
+def test_pages_follow_one_another_and_csv_holds_the_same_rows(counted):
+    import csv
+    import io
+
+    client, _, _ = counted
+    whole = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
+    paged, cursor = [], None
+    while True:
+        body = client.get("/api/v1/breakdowns?schema=crashes&limit=7" + (f"&next={cursor}" if cursor else "")).get_json()
+        paged += body["breakdowns"]
+        cursor = body["next"]
+        if cursor is None:
+            break
+    assert paged == whole
+    text = client.get("/api/v1/breakdowns?schema=crashes&format=csv")
+    assert text.mimetype == "text/csv"
+    table = list(csv.DictReader(io.StringIO(text.get_data(as_text=True))))
+    assert len(table) == len(whole)
+    for row, json_row in zip(table, whole):
+        assert list(row) == list(json_row)
+        for column, value in json_row.items():
+            if value is None:
+                assert row[column] == ""
+            elif isinstance(value, bool):
+                assert row[column] == ("true" if value else "false")
+            elif isinstance(value, (int, float)):
+                assert float(row[column]) == value
+            else:
+                assert row[column] == value
+
+
+def test_formula_like_values_are_escaped_in_csv(make_app):
+    import csv
+    import io
+
+    client = make_app(LDP_CLOCK=lambda: NOW).test_client()
+    schema = {"name": "formulas", "version": 1, "epsilon": 4.0, "window": "day", "attributes": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "cell", "type": "categorical", "categories": ["=cmd()", "+1", "-1", "@a", "plain"]}]}
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(schema, [{"of": "flag", "by": "cell"}]),
+                          headers=ADMIN).get_json()
+    from ldp_telemetry.shared import randomize
+
+    post(client, [randomize(derived, {"flag": i % 2 == 0, "cell": schema["attributes"][1]["categories"][i % 5]},
+                            window=WINDOWS[0]) for i in range(200)])
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    text = client.get("/api/v1/breakdowns?schema=formulas&format=csv").get_data(as_text=True)
+    by_values = {row["by_value"] for row in csv.DictReader(io.StringIO(text))}
+    assert by_values == {"'=cmd()", "'+1", "'-1", "'@a", "plain"}
+
+
+@pytest.mark.sqlite_only
+def test_the_cli_prints_the_numbers_of_the_api(tmp_path, make_app):
+    from click.testing import CliRunner
+
+    from ldp_telemetry.aggregator.dashboard.charts import shown
+    from ldp_telemetry.tools.cli import main
+
+    db = str(tmp_path / "cli.db")
+    client = make_app(LDP_DB=db, LDP_CLOCK=lambda: NOW).test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).get_json()
+    post(client, population_reports(derived, 600))
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    rows = client.get("/api/v1/breakdowns?schema=crashes&of=crashed&by=os").get_json()["breakdowns"]
+    printed = CliRunner().invoke(main, ["breakdowns", "crashes", "--of", "crashed", "--by", "os", "--db", db])
+    assert printed.exit_code == 0, printed.output
+    lines = printed.output.splitlines()
+    assert lines[0] == "schema crashes v1, 95% intervals"
+    body = [line.split() for line in lines[3:] if not line.startswith("*")]
+    rollup = [r for r in rows if r["window"] == "all"]
+    assert [cells[:5] for cells in body] == [["all", "crashed", "true", "os", r["by_value"]] for r in rollup]
+    for cells, r in zip(body, rollup):
+        assert cells[5].rstrip("*") == (shown(r["estimate_clipped"], True) if r["estimate"] is not None else "—")
+        assert cells[-1] == str(r["n"]) and cells[-2] == shown(r["by_share"], True)

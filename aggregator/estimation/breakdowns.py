@@ -57,3 +57,12 @@ def changed(rows: Sequence[BreakdownEstimateRow],
             stored: Mapping[int, BreakdownEstimateRow]) -> list[BreakdownEstimateRow]:
     """``rows`` less those stored already with the same numbers (only ``computed_at`` differing)."""
     return [r for r in rows if (old := stored.get(r.rank)) is None or old._replace(computed_at=r.computed_at) != r]
+
+
+def shown(schema: Schema, breakdown: StoredBreakdown, row: BreakdownEstimateRow) -> dict[str, Any]:
+    """A stored row of ``breakdown`` as ``GET /api/v1/breakdowns`` shows it (DESIGN.md's fields)."""
+    return {"window": row.window, "of": breakdown.of, "value": value_of(schema.attribute(breakdown.of), row.value),
+            "by": breakdown.by, "by_value": value_of(schema.attribute(breakdown.by), row.by_value),
+            "estimate": row.estimate, "estimate_clipped": row.estimate_clipped, "ci_low": row.ci_low,
+            "ci_high": row.ci_high, "by_share": row.by_share, "n": row.n, "reason": row.reason,
+            "computed_at": row.computed_at}

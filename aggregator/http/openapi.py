@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
-from ...shared.breakdowns import MAX_BREAKDOWNS, MAX_CELLS as MAX_BREAKDOWN_CELLS
+from ...shared.breakdowns import (BY_SHARE_NOT_DISTINCT_FROM_0, MAX_BREAKDOWNS, MAX_CELLS as MAX_BREAKDOWN_CELLS,
+                                  MEMOISED_ROLLUP, TOO_FEW_REPORTS)
 from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
 from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
 from ...shared.reports import ID_RE
@@ -176,6 +177,33 @@ COMPONENTS: dict[str, Any] = {
                                           "points and distinct after that; one already a candidate is not new. At "
                                           f"most {MAX_CANDIDATES} candidates an attribute in all, and the "
                                           "schema version within LDP_MAX_CELLS cells"}}},
+        "BreakdownRow": {"type": "object", "required": ["window", "of", "value", "by", "by_value", "estimate",
+                                                        "estimate_clipped", "ci_low", "ci_high", "by_share", "n",
+                                                        "reason", "computed_at"], "properties": {
+            "window": {"type": "string", "description": "a window start, or 'all' for the rollup over every window"},
+            "of": {"type": "string"}, "by": {"type": "string"},
+            "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}],
+                      "description": "the value of of: a category or bucket, true for a boolean, 'mean' for a numeric"},
+            "by_value": {"oneOf": [{"type": "string"}, {"type": "boolean"}],
+                         "description": "the value of by: a category or bucket, true or false for a boolean"},
+            "estimate": {"type": "number", "nullable": True,
+                         "description": "the share of value among the devices whose by is by_value (for a numeric of, "
+                                        "its mean there), unclipped; null where reason says"},
+            "estimate_clipped": {"type": "number", "nullable": True},
+            "ci_low": {"type": "number", "nullable": True, "description": "Fieller's interval, clipped"},
+            "ci_high": {"type": "number", "nullable": True},
+            "by_share": {"type": "number", "nullable": True,
+                         "description": "the estimated share of by_value from the same reports, unclipped"},
+            "n": {"type": "integer", "minimum": 1, "description": "the reports that carried both attributes"},
+            "reason": {"type": "string", "nullable": True,
+                       "enum": [BY_SHARE_NOT_DISTINCT_FROM_0, MEMOISED_ROLLUP, TOO_FEW_REPORTS, None],
+                       "description": "why the fields it voids are null"},
+            "computed_at": {"type": "string", "format": "date-time"}}},
+        "BreakdownRows": {"type": "object", "required": ["schema", "version", "confidence", "breakdowns"],
+                          "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
+            "breakdowns": {"type": "array", "items": _ref("BreakdownRow")},
+            "next": {"type": "string", "nullable": True, "description": "pass as next= to read the next page; null on the last"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
             "estimates": {"type": "array", "items": _ref("Estimate")},
@@ -187,7 +215,7 @@ COMPONENTS: dict[str, Any] = {
 def _paths() -> dict[str, Any]:
     name_param = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
     version_param = {"name": "version", "in": "path", "required": True, "schema": {"type": "integer"}}
-    query = [
+    query: list[dict[str, Any]] = [
         {"name": "schema", "in": "query", "required": True, "schema": {"type": "string"}},
         {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
         {"name": "attribute", "in": "query", "schema": {"type": "string"}},
@@ -254,6 +282,14 @@ def _paths() -> dict[str, Any]:
             "summary": "Latest estimates per window and the 'all' rollup", "parameters": query,
             "responses": {"200": {"description": "the estimates", "content": {
                 "application/json": {"schema": _ref("Estimates")},
+                "text/csv": {"schema": {"type": "string"}}}}, **_errors(400, 401, 403, 404)}}},
+        "/api/v1/breakdowns": {"get": {
+            "summary": "Latest breakdown rows per window and the 'all' rollup (of and by narrow them to a breakdown)",
+            "parameters": [p for p in query if p["name"] != "attribute"] + [
+                {"name": "of", "in": "query", "schema": {"type": "string"}},
+                {"name": "by", "in": "query", "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the rows", "content": {
+                "application/json": {"schema": _ref("BreakdownRows")},
                 "text/csv": {"schema": {"type": "string"}}}}, **_errors(400, 401, 403, 404)}}},
         "/api/v1/estimates/refresh": {"post": {
             "summary": "Recompute stale estimates now (admin)", "security": ADMIN,

@@ -21,3 +21,4 @@ def listing(stored: Sequence[StoredBreakdown]) -> list[dict[str, Any]]:
 def chosen(stored: Sequence[StoredBreakdown], of: str | None, by: str | None) -> tuple[int, ...]:
     """The numbers of the stored breakdowns of ``of`` (any if None) by ``by`` (any if None)."""
     return tuple(b.id for b in stored if of in (None, b.of) and by in (None, b.by))
+
