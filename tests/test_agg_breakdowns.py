@@ -400,3 +400,80 @@ def test_the_cli_prints_the_numbers_of_the_api(tmp_path, make_app):
     for cells, r in zip(body, rollup):
         assert cells[5].rstrip("*") == (shown(r["estimate_clipped"], True) if r["estimate"] is not None else "—")
         assert cells[-1] == str(r["n"]) and cells[-2] == shown(r["by_share"], True)
+
+
+# -- a breakdown added later, back-filled -----------------------------------------------------------
+
+
+def test_a_breakdown_added_later_is_back_filled_exactly_once_beside_ingest_and_estimated(make_app):
+    from conftest import read, settle, store_of
+
+    from ldp_telemetry.aggregator.questions import backfill
+
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED[:2]), headers=ADMIN).get_json()
+    reports = population_reports(derived, 1200, seed=11)
+    post(client, reports[:600])
+    url = "/api/v1/schemas/crashes/1/breakdowns"
+    served = client.get("/api/v1/schemas/crashes/1").data
+    assert client.post(url, json=LISTED[2]).status_code == 401
+    added = client.post(url, json=LISTED[2], headers=ADMIN)
+    assert (added.status_code, added.get_json()) == (202, {"added": True})
+    assert client.post(url, json=LISTED[2], headers=ADMIN).status_code == 200  # it was there
+    listing = client.get(url).get_json()["breakdowns"]
+    assert [(b["of"], b["source"]) for b in listing] == [("crashed", "listed"), ("minutes", "listed"), ("os", "added")]
+    assert client.get("/api/v1/schemas/crashes/1").data == served  # adding one changes no byte of it
+    post(client, reports[600:800])  # before any chunk: every id above the watermark ''
+    store, counting = store_of(app), app.extensions["ldp"]["writer"].counting
+    settle(app)
+    (schema, version, batch, size), = read(store, "filling")
+    while True:  # chunks of 150, with reports arriving between them (ids below and above the watermark)
+        done = backfill.backfill_chunk(store, counting, schema, version, batch, 150)
+        if done:
+            break
+        post(client, reports[800:1200][:50])
+        settle(app)  # stored now (SQLite folds its inbox), between two chunks
+        reports[800:1200] = reports[800:1200][50:] + reports[800:1200][:50]  # the next 50 next time
+    post(client, reports)  # all duplicates now: nothing counts twice
+    assert read(store, "filling") == []
+    assert_same_sums(stored_sums(app), expected_sums(derived, reports))
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    rows = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
+    assert_rows_equal(keyed(rows), expected_rows(derived, reports))
+
+
+def test_a_breakdown_that_breaks_a_rule_or_the_cells_limit_is_refused_and_nothing_is_added(make_app):
+    client = make_app(LDP_MAX_CELLS=32 * 15).test_client()  # room for one breakdown of 8 cells
+    client.post("/api/v1/schemas", json=APP, headers=ADMIN)
+    url = "/api/v1/schemas/crashes/1/breakdowns"
+    refused = client.post(url, json={"of": "crashed", "by": "minutes"}, headers=ADMIN)
+    assert refused.status_code == 400 and refused.get_json()["details"][0]["field"] == "by"
+    assert client.post(url, json={"of": "os", "by": "crashed"}, headers=ADMIN).status_code == 202  # 4 x 2 cells
+    over = client.post(url, json={"of": "crashed", "by": "os"}, headers=ADMIN)
+    assert over.status_code == 400 and "LDP_MAX_CELLS" in over.get_json()["error"]
+    assert [b["of"] for b in client.get(url).get_json()["breakdowns"]] == ["os"]
+    assert client.post("/api/v1/schemas/crashes/9/breakdowns", json=LISTED[0], headers=ADMIN).status_code == 404
+    sample = {**APP, "name": "sampled", "split": "sample"}
+    client.post("/api/v1/schemas", json=sample, headers=ADMIN)
+    refused = client.post("/api/v1/schemas/sampled/1/breakdowns", json=LISTED[0], headers=ADMIN)
+    assert refused.status_code == 400 and "sample" in refused.get_json()["error"]
+
+
+@pytest.mark.sqlite_only
+def test_the_cli_adds_a_breakdown(tmp_path, make_app):
+    from click.testing import CliRunner
+
+    from ldp_telemetry.tools.cli import main
+
+    db = str(tmp_path / "cli.db")
+    client = make_app(LDP_DB=db).test_client()
+    client.post("/api/v1/schemas", json=APP, headers=ADMIN)
+    first = CliRunner().invoke(main, ["add-breakdown", "crashes", "--of", "crashed", "--by", "os", "--db", db])
+    assert first.exit_code == 0 and first.output.endswith("added (back-filled by a job)\n"), first.output
+    again = CliRunner().invoke(main, ["add-breakdown", "crashes", "--of", "crashed", "--by", "os", "--db", db])
+    assert again.exit_code == 0 and again.output.endswith("already there\n")
+    bad = CliRunner().invoke(main, ["add-breakdown", "crashes", "--of", "crashed", "--by", "minutes", "--db", db])
+    assert bad.exit_code == 1 and "400" in bad.output
+    assert [(b["of"], b["by"], b["source"]) for b in client.get("/api/v1/schemas/crashes/1/breakdowns").get_json()[
+        "breakdowns"]] == [("crashed", "os", "added")]

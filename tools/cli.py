@@ -360,6 +360,25 @@ def breakdowns(schema_name: str, schema_version: int | None, of: str | None, by:
         click.echo(line)
 
 
+@main.command("add-breakdown")
+@click.argument("schema_name", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@click.option("--of", "of", required=True, help="The attribute estimated within each value of --by.")
+@click.option("--by", "by", required=True, help="The attribute whose values divide the reports.")
+@_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
+def add_breakdown(schema_name: str, schema_version: int | None, of: str, by: str, url: str, token: str | None,
+                  db: str | None) -> None:
+    """Add the breakdown of OF by BY to a published version of SCHEMA: its sums are back-filled
+    from the retained reports by a job, and it is estimated once that is done."""
+    from .remote import ok
+
+    version = schema_version or ok("GET", _schema_path(schema_name, None), url=url, db=db, token=token)["version"]
+    answer = ok("POST", f"{_schema_path(schema_name, version)}/breakdowns", url=url, db=db, token=token,
+                body={"of": of, "by": by})
+    what = "added (back-filled by a job)" if answer["added"] else "already there"
+    click.echo(f"breakdown of {of} by {by} in {schema_name} version {version}: {what}")
+
+
 @main.command()
 @click.option("--devices", "-n", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")

@@ -136,6 +136,7 @@ def _refresh_version(app: Flask, version: Version, stale: Sequence[Stale], confi
     groups = candidate_groups(schema, [c for c in stored if c.complete and c.estimated])
     per_read = max(1, VALUES_PER_READ // max(1, cells.values_per_window(schema, cells.held_of(stored),
                                                                         cells.breakdowns_of(listed))))
+    estimated = [b for b in listed if b.complete]  # one added later: once its back-fill is done
     written = windows = 0
     for start in range(0, len(stale), per_read):
         chunk = stale[start:start + per_read]
@@ -150,7 +151,7 @@ def _refresh_version(app: Flask, version: Version, stale: Sequence[Stale], confi
             computed = estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, groups=groups)
             rows += changed(computed, before[s.window])
             breakdown_rows += breakdowns.changed(breakdowns.breakdown_rows(
-                schema, s.window, counters[s.window], listed, confidence, computed_at), before_breakdowns[s.window])
+                schema, s.window, counters[s.window], estimated, confidence, computed_at), before_breakdowns[s.window])
             done.append(s)
             if len(rows) + len(breakdown_rows) >= ROWS_PER_WRITE or s is chunk[-1]:
                 store.run_tx("save_estimates", lambda tx: tx.save_estimates(rows, done, breakdown_rows))

@@ -110,6 +110,24 @@ def get_breakdowns(name: str, version: str) -> Response:
     return jsonify({"schema": schema.name, "version": schema.version, "breakdowns": breakdowns.listing(stored)})
 
 
+@bp.post("/schemas/<name>/<version>/breakdowns")
+def add_breakdown(name: str, version: str) -> tuple[Response, int]:
+    """Add a breakdown to a published version (DESIGN.md, "Breakdowns"): its sums are back-filled
+    from the retained reports by a job, which is asked to run at once. 202 when new, 200 if it was
+    there."""
+    require_admin()
+    schema = _published(name, version)
+    body = json_object()
+    try:
+        new = breakdowns.add_breakdown(context.catalog(), schema.name, schema.version, body,
+                                       limit=Limit.of(current_app.config), added_at=context.iso(context.now()))
+    except breakdowns.BreakdownError as exc:
+        raise ApiError(exc.status, str(exc), [detail(exc.field, str(exc))]) from None
+    if new:
+        jobs.soon(current_app, "backfill")
+    return jsonify({"added": new}), 202 if new else 200
+
+
 @bp.post("/schemas/<name>/<version>/candidates")
 def add_candidates(name: str, version: str) -> tuple[Response, int]:
     """Add strings to estimate (DESIGN.md, "Candidates"): their counters are back-filled from the

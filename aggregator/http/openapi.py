@@ -261,7 +261,17 @@ def _paths() -> dict[str, Any]:
         "/api/v1/schemas/{name}/{version}/breakdowns": {
             "get": {"summary": "The breakdowns of a schema version, listed at publish and added, with their source",
                     "parameters": [name_param, version_param],
-                    "responses": {"200": _json(_ref("Breakdowns"), "the breakdowns"), **_errors(400, 401, 403, 404)}}},
+                    "responses": {"200": _json(_ref("Breakdowns"), "the breakdowns"), **_errors(400, 401, 403, 404)}},
+            "post": {"summary": "Add a breakdown to a published version (admin); its sums are back-filled from the "
+                                "retained reports by a job, and it is estimated once that is done",
+                     "security": ADMIN, "parameters": [name_param, version_param],
+                     "requestBody": {"required": True,
+                                     "content": {"application/json": {"schema": _ref("BreakdownInput")}}},
+                     "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
+                         "added": {"type": "boolean", "enum": [True]}}}, "added"),
+                         "200": _json({"type": "object", "required": ["added"], "properties": {
+                             "added": {"type": "boolean", "enum": [False]}}}, "it was there"),
+                         **_errors(400, 401, 403, 404, 413, 415)}}},
         "/api/v1/schemas/{name}/{version}/discover": {"post": {
             "summary": "Discover the common strings of the schema version's discovering attributes now (admin; the "
                        "scheduler does it hourly): those found become discovered candidates, back-filled by a job",

@@ -100,7 +100,8 @@ class Counting:
         back-filled batch counts with the listed candidates, over every report; a batch being
         back-filled counts only the reports whose id is at most its watermark (the others are the
         back-fill's to count, :meth:`backfill`), and how many those are. Each of its breakdowns
-        counts every report of each window, in bulk (:func:`breakdown_sums`)."""
+        counts every report of each window, in bulk (:func:`breakdown_sums`); one being back-filled,
+        as a batch is, only those up to its watermark."""
         complete: dict[tuple[str, int, str], tuple[str, ...]] = {}
         filling: list[tuple[str, int, str, CandidateBatch]] = []
         for (schema, version), k in (known or {}).items():
@@ -126,19 +127,27 @@ class Counting:
                                       and r.id <= watermark], batch).amounts
         sums: list[BreakdownAmountRow] = []
         for (schema, version, window), values in decoded.items():
-            stored = (known or {}).get((schema, version), _NOTHING_KNOWN).breakdowns
-            if stored:
-                sums += breakdown_sums(self.schema(schema, version), stored, window, values)
+            counted = [b for b in (known or {}).get((schema, version), _NOTHING_KNOWN).breakdowns if b.complete]
+            if counted:
+                sums += breakdown_sums(self.schema(schema, version), counted, window, values)
+        for (schema, version), k in (known or {}).items():
+            for b in k.breakdowns:
+                if b.watermark is not None:
+                    sums += self.backfill([r for r in rows if r.schema == schema and r.version == version
+                                           and r.id <= b.watermark], b).breakdowns
         return Increments(totals, amounts, sums)
 
-    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
+    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch | StoredBreakdown) -> Increments:
         """What ``rows`` (of one schema version) add to the supports of ``batch``'s candidates alone,
         and to the number of reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its
         number: a batch's rollup ``n`` is the attribute's less the reports it missed, known when it
         is complete): :meth:`backfill_columns` of their wire values decoded here, each checked whole
-        (:meth:`Mechanism.check`; one that fails reads as damaged)."""
+        (:meth:`Mechanism.check`; one that fails reads as damaged). For a breakdown: what they add
+        to its sums (which count their own reports), per window."""
         if not rows:
             return Increments()
+        if isinstance(batch, StoredBreakdown):
+            return self._breakdown_backfill(rows, batch)
         attribute = self.schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
         fields = attribute.mech.columns(attribute)
         windows: dict[str, int] = {}
@@ -155,6 +164,24 @@ class Counting:
             rows[0].schema, rows[0].version, tuple(windows), tuple(ends[w] for w in windows),
             np.array(window, dtype=np.int64), np.array(carried, dtype=bool),
             {f: columns[:, i] for i, f in enumerate(fields)}), batch)
+
+    def _breakdown_backfill(self, rows: Sequence[ReportRow], breakdown: StoredBreakdown) -> Increments:
+        """What ``rows`` (of one schema version, stored) add to ``breakdown``'s sums, per window;
+        a report whose two values do not check (damaged) is left out with a warning."""
+        schema = self.schema(rows[0].schema, rows[0].version)
+        of, by = schema.attribute(breakdown.of), schema.attribute(breakdown.by)
+        windows: dict[str, list[dict[str, Any]]] = {}
+        damaged = 0
+        for row, decoded in zip(rows, _decode_all([r.values for r in rows])):
+            if decoded is None or not all(_checks(a, decoded[a.name]) for a in (of, by) if a.name in decoded):
+                damaged += 1
+                continue
+            windows.setdefault(row.window, []).append(decoded)
+        if damaged:
+            log.warning("left out %d stored reports that cannot be counted (schema %r version %s)", damaged,
+                        schema.name[:64], schema.version)
+        return Increments(breakdowns=[s for window, values in windows.items()
+                                      for s in breakdown_sums(schema, [breakdown], window, values)])
 
     def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
         """The integer fields of ``attribute``'s wire values that its mechanism counts from (the

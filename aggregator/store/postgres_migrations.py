@@ -79,5 +79,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             estimate_clipped double precision, ci_low double precision, ci_high double precision,
             by_share double precision, n bigint NOT NULL, reason text, confidence double precision NOT NULL,
             computed_at text NOT NULL, PRIMARY KEY (schema, version, "window", rank));
+        -- A back-fill's batch is of candidates (of an attribute) or of a breakdown (no attribute).
+        ALTER TABLE backfills ALTER COLUMN attribute DROP NOT NULL;
     """),
 )

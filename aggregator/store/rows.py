@@ -102,13 +102,22 @@ class Increments:
 
 class StoredBreakdown(NamedTuple):
     """A breakdown of a schema version as stored: its number there (in the order listed, then
-    added), ``source`` ``listed`` (at publish) or ``added``, when (ISO 8601 UTC)."""
+    added), ``source`` ``listed`` (at publish) or ``added``, when (ISO 8601 UTC). One added later
+    is back-filled as a batch of candidates is (:class:`CandidateBatch`): its sums hold the stored
+    reports with id up to ``watermark``; None: every report (listed, or back-filled)."""
 
     id: int
     of: str
     by: str
     source: str
     added_at: str
+    batch: int | None = None
+    watermark: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether its sums count every retained report (so it is estimated)."""
+        return self.watermark is None
 
 
 class CandidateBatch(NamedTuple):

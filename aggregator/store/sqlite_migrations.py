@@ -152,5 +152,11 @@ def m007_breakdowns(db: Database) -> None:
             rank INTEGER NOT NULL, breakdown INTEGER NOT NULL, value TEXT NOT NULL, by_value TEXT NOT NULL,
             estimate REAL, estimate_clipped REAL, ci_low REAL, ci_high REAL, by_share REAL, n INTEGER NOT NULL,
             reason TEXT, confidence REAL NOT NULL, computed_at TEXT NOT NULL,
-            PRIMARY KEY (schema, version, "window", rank)) WITHOUT ROWID
+            PRIMARY KEY (schema, version, "window", rank)) WITHOUT ROWID;
+        -- A back-fill's batch is of candidates (of an attribute) or of a breakdown (no attribute).
+        CREATE TABLE backfills_of_any (batch INTEGER PRIMARY KEY AUTOINCREMENT, schema TEXT NOT NULL,
+            version INTEGER NOT NULL, attribute TEXT, watermark TEXT, deficit INTEGER);
+        INSERT INTO backfills_of_any SELECT * FROM backfills;
+        DROP TABLE backfills;
+        ALTER TABLE backfills_of_any RENAME TO backfills
     """)

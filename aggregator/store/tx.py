@@ -148,11 +148,32 @@ class Tx:
         return "identical" if same else "conflict"
 
     def breakdowns(self, schema: str, version: int) -> list[StoredBreakdown]:
-        """The breakdowns of a schema version, listed and added, by number."""
+        """The breakdowns of a schema version, listed and added, by number, each added one with its
+        back-fill's watermark."""
         p = self.param
         return [StoredBreakdown(*row) for row in self._all(
-            "SELECT id, of_attribute, by_attribute, source, added_at FROM breakdowns "
-            f"WHERE schema = {p} AND version = {p} ORDER BY id", (schema, version))]
+            "SELECT d.id, d.of_attribute, d.by_attribute, d.source, d.added_at, d.batch, b.watermark "
+            "FROM breakdowns d LEFT JOIN backfills b ON b.batch = d.batch "
+            f"WHERE d.schema = {p} AND d.version = {p} ORDER BY d.id", (schema, version))]
+
+    def add_breakdown(self, schema: str, version: int, of: str, by: str, added_at: str) -> bool:
+        """Add the breakdown of ``of`` by ``by`` to a schema version, to be back-filled (a batch of
+        its own, watermark ``''``: no report counted yet); False if it is there. The schema
+        version's row is locked first (``update_lock``): a report is counted for it by ingest or by
+        the back-fill, never both."""
+        p = self.param
+        self.lock_schema(schema, version)
+        if any((b.of, b.by) == (of, by) for b in self.breakdowns(schema, version)):
+            return False
+        batch = self._one(f"INSERT INTO backfills (schema, version, attribute, watermark) "
+                          f"VALUES ({p}, {p}, NULL, '') RETURNING batch", (schema, version))
+        number = self._one(f"SELECT coalesce(max(id), -1) + 1 FROM breakdowns WHERE schema = {p} AND version = {p}",
+                           (schema, version))
+        self.conn.execute("INSERT INTO breakdowns (schema, version, id, of_attribute, by_attribute, source, added_at, "
+                          f"batch) VALUES ({p}, {p}, {p}, {p}, {p}, 'added', {p}, {p})",
+                          (schema, version, number, of, by, added_at, batch))
+        self.candidates_moved(schema, version)
+        return True
 
     def footprint(self) -> dict[str, int]:
         """Rows per table (full counts: for operators and the bench, never on a request's path)."""
@@ -475,20 +496,23 @@ class Tx:
                           (schema, version))
 
     def filling(self) -> list[tuple[str, int, int, int]]:
-        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)``."""
+        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)`` (0 for
+        a breakdown's)."""
         return [tuple(r) for r in self._all(
-            "SELECT b.schema, b.version, b.batch, count(*) FROM backfills b JOIN candidates c "
+            "SELECT b.schema, b.version, b.batch, count(c.value) FROM backfills b LEFT JOIN candidates c "
             "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
             "WHERE b.watermark IS NOT NULL GROUP BY b.schema, b.version, b.batch ORDER BY b.batch")]
 
-    def batch(self, schema: str, version: int, batch: int) -> CandidateBatch | None:
-        """A batch of candidates with its watermark (None: back-filled over every report), or None
-        if there is no such batch."""
+    def batch(self, schema: str, version: int, batch: int) -> CandidateBatch | StoredBreakdown | None:
+        """A batch with its watermark (None: back-filled over every report): of candidates, or a
+        breakdown's; None if there is no such batch."""
         p = self.param
         row = self.conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
         if row is None:
             return None
         attribute, watermark = row
+        if attribute is None:
+            return next((b for b in self.breakdowns(schema, version) if b.batch == batch), None)
         values = tuple(v for (v,) in self._all(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
@@ -538,6 +562,14 @@ class Tx:
         sql, params = self._range(schema, version, after, through)
         return int(self._one(f"SELECT count(*) {sql} AND window_end > {self.param}", [*params, cutoff]))
 
+    def report_rows(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        """The stored reports of a schema version after the id ``after``, in id order, at most
+        ``limit``: a breakdown's back-fill reads two attributes of each, so it reads them whole."""
+        p = self.param
+        return [ReportRow._make(r) for r in self._all(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports '
+            f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))]
+
     def rows_in_range_except(self, schema: str, version: int, after: str, through: str | None,
                              read: set[str]) -> list[ReportRow]:
         """The stored reports of the range (as :meth:`count_in_range`) whose id is not in ``read``."""
@@ -554,11 +586,15 @@ class Tx:
             bound, params = f" AND id <= {p}", [*params, through]
         return f"FROM reports WHERE schema = {p} AND version = {p} AND id > {p}{bound}", params
 
-    def complete_batch(self, schema: str, version: int, attribute: str, batch: int) -> None:
-        """A batch back-filled over every stored report: keep its deficit (the attribute's reports in
-        the rollup it was not counted over), drop its count of reports, and mark the schema
-        version's windows dirty so its candidates are estimated at the next refresh."""
+    def complete_batch(self, schema: str, version: int, attribute: str | None, batch: int) -> None:
+        """A batch back-filled over every stored report: for candidates (of ``attribute``) keep its
+        deficit (the attribute's reports in the rollup it was not counted over) and drop its count
+        of reports; mark the schema version's windows dirty so it is estimated at the next refresh."""
         p = self.param
+        if attribute is None:  # a breakdown's: its sums count their own reports
+            self.conn.execute(f"UPDATE backfills SET watermark = NULL WHERE batch = {p}", (batch,))
+            self._mark_version_dirty(schema, version)
+            return
         key = (schema, version, ROLLUP, attribute)
         n = self._one(f'SELECT n FROM totals WHERE schema = {p} AND version = {p} AND "window" = {p} '
                       f"AND attribute = {p}", key)
@@ -568,6 +604,11 @@ class Tx:
         self.conn.execute(f"UPDATE backfills SET watermark = NULL, deficit = {p} WHERE batch = {p}", (deficit, batch))
         self.conn.execute(f"DELETE FROM counters WHERE schema = {p} AND version = {p} AND attribute = {p} AND value = {p}",
                           (schema, version, attribute, f"{BATCH_N_PREFIX}{batch}"))
+        self._mark_version_dirty(schema, version)
+
+    def _mark_version_dirty(self, schema: str, version: int) -> None:
+        """Every window of a schema version (the rollup included) marked dirty with a fresh mark."""
+        p = self.param
         # (WHERE true: SQLite would read ON CONFLICT as a join's ON otherwise.)
         self.conn.execute(f'INSERT INTO dirty (schema, version, "window", mark) SELECT schema, version, "window", '
                           f'{self.new_mark} FROM (SELECT DISTINCT schema, version, "window" FROM totals '
