@@ -140,7 +140,8 @@ def post(client: Any, reports: list[dict[str, Any]], size: int = 500) -> None:
         assert answer.status_code == 202, answer.get_json()
 
 
-def expected_sums(derived: dict[str, Any], reports: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
+def expected_sums(derived: dict[str, Any], reports: list[dict[str, Any]],
+                  listed: list[dict[str, str]] = LISTED) -> dict[tuple[str, int], Any]:
     """``(window, breakdown number) -> BreakdownSums`` counted straight from the reports (the
     rollup pooled over the windows), by the shared core."""
     from ldp_telemetry.shared import breakdowns, parse_schema
@@ -148,10 +149,10 @@ def expected_sums(derived: dict[str, Any], reports: list[dict[str, Any]]) -> dic
 
     schema = parse_schema(derived)
     out = {}
-    for i, b in enumerate(LISTED):
+    for i, b in enumerate(listed):
         breakdown = breakdowns.Breakdown(b["of"], b["by"])
         windows = {w: breakdowns.count(schema, breakdown, [r["values"] for r in reports if r["window"] == w])
-                   for w in WINDOWS}
+                   for w in sorted({r["window"] for r in reports})}
         out.update({(w, i): sums for w, sums in windows.items()})
         out[(ROLLUP, i)] = breakdowns.pooled(windows.values())
     return out
@@ -200,16 +201,16 @@ def test_a_schema_without_breakdowns_has_no_breakdown_sums(make_app):
 # -- estimation ------------------------------------------------------------------------------------
 
 
-def expected_rows(derived: dict[str, Any], reports: list[dict[str, Any]], confidence: float = 0.95
-                  ) -> dict[tuple[str, str, Any, str, Any], Any]:
+def expected_rows(derived: dict[str, Any], reports: list[dict[str, Any]], confidence: float = 0.95,
+                  listed: list[dict[str, str]] = LISTED) -> dict[tuple[str, str, Any, str, Any], Any]:
     """``(window, of, value, by, by_value) -> Row`` by the shared core over the reports' sums."""
     from ldp_telemetry.shared import breakdowns, parse_schema
     from ldp_telemetry.shared.windows import ROLLUP
 
     schema = parse_schema(derived)
     out = {}
-    for (window, i), sums in expected_sums(derived, reports).items():
-        b = breakdowns.Breakdown(LISTED[i]["of"], LISTED[i]["by"])
+    for (window, i), sums in expected_sums(derived, reports, listed).items():
+        b = breakdowns.Breakdown(listed[i]["of"], listed[i]["by"])
         for row in breakdowns.estimate(schema, b, sums, confidence, rollup=window == ROLLUP):
             out[(window, b.of, row.value, b.by, row.by_value)] = row
     return out
@@ -477,3 +478,55 @@ def test_the_cli_adds_a_breakdown(tmp_path, make_app):
     assert bad.exit_code == 1 and "400" in bad.output
     assert [(b["of"], b["by"], b["source"]) for b in client.get("/api/v1/schemas/crashes/1/breakdowns").get_json()[
         "breakdowns"]] == [("crashed", "os", "added")]
+
+
+MEMO = {"name": "memo", "version": 1, "epsilon": 2.0, "epsilon_permanent": 6.0, "window": "day",
+        "attributes": [{"name": "flag", "type": "boolean"},
+                       {"name": "load_ms", "type": "histogram", "edges": [0, 100, 1000, 5000]}]}
+MEMO_LISTED = [{"of": "flag", "by": "load_ms"}, {"of": "load_ms", "by": "flag"}]
+
+
+def test_a_memoised_schema_has_its_window_rows_at_the_effective_p_q_and_a_rollup_without_interval(make_app):
+    import os
+    import random
+
+    from ldp_telemetry.shared import randomize
+    from ldp_telemetry.shared.breakdowns import MEMOISED_ROLLUP
+
+    client = make_app(LDP_CLOCK=lambda: NOW).test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(MEMO, MEMO_LISTED), headers=ADMIN).get_json()
+    rng = random.Random(3)
+    reports = []
+    for device in range(400):  # each device with its own secret and fixed values, in one or both windows
+        secret = os.urandom(32)
+        load = rng.choice([50, 500, 2000])
+        record = {"flag": rng.random() < {50: 0.2, 500: 0.5, 2000: 0.8}[load], "load_ms": load}
+        for window in WINDOWS[device % 2:]:
+            reports.append(randomize(derived, record, window=window, device_secret=secret))
+    post(client, reports)
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    rows = client.get("/api/v1/breakdowns?schema=memo").get_json()["breakdowns"]
+    assert_rows_equal(keyed(rows), expected_rows(derived, reports, listed=MEMO_LISTED))
+    rollup = [r for r in rows if r["window"] == "all"]
+    assert rollup and all(r["reason"] == MEMOISED_ROLLUP and r["ci_low"] is None and r["ci_high"] is None
+                          and r["estimate"] is not None for r in rollup)
+    assert any(r["ci_low"] is not None for r in rows if r["window"] != "all")
+
+
+def test_rows_say_why_they_are_null(make_app):
+    from ldp_telemetry.shared import randomize
+    from ldp_telemetry.shared.breakdowns import BY_SHARE_NOT_DISTINCT_FROM_0, TOO_FEW_REPORTS
+
+    client = make_app(LDP_CLOCK=lambda: NOW).test_client()
+    schema = {**APP, "epsilon": 1.5}  # 0.5 per attribute: a rare OS cannot be told from 0
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(schema, LISTED[:1]), headers=ADMIN).get_json()
+    post(client, [randomize(derived, {"crashed": False, "os": "linux", "minutes": 5.0}, window=WINDOWS[0])]
+         + [randomize(derived, {"crashed": i % 2 == 0, "os": "linux", "minutes": 5.0}, window=WINDOWS[1])
+            for i in range(300)])
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    rows = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
+    lonely = [r for r in rows if r["window"] == WINDOWS[0]]
+    assert len(lonely) == 4 and all(r["reason"] == TOO_FEW_REPORTS and r["n"] == 1 and r["estimate"] is None
+                                    for r in lonely)
+    assert any(r["reason"] == BY_SHARE_NOT_DISTINCT_FROM_0 and r["estimate"] is None and r["ci_low"] is None
+               and r["by_share"] is not None for r in rows if r["window"] == WINDOWS[1])
