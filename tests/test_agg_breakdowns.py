@@ -530,3 +530,21 @@ def test_rows_say_why_they_are_null(make_app):
                                     for r in lonely)
     assert any(r["reason"] == BY_SHARE_NOT_DISTINCT_FROM_0 and r["estimate"] is None and r["ci_low"] is None
                and r["by_share"] is not None for r in rows if r["window"] == WINDOWS[1])
+
+
+def test_the_dashboard_shows_each_breakdown_with_its_rows_and_a_planner_line(counted):
+    import re
+
+    client, derived, reports = counted
+    page = client.get("/schemas/crashes").get_data(as_text=True)
+    rows = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
+    for b in LISTED:
+        assert f'id="breakdown-{b["of"]}-by-{b["by"]}"' in page
+    assert page.count('class="chart"') >= 2  # the shares' grouped bars (and the attributes' charts)
+    assert "Planner: with these 1,500 reports the widest interval is about" in page
+    from ldp_telemetry.aggregator.dashboard.charts import shown
+
+    shown_rows = [r for r in rows if r["window"] == "all" and r["estimate"] is not None and r["of"] == "crashed"]
+    for r in shown_rows:
+        cell = re.search(rf'data-by-value="{r["by_value"]}" data-value="true">.*?</tr>', page, re.S)
+        assert cell and shown(r["estimate_clipped"], True) in cell.group(0)
