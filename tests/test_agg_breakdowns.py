@@ -540,7 +540,7 @@ def test_the_dashboard_shows_each_breakdown_with_its_rows_and_a_planner_line(cou
     rows = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
     for b in LISTED:
         assert f'id="breakdown-{b["of"]}-by-{b["by"]}"' in page
-    assert page.count('class="chart"') >= 2  # the shares' grouped bars (and the attributes' charts)
+    assert page.count('class="chart"') >= 3 + 3  # the attributes' charts, and the breakdowns' bars and points
     assert "Planner: with these 1,500 reports the widest interval is about" in page
     from ldp_telemetry.aggregator.dashboard.charts import shown
 
