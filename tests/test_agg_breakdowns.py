@@ -548,3 +548,41 @@ def test_the_dashboard_shows_each_breakdown_with_its_rows_and_a_planner_line(cou
     for r in shown_rows:
         cell = re.search(rf'data-by-value="{r["by_value"]}" data-value="true">.*?</tr>', page, re.S)
         assert cell and shown(r["estimate_clipped"], True) in cell.group(0)
+
+
+def test_retention_erases_a_windows_breakdown_rows_the_rollup_keeps_them_and_an_added_one_covers_what_is_left(
+        make_app):
+    from datetime import timedelta
+
+    from ldp_telemetry.aggregator import retention
+    from ldp_telemetry.aggregator.questions import backfill
+    from ldp_telemetry.shared.windows import ROLLUP
+
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RETENTION_DAYS=3)
+    client = app.test_client()
+    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED[:1]), headers=ADMIN).get_json()
+    old = [r for r in population_reports(derived, 400, seed=5) if r["window"] == WINDOWS[1]]
+    post(client, old)
+    clock[0] = NOW + timedelta(days=4)
+    from ldp_telemetry.shared import randomize
+
+    later = "2026-11-25"
+    new = [randomize(derived, {"crashed": i % 3 == 0, "os": OS[i % 4], "minutes": 30.0}, window=later)
+           for i in range(300)]
+    post(client, new)
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    while retention.expire(app).windows == 0:
+        pass
+    assert client.post("/api/v1/schemas/crashes/1/breakdowns", json=LISTED[1], headers=ADMIN).status_code == 202
+    backfill.backfill(app)
+    client.post("/api/v1/estimates/refresh", headers=ADMIN)
+    rows = client.get("/api/v1/breakdowns?schema=crashes").get_json()["breakdowns"]
+    assert {r["window"] for r in rows} == {later, ROLLUP}
+    assert {(r["window"], r["of"]) for r in rows} == {(later, "crashed"), (ROLLUP, "crashed"), (later, "minutes"), (ROLLUP, "minutes")}
+    listed_rollup = expected_rows(derived, old + new, listed=LISTED[:1])  # the rollup keeps the erased window
+    added_rollup = expected_rows(derived, new, listed=[LISTED[1]])  # only what was retained when it was added
+    got = keyed(rows)
+    assert_rows_equal({k: v for k, v in got.items() if k[1] == "crashed"},
+                      {k: v for k, v in listed_rollup.items() if k[0] in (later, ROLLUP)})
+    assert_rows_equal({k: v for k, v in got.items() if k[1] == "minutes"}, added_rollup)
