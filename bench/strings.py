@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -58,35 +58,47 @@ def _values(rng: np.random.Generator, count: int, strings: bool) -> list[str]:
                                               home % (a[i], b[i], y[i]) if strings else "") for i in range(count)]
 
 
+Values = Callable[[np.random.Generator, int], list[str]]  # ``count`` distinct wire values (JSON) of a schema
+
+
+def load_and_backfill(folder: str, definition: dict[str, Any], values: Values, reports: int,
+                      add: Callable[[Any], int]) -> tuple[float, float, int]:
+    """Store ``reports`` reports of ``definition`` (SQLite, through the store as :mod:`.bulkload`
+    does, with distinct ``values`` over 30 days), then time ``add(app)`` (a question added: how
+    many) and the back-fill job until nothing is left: ``(load seconds, back-fill seconds, added)``."""
+    rng = np.random.default_rng(19)
+    schema = parse_schema(definition)
+    app = create_app({"LDP_DB": f"{folder}/backfill.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
+                      "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
+    store, writer = app.extensions["ldp"]["store"], app.extensions["ldp"]["writer"]
+    store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
+    days = bulkload.window_days(30)
+    started = time.perf_counter()
+    for start in range(0, reports, MAX_UNFOLDED):
+        size = min(MAX_UNFOLDED, reports - start)
+        writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
+                      zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values(rng, size))])
+        writer.settle()
+    loaded = time.perf_counter() - started
+    started = time.perf_counter()
+    added = add(app)
+    while store.run_tx("filling", lambda tx: tx.filling(), write=False):
+        backfill_job(app, seconds=math.inf)
+    seconds = time.perf_counter() - started
+    store.close()
+    return loaded, seconds, added
+
+
 def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES)) -> dict[str, Any]:
     """Seconds to back-fill ``count`` new candidates over ``reports`` stored reports (SQLite; the
     reports loaded through the store as :mod:`.bulkload` does, with distinct values)."""
-    rng = np.random.default_rng(19)
-    schema = parse_schema(_schema("backfill-bench", True, []))
+    def add(app: Any) -> int:
+        return candidates.add_candidates(app.extensions["ldp"]["catalog"], "backfill-bench", 1, "home",
+                                         CANDIDATES[:count], source="added", limit=Limit.of(app.config))
+
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder:
-        app = create_app({"LDP_DB": f"{folder}/backfill.db", "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
-                          "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
-        store, catalog = app.extensions["ldp"]["store"], app.extensions["ldp"]["catalog"]
-        writer = app.extensions["ldp"]["writer"]
-        store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
-        days = bulkload.window_days(30)
-        started = time.perf_counter()
-        for start in range(0, reports, MAX_UNFOLDED):
-            size = min(MAX_UNFOLDED, reports - start)
-            values = _values(rng, size, True)
-            writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
-                          zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values)])
-            writer.settle()
-        loaded = time.perf_counter() - started
-        started = time.perf_counter()
-        added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added",
-                                            limit=Limit.of(app.config))
-        runs = 0
-        while store.run_tx("filling", lambda tx: tx.filling(), write=False):
-            backfill_job(app, seconds=math.inf)
-            runs += 1
-        seconds = time.perf_counter() - started
-        store.close()
+        loaded, seconds, added = load_and_backfill(folder, _schema("backfill-bench", True, []),
+                                                   lambda rng, size: _values(rng, size, True), reports, add)
     return {"reports": reports, "candidates": added, "seconds": round(seconds, 2), "load_seconds": round(loaded, 1),
             "cells_per_second": round(reports * added / seconds), "target_seconds": BACKFILL_TARGET_SECONDS}
 
@@ -113,16 +125,23 @@ def _post_for(url: str, bodies: list[bytes], seconds: float) -> tuple[int, int]:
 
 def _ingest_rate(strings: bool, seconds: float, folder: Path) -> dict[str, Any]:
     """Reports per second over HTTP (``ldp-telemetry serve`` on SQLite) of :func:`_schema`."""
-    rng = np.random.default_rng(7 if strings else 8)
-    schema = _schema("ingest-strings" if strings else "ingest-plain", strings, CANDIDATES)
+    return ingest_rate(_schema("ingest-strings" if strings else "ingest-plain", strings, CANDIDATES),
+                       lambda rng, size: _values(rng, size, strings), seconds, folder, 7 if strings else 8)
+
+
+def ingest_rate(schema: dict[str, Any], values: Values, seconds: float, folder: Path, seed: int) -> dict[str, Any]:
+    """Reports per second over HTTP (``ldp-telemetry serve`` on SQLite) of ``schema`` (as published,
+    so with its breakdowns, if any), in batches of :data:`BATCH` reports of distinct ``values``,
+    until counted."""
+    rng = np.random.default_rng(seed)
     window = bulkload.window_days(1)[0][0]
     per_connection = int(seconds * 200) + 10  # more batches than a connection sends in ``seconds``
     bodies = [[json.dumps({"reports": [
         {"id": "%032x" % int(i), "schema": schema["name"], "version": 1, "window": window,
          "epsilon": schema["epsilon"], "values": json.loads(v)}
-        for i, v in zip(rng.integers(0, 2**63, BATCH), _values(rng, BATCH, strings))]}).encode()
+        for i, v in zip(rng.integers(0, 2**63, BATCH), values(rng, BATCH))]}).encode()
         for _ in range(per_connection)] for _ in range(CONNECTIONS)]
-    db = folder / f"ingest-{strings}-{time.monotonic_ns()}.db"
+    db = folder / f"ingest-{schema['name']}-{time.monotonic_ns()}.db"
     with servers.aggregator(db) as url:
         requests.post(url + "/api/v1/schemas", json=schema, timeout=30,
                       headers={"Authorization": f"Bearer {servers.ADMIN_TOKEN}"}).raise_for_status()
