@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..shared.breakdowns import Breakdown, parse_published
 from ..shared.schema import Schema, parse_schema, version_from_text
-from .cells import Limit, held_of
+from .cells import Limit, breakdowns_of, held_of
 from .store import Store, Tx
 
 
@@ -49,34 +50,40 @@ class Catalog:
         return self.schema(name, version)
 
     def publish(self, raw: Any, published_at: str, limit: Limit) -> tuple[str, dict[str, Any]]:
-        """Parse and store a schema: ``("created" | "identical" | "conflict", derived definition)``.
+        """Parse and store a schema with its listed ``breakdowns``: ``("created" | "identical" |
+        "conflict", derived definition)``. The definition (what clients fetch, and the answer) never
+        carries the breakdowns: they are stored beside it (:meth:`breakdowns`), and a re-post is
+        identical only with the same ones.
 
-        Raises :class:`SchemaError` (from :func:`parse_schema`) for an invalid schema, and
-        :class:`TooManyCells` for a new version over ``limit`` (a version already published is
-        never refused for it: its re-post is answered as before).
+        Raises :class:`SchemaError` (from :func:`parse_published`) for an invalid schema or
+        breakdown, and :class:`TooManyCells` for a new version over ``limit``, breakdown cells
+        included (a version already published is never refused for it: its re-post is answered as
+        before).
         """
-        schema = parse_schema(raw)
+        schema, listed = parse_published(raw)
         derived = schema.to_dict()
-        refusal = limit.refusal(schema, {})
+        refusal = limit.refusal(schema, {}, listed)
 
         def publish(tx: Tx) -> str:
             if refusal is not None and tx.get_schema(schema.name, schema.version) is None:
                 raise TooManyCells(refusal)  # nothing written: the transaction rolls back
-            return tx.publish_schema(derived, published_at)
+            return tx.publish_schema(derived, published_at, [(b.of, b.by) for b in listed])
 
         return self.store.run_tx("publish_schema", publish), derived
 
     def over(self, limit: Limit) -> list[str]:
         """A sentence for each published version over ``limit`` (published under other settings:
         it keeps working, and start-up says so)."""
-        def versions(tx: Tx) -> list[tuple[str, int, dict[str, int]]]:
-            return [(latest["name"], version, held_of(tx.candidates(latest["name"], version)))
+        def versions(tx: Tx) -> list[tuple[str, int, dict[str, int], list[Breakdown]]]:
+            return [(latest["name"], version, held_of(tx.candidates(latest["name"], version)),
+                     breakdowns_of(tx.breakdowns(latest["name"], version)))
                     for latest in tx.latest_schemas() for version in tx.schema_versions(latest["name"])]
 
         sentences = []
-        for name, version, held in self.store.run_tx("versions_over_the_cells_limit", versions, write=False):
+        for name, version, held, breakdowns in self.store.run_tx("versions_over_the_cells_limit", versions,
+                                                                 write=False):
             schema = self.schema(name, version)
-            refusal = None if schema is None else limit.refusal(schema, held)
+            refusal = None if schema is None else limit.refusal(schema, held, breakdowns)
             sentences += [refusal] if refusal is not None else []
         return sentences
 

@@ -17,12 +17,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..shared import breakdowns as shared_breakdowns
 from ..shared.attribute_types import BOOLEAN
+from ..shared.breakdowns import Breakdown
 from ..shared.schema import Attribute, Schema
 from ..shared.windows import LENGTH
-from .store import CandidateRow
+from .store import CandidateRow, StoredBreakdown
 
 
 def values_counted(attribute: Attribute, held: int = 0) -> int:
@@ -33,10 +35,16 @@ def values_counted(attribute: Attribute, held: int = 0) -> int:
     return 2 if attribute.kind is BOOLEAN else len(attribute.keys) + held
 
 
-def values_per_window(schema: Schema, held: Mapping[str, int]) -> int:
-    """What the schema version counts a window; ``held``: its stored candidates per attribute."""
-    # Breakdowns, when they land, add their cells here: the values of `of` times those of `by`.
-    return sum(values_counted(a, held.get(a.name, 0)) for a in schema.attributes)
+def values_per_window(schema: Schema, held: Mapping[str, int], breakdowns: Sequence[Breakdown] = ()) -> int:
+    """What the schema version counts a window; ``held``: its stored candidates per attribute;
+    ``breakdowns``: its breakdowns, each its cells (the values of ``of`` times those of ``by``)."""
+    return (sum(values_counted(a, held.get(a.name, 0)) for a in schema.attributes)
+            + sum(shared_breakdowns.cells(schema, b) for b in breakdowns))
+
+
+def breakdowns_of(stored: Iterable[StoredBreakdown]) -> list[Breakdown]:
+    """Stored breakdowns as the cells count them."""
+    return [Breakdown(b.of, b.by) for b in stored]
 
 
 def held_of(stored: Iterable[CandidateRow]) -> dict[str, int]:
@@ -62,22 +70,22 @@ class Limit:
         retained = self.retention_days * (timedelta(days=1) / LENGTH[schema.window])  # days, or hours
         return math.ceil(retained) + 1 + 1
 
-    def cells(self, schema: Schema, held: Mapping[str, int]) -> int:
-        """The version's cells with ``held`` stored candidates per attribute."""
-        return values_per_window(schema, held) * self.windows(schema)
+    def cells(self, schema: Schema, held: Mapping[str, int], breakdowns: Sequence[Breakdown] = ()) -> int:
+        """The version's cells with ``held`` stored candidates per attribute and ``breakdowns``."""
+        return values_per_window(schema, held, breakdowns) * self.windows(schema)
 
-    def refusal(self, schema: Schema, held: Mapping[str, int]) -> str | None:
-        """The sentence refusing the version with ``held`` stored candidates (naming its cells and
-        ``LDP_MAX_CELLS``), or None if it keeps within the limit."""
-        cells = self.cells(schema, held)
+    def refusal(self, schema: Schema, held: Mapping[str, int], breakdowns: Sequence[Breakdown] = ()) -> str | None:
+        """The sentence refusing the version with ``held`` stored candidates and ``breakdowns``
+        (naming its cells and ``LDP_MAX_CELLS``), or None if it keeps within the limit."""
+        cells = self.cells(schema, held, breakdowns)
         if cells <= self.most:
             return None
         windows = self.windows(schema)
         return (f"schema {schema.name} version {schema.version}: {cells:,} cells "
-                f"({values_per_window(schema, held):,} values a window x {windows:,} windows: the {windows - 1:,} "
+                f"({values_per_window(schema, held, breakdowns):,} values a window x {windows:,} windows: the {windows - 1:,} "
                 f"{schema.window}s LDP_RETENTION_DAYS = {self.retention_days:g} keeps and the all rollup), more "
                 f"than LDP_MAX_CELLS = {self.most:,}")
 
-    def room(self, schema: Schema, held: Mapping[str, int]) -> int:
+    def room(self, schema: Schema, held: Mapping[str, int], breakdowns: Sequence[Breakdown] = ()) -> int:
         """How many more values a window the version may count (0 if it is at or over the limit)."""
-        return max(0, self.most // self.windows(schema) - values_per_window(schema, held))
+        return max(0, self.most // self.windows(schema) - values_per_window(schema, held, breakdowns))

@@ -159,9 +159,10 @@ SETTINGS: tuple[Setting, ...] = (
             _number(0, 36500, open_low=True)),
     Setting("LDP_MAX_CELLS", 2_000_000,
             "Most cells a schema version may have: the values it counts a window (a boolean 2, a categorical its "
-            "categories, a histogram its buckets, a numeric 1, a string every candidate it holds) times the windows "
-            "LDP_RETENTION_DAYS keeps, the current one and the 'all' rollup. Publishing a version over it, or adding "
-            "candidates that would pass it, is refused (400); discovery adds what fits. It bounds the counter rows, "
+            "categories, a histogram its buckets, a numeric 1, a string every candidate it holds, each breakdown its "
+            "cells) times the windows LDP_RETENTION_DAYS keeps, the current one and the 'all' rollup. Publishing a "
+            "version over it, or adding candidates or a breakdown that would pass it, is refused (400); discovery "
+            "adds what fits. It bounds the counter rows, "
             "estimate rows and refresh work anonymous reports can make.", _integer(1)),
     Setting("LDP_CLOCK_SKEW", 300.0, "Seconds a report's window may start in the future (device clock skew).",
             _number(0, 86400)),

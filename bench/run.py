@@ -34,7 +34,7 @@ from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.settings import BY_NAME
 from ldp_telemetry.shared import parse_schema
 
-from . import bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
+from . import breakdowns, bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -46,7 +46,7 @@ REFRESH_SCHEMA = parse_schema({
 
 STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "refresh-million", "ingest", "nodes",
          "estimates", "estimates-postgres", "hostile", "olh-reference", "backfill", "backfill-postgres",
-         "ingest-strings", "discovery", "discovery-job")
+         "ingest-strings", "discovery", "discovery-job", "backfill-breakdown", "ingest-breakdowns")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_RECORD_TARGET_US = 50  # issue 20: record() in Node; DESIGN.md: "well under a millisecond" anywhere
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
@@ -521,6 +521,17 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"({bf['database']}), s", bf["seconds"], ".2f", f"<= {bf['target_seconds']:g}",
                 bf["seconds"] <= bf["target_seconds"])
             row("  (report, candidate) pairs per second", bf["cells_per_second"], ",.0f", "-", None)
+    bb = results.get("backfill-breakdown")
+    if bb:
+        row(f"back-fill of one breakdown added over {bb['reports']:,} stored reports (SQLite), s", bb["seconds"], ".2f",
+            f"<= {bb['target_seconds']:g}", bb["seconds"] <= bb["target_seconds"])
+    ib = results.get("ingest-breakdowns")
+    if ib:
+        for name in ("plain", "breakdowns"):
+            row(f"ingest over HTTP, 100-report batches, {'with' if name == 'breakdowns' else 'without'} "
+                f"{ib['count']} breakdowns, reports/s",
+                statistics.median(r["reports_per_second"] for r in ib[name]), ",.0f", "-", None)
+        row("  with / without", ib["ratio"], ".2f", f">= {ib['target_ratio']}", ib["ratio"] >= ib["target_ratio"])
     ist = results.get("ingest-strings")
     if ist:
         for name in ("plain", "strings"):
@@ -593,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         "ingest-strings": lambda: strings.ingest(args.seconds, args.runs),
         "discovery": lambda: discovery.run(1 if args.quick else args.runs),
         "discovery-job": lambda: discovery.job(100_000 if args.quick else 1_000_000),
+        "backfill-breakdown": lambda: breakdowns.backfill(100_000 if args.quick else 1_000_000),
+        "ingest-breakdowns": lambda: breakdowns.ingest(args.seconds, args.runs),
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))

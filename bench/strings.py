@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -60,13 +60,50 @@ def _values(rng: np.random.Generator, count: int, strings: bool) -> list[str]:
                                               home % (a[i], b[i], y[i]) if strings else "") for i in range(count)]
 
 
-def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES), *, postgres: bool = False) -> dict[str, Any]:
-    """Seconds to back-fill ``count`` new candidates over ``reports`` stored reports (the reports
-    loaded through the store as :mod:`.bulkload` does, with distinct values): on a SQLite file, or
-    with ``postgres`` on a database made for the run on :data:`servers.POSTGRES_URL` (else the
-    reason it was skipped)."""
+Values = Callable[[np.random.Generator, int], list[str]]  # ``count`` distinct wire values (JSON) of a schema
+
+
+def load_and_backfill(db: str, definition: dict[str, Any], values: Values, reports: int,
+                      add: Callable[[Any], int]) -> tuple[float, float, int]:
+    """Store ``reports`` reports of ``definition`` in ``db`` (a SQLite file or a PostgreSQL URL,
+    through the writer as :mod:`.bulkload` does, with distinct ``values`` over 30 days, settled as
+    the jobs leave them), then time ``add(app)`` (a question added: how many) and the back-fill
+    job until nothing is left: ``(load seconds, back-fill seconds, added)``."""
     rng = np.random.default_rng(19)
-    schema = parse_schema(_schema("backfill-bench", True, []))
+    schema = parse_schema(definition)
+    app = create_app({"LDP_DB": db, "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
+                      "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
+    store, writer = app.extensions["ldp"]["store"], app.extensions["ldp"]["writer"]
+    store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
+    days = bulkload.window_days(30)
+    started = time.perf_counter()
+    for start in range(0, reports, MAX_UNFOLDED):
+        size = min(MAX_UNFOLDED, reports - start)
+        writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
+                      zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values(rng, size))])
+        writer.settle()
+    # A settle rewrites for a few seconds at most, and PostgreSQL's back-fill reads faster from
+    # reports rewritten in id order: settled all the way before the clock starts.
+    while not store.erase_arrival_order():
+        pass
+    loaded = time.perf_counter() - started
+    started = time.perf_counter()
+    added = add(app)
+    while store.run_tx("filling", lambda tx: tx.filling(), write=False):
+        backfill_job(app, seconds=math.inf)
+    seconds = time.perf_counter() - started
+    store.close()
+    return loaded, seconds, added
+
+
+def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES), *, postgres: bool = False) -> dict[str, Any]:
+    """Seconds to back-fill ``count`` new candidates over ``reports`` stored reports (loaded as
+    :func:`load_and_backfill` does): on a SQLite file, or with ``postgres`` on a database made for
+    the run on :data:`servers.POSTGRES_URL` (else the reason it was skipped)."""
+    def add(app: Any) -> int:
+        return candidates.add_candidates(app.extensions["ldp"]["catalog"], "backfill-bench", 1, "home",
+                                         CANDIDATES[:count], source="added", limit=Limit.of(app.config))
+
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as folder, ExitStack() as stack:
         if postgres:
             try:
@@ -75,33 +112,8 @@ def backfill(reports: int = 1_000_000, count: int = len(CANDIDATES), *, postgres
                 return {"skipped": str(exc)}
         else:
             db = f"{folder}/backfill.db"
-        app = create_app({"LDP_DB": db, "LDP_ADMIN_TOKEN": servers.ADMIN_TOKEN,
-                          "LDP_SCHEDULER": False, "LDP_SYNCHRONOUS": "normal"})
-        store, catalog = app.extensions["ldp"]["store"], app.extensions["ldp"]["catalog"]
-        writer = app.extensions["ldp"]["writer"]
-        store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
-        days = bulkload.window_days(30)
-        started = time.perf_counter()
-        for start in range(0, reports, MAX_UNFOLDED):
-            size = min(MAX_UNFOLDED, reports - start)
-            values = _values(rng, size, True)
-            writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
-                          zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values)])
-            writer.settle()
-        # Settled as the jobs leave them before the clock starts: a settle rewrites for a few seconds
-        # at most, and PostgreSQL's back-fill reads faster from reports rewritten in id order.
-        while not store.erase_arrival_order():
-            pass
-        loaded = time.perf_counter() - started
-        started = time.perf_counter()
-        added = candidates.add_candidates(catalog, schema.name, 1, "home", CANDIDATES[:count], source="added",
-                                            limit=Limit.of(app.config))
-        runs = 0
-        while store.run_tx("filling", lambda tx: tx.filling(), write=False):
-            backfill_job(app, seconds=math.inf)
-            runs += 1
-        seconds = time.perf_counter() - started
-        store.close()
+        loaded, seconds, added = load_and_backfill(db, _schema("backfill-bench", True, []),
+                                                   lambda rng, size: _values(rng, size, True), reports, add)
     return {"reports": reports, "candidates": added, "seconds": round(seconds, 2), "load_seconds": round(loaded, 1),
             "cells_per_second": round(reports * added / seconds), "target_seconds": BACKFILL_TARGET_SECONDS,
             "database": "PostgreSQL" if postgres else "SQLite"}
@@ -129,16 +141,23 @@ def _post_for(url: str, bodies: list[bytes], seconds: float) -> tuple[int, int]:
 
 def _ingest_rate(strings: bool, seconds: float, folder: Path) -> dict[str, Any]:
     """Reports per second over HTTP (``ldp-telemetry serve`` on SQLite) of :func:`_schema`."""
-    rng = np.random.default_rng(7 if strings else 8)
-    schema = _schema("ingest-strings" if strings else "ingest-plain", strings, CANDIDATES)
+    return ingest_rate(_schema("ingest-strings" if strings else "ingest-plain", strings, CANDIDATES),
+                       lambda rng, size: _values(rng, size, strings), seconds, folder, 7 if strings else 8)
+
+
+def ingest_rate(schema: dict[str, Any], values: Values, seconds: float, folder: Path, seed: int) -> dict[str, Any]:
+    """Reports per second over HTTP (``ldp-telemetry serve`` on SQLite) of ``schema`` (as published,
+    so with its breakdowns, if any), in batches of :data:`BATCH` reports of distinct ``values``,
+    until counted."""
+    rng = np.random.default_rng(seed)
     window = bulkload.window_days(1)[0][0]
     per_connection = int(seconds * 200) + 10  # more batches than a connection sends in ``seconds``
     bodies = [[json.dumps({"reports": [
         {"id": "%032x" % int(i), "schema": schema["name"], "version": 1, "window": window,
          "epsilon": schema["epsilon"], "values": json.loads(v)}
-        for i, v in zip(rng.integers(0, 2**63, BATCH), _values(rng, BATCH, strings))]}).encode()
+        for i, v in zip(rng.integers(0, 2**63, BATCH), values(rng, BATCH))]}).encode()
         for _ in range(per_connection)] for _ in range(CONNECTIONS)]
-    db = folder / f"ingest-{strings}-{time.monotonic_ns()}.db"
+    db = folder / f"ingest-{schema['name']}-{time.monotonic_ns()}.db"
     with servers.aggregator(db) as url:
         requests.post(url + "/api/v1/schemas", json=schema, timeout=30,
                       headers={"Authorization": f"Bearer {servers.ADMIN_TOKEN}"}).raise_for_status()

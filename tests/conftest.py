@@ -237,7 +237,8 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
     return postgres_state(location) if location.startswith("postgresql://") else file_state(location)
 
 
-STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
+STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills",
+                "breakdowns", "breakdown_counters", "breakdown_estimates")
 
 
 def settle(where: Any) -> None:

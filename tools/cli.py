@@ -368,6 +368,63 @@ def estimates(schema_name: str, schema_version: int | None, attribute: str | Non
 
 
 @main.command()
+@click.argument("schema_name", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@click.option("--of", "of", help="Only the breakdowns of this attribute.")
+@click.option("--by", "by", help="Only the breakdowns by this attribute.")
+@click.option("--window", "windows", type=click.Choice(["all", "each"]), default="all", show_default=True,
+              help="The rollup over all windows, or every window.")
+@_endpoint_options("Read (or admin) token, when the server needs one [env LDP_READ_TOKEN, else LDP_ADMIN_TOKEN].",
+                   ("LDP_READ_TOKEN", "LDP_ADMIN_TOKEN"))
+def breakdowns(schema_name: str, schema_version: int | None, of: str | None, by: str | None, windows: str, url: str,
+               token: str | None, db: str | None) -> None:
+    """Print SCHEMA's breakdowns (OF within each value of BY) as a table, with the numbers the
+    dashboard shows: every page of GET /api/v1/breakdowns."""
+    from urllib.parse import urlencode
+
+    from ..shared.windows import ROLLUP
+    from .remote import ok
+    from .tables import breakdowns_table
+
+    query = {"schema": schema_name, "version": schema_version, "of": of, "by": by}
+    asked = {k: v for k, v in query.items() if v is not None}
+    answer = ok("GET", "/api/v1/breakdowns?" + urlencode(asked), url=url, db=db, token=token)
+    rows = answer["breakdowns"]
+    while answer["next"] is not None:
+        answer = ok("GET", "/api/v1/breakdowns?" + urlencode({**asked, "next": answer["next"]}), url=url, db=db,
+                    token=token)
+        rows += answer["breakdowns"]
+    published = parse_schema(ok("GET", _schema_path(answer["schema"], answer["version"]), url=url, db=db, token=token))
+    rows = [r for r in rows if (r["window"] == ROLLUP) == (windows == "all")]
+    click.echo(f"schema {answer['schema']} v{answer['version']}, {answer['confidence']:.0%} intervals")
+    if not rows:
+        click.echo("no breakdown rows yet (the scheduler computes them every LDP_ESTIMATE_INTERVAL seconds; "
+                   "ldp-telemetry refresh computes them now)")
+        return
+    for line in breakdowns_table(published, rows):
+        click.echo(line)
+
+
+@main.command("add-breakdown")
+@click.argument("schema_name", metavar="SCHEMA")
+@click.option("--version", "schema_version", type=click.IntRange(min=1), help="Schema version (default: latest).")
+@click.option("--of", "of", required=True, help="The attribute estimated within each value of --by.")
+@click.option("--by", "by", required=True, help="The attribute whose values divide the reports.")
+@_endpoint_options("Admin token [env LDP_ADMIN_TOKEN].")
+def add_breakdown(schema_name: str, schema_version: int | None, of: str, by: str, url: str, token: str | None,
+                  db: str | None) -> None:
+    """Add the breakdown of OF by BY to a published version of SCHEMA: its sums are back-filled
+    from the retained reports by a job, and it is estimated once that is done."""
+    from .remote import ok
+
+    version = schema_version or ok("GET", _schema_path(schema_name, None), url=url, db=db, token=token)["version"]
+    answer = ok("POST", f"{_schema_path(schema_name, version)}/breakdowns", url=url, db=db, token=token,
+                body={"of": of, "by": by})
+    what = "added (back-filled by a job)" if answer["added"] else "already there"
+    click.echo(f"breakdown of {of} by {by} in {schema_name} version {version}: {what}")
+
+
+@main.command()
 @click.option("--devices", "-n", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 28),

@@ -130,6 +130,33 @@ def estimates_table(schema: Schema, rows: Iterable[Mapping[str, Any]],
     return lines
 
 
+def breakdowns_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Breakdown rows of the API (``GET /api/v1/breakdowns``) as the dashboard shows them: within
+    each value of ``by``, the share (or mean) of ``of``'s value with its interval, clipped to its
+    scale (marked ``*``), beside ``by``'s own share; a row whose ``reason`` voids them says why."""
+    header = (f"{'window':<13} {'of':<12} {'value':<12} {'by':<12} {'by value':<12} {'estimate':>9} "
+              f"{'interval':>21} {'by share':>9} {'n':>9}")
+    lines = [header, "-" * len(header)]
+    clipped = False
+    for r in rows:
+        style = display.style_of(schema.attribute(r["of"]))
+        value = BOOLEAN_KEY if r["value"] is True else str(r["value"])
+        by_value = str(r["by_value"]).lower() if isinstance(r["by_value"], bool) else str(r["by_value"])
+        by_share = "—" if r["by_share"] is None else display.percent(r["by_share"])
+        start = f"{r['window']:<13} {r['of']:<12.12} {value:<12.12} {r['by']:<12.12} {by_value:<12.12} "
+        if r["estimate"] is None:
+            lines.append(f"{start}{'—':>9} {r['reason']:>21} {by_share:>9} {r['n']:>9}")
+            continue
+        mark = "*" if r["estimate"] != r["estimate_clipped"] else " "
+        clipped |= mark == "*"
+        interval = r["reason"] if r["ci_low"] is None else f"{style.value(r['ci_low'])} – {style.value(r['ci_high'])}"
+        lines.append(f"{start}{style.value(r['estimate_clipped']):>8}{mark} {interval:>21} {by_share:>9} "
+                     f"{display.count(r['n']):>9}")
+    if clipped:
+        lines.append(CLIPPED_NOTE)
+    return lines
+
+
 def plan_table(options: Mapping[str, Sequence[Plan] | str], reports: int, targets: Mapping[str, float]) -> list[str]:
     """The planner's figures per split, as the dashboard's planner line writes them: the
     half-width at most with ``reports`` reports of the schema, the reports each attribute's target

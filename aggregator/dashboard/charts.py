@@ -199,6 +199,19 @@ def band_chart(windows: Sequence[str], values: Sequence[Interval], style: Style 
     return LineChart(points, window_ticks(windows, xs), y_ticks, band=True)
 
 
+def point_chart(labels: Sequence[str], values: Sequence[Interval]) -> LineChart:
+    """Means by category (a breakdown of a numeric attribute: its mean within each value of
+    another): a point per category with its interval as a whisker, in the attribute's own units;
+    no line, since the categories have no order to join."""
+    scale, y_ticks = unit_scale([v.low for v in values] + [v.high for v in values])
+    plot = (WIDTH - RIGHT) - LEFT
+    group = plot / max(1, len(labels))
+    xs = [round(LEFT + (i + 0.5) * group, 2) for i in range(len(labels))]
+    points = [Point(x, scale(v.estimate), scale(v.low), scale(v.high),
+                    f"{label}: {v.estimate:.4g} ({v.low:.4g} to {v.high:.4g})") for x, label, v in zip(xs, labels, values)]
+    return LineChart(points, window_ticks(labels, xs, centred=True), y_ticks, band=False)
+
+
 def bar_chart(windows: Sequence[str], categories: Sequence[str], values: Sequence[Sequence[Interval | None]]) -> BarChart:
     """A categorical attribute over windows: ``values[w][c]`` as grouped bars with whiskers.
 

@@ -23,10 +23,10 @@ from werkzeug.wrappers import Response
 from ...shared import display
 from ...shared.planner import typed_half_width
 from ...shared.schema import Schema
-from ...shared.windows import LENGTH, window_of
+from ...shared.windows import LENGTH, ROLLUP, window_of
 from .. import auth
 from ..questions import candidates
-from . import pages
+from . import breakdowns, pages
 from .. import context
 from ..catalog import version_number
 from ..retention import retention_cutoff
@@ -175,6 +175,7 @@ def schema_page(name: str) -> tuple[str, int]:
         plans=pages.plan_lines(schema, view.page.attributes, targets, view.confidence),
         target_error=target_error,
         too_wide=pages.TOO_WIDE,
+        breakdowns=view.breakdowns,
     )
 
 
@@ -204,14 +205,21 @@ class View:
     page: pages.SchemaPage
     truncated: bool  # the range held more estimate rows than one read returns
     confidence: float
+    breakdowns: list[breakdowns.BreakdownView]
 
 
 def _view(schema: Schema, since: str, until: str | None) -> View:
     readout = read(current_app, schema, since=since, until=until)
     added = candidates.sources(context.store().run_tx(
         "candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False))
+    stored, rollup, sums = context.store().run_tx("breakdowns", lambda tx: (
+        tx.breakdowns(schema.name, schema.version),
+        tx.window_breakdown_estimates(schema.name, schema.version, [ROLLUP])[ROLLUP].values(),
+        tx.window_counters(schema.name, schema.version, [ROLLUP])[ROLLUP].breakdowns), write=False)
     return View(pages.schema_page(schema, readout.rows, readout.confidence, added), readout.next is not None,
-                readout.confidence)
+                readout.confidence,
+                breakdowns.breakdown_views(schema, stored, sorted(rollup, key=lambda r: r.rank), sums,
+                                           readout.confidence))
 
 
 def _range(schema: Schema) -> tuple[str | None, str | None, str | None]:

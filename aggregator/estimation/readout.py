@@ -9,6 +9,7 @@ the old level until the next refresh; the configured one when there are no rows)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
 
 from flask import Flask
 
@@ -16,7 +17,7 @@ from ...shared.checks import parse_digits
 from ...shared.schema import Schema
 from ...shared.windows import ROLLUP, window_start
 from .. import context
-from ..store import EstimateRow, EstimatesQuery
+from ..store import BreakdownEstimateRow, BreakdownsQuery, EstimateRow, EstimatesQuery, Tx
 
 DEFAULT_LIMIT = 10_000
 MAX_LIMIT = 100_000
@@ -32,9 +33,13 @@ class ReadError(ValueError):
         self.message = message
 
 
+# What a read returns rows of: estimates, or breakdown rows (both keyed by window and rank).
+Row = TypeVar("Row", EstimateRow, BreakdownEstimateRow)
+
+
 @dataclass(frozen=True)
-class Readout:
-    rows: list[EstimateRow]  # windows in time order, the rollup last, values in schema order
+class Readout(Generic[Row]):
+    rows: list[Row]  # windows in time order, the rollup last, then by rank (values in schema order)
     confidence: float
     next: str | None  # the cursor of the next page, if there is more
 
@@ -81,13 +86,29 @@ def cursor_of(schema: Schema, text: str | None) -> tuple[str, int] | None:
 
 
 def read(app: Flask, schema: Schema, *, attribute: str | None = None, since: str | None = None,
-         until: str | None = None, limit: int = DEFAULT_LIMIT, after: tuple[str, int] | None = None) -> Readout:
+         until: str | None = None, limit: int = DEFAULT_LIMIT,
+         after: tuple[str, int] | None = None) -> Readout[EstimateRow]:
     """The stored estimates of ``schema`` in ``since``..``until`` (the rollup always), a page of at
     most ``limit`` rows from after the position ``after``."""
     check_range(since, until)
-    store = context.store(app)
     query = EstimatesQuery(schema.name, schema.version, attribute, since, until, limit + 1, after)
-    rows = store.run_tx("estimates", lambda tx: tx.estimates(query), write=False)
+    return _page(app, "estimates", lambda tx: tx.estimates(query), limit)
+
+
+def read_breakdowns(app: Flask, schema: Schema, *, breakdowns: tuple[int, ...] | None = None,
+                    since: str | None = None, until: str | None = None, limit: int = DEFAULT_LIMIT,
+                    after: tuple[str, int] | None = None) -> Readout[BreakdownEstimateRow]:
+    """The stored rows of ``schema``'s breakdowns numbered ``breakdowns`` (every one if None), paged
+    as :func:`read` pages estimates."""
+    check_range(since, until)
+    query = BreakdownsQuery(schema.name, schema.version, breakdowns, since, until, limit + 1, after)
+    return _page(app, "breakdown_estimates", lambda tx: tx.breakdown_estimates(query), limit)
+
+
+def _page(app: Flask, name: str, fetch: Callable[[Tx], list[Row]], limit: int) -> Readout[Row]:
+    """The page ``fetch`` reads (at most ``limit`` + 1 rows: one more tells there is a next page),
+    with the confidence level its rows were computed at and the cursor of the next page."""
+    rows = context.store(app).run_tx(name, fetch, write=False)
     more = len(rows) > limit
     rows = rows[:limit]
     levels = {r.confidence for r in rows}

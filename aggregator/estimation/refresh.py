@@ -1,5 +1,8 @@
 """The estimation job: turn changed counters into debiased estimates with their intervals.
 
+Each window's breakdown rows are computed beside its estimates, from its breakdown sums
+(:mod:`.breakdowns`), and written in the same transactions under the same rule.
+
 Only windows whose counters changed since the last refresh are recomputed (the dirty marks
 ingest leaves, the ``all`` rollup among them), and every window whose estimates are at another
 confidence level than ``LDP_CONFIDENCE``. Everything is read from the counters, never from the
@@ -50,7 +53,8 @@ from ...shared.estimators import no_narrower_than_a_window
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from .. import cells, context
-from ..store import CandidateRow, EstimateRow, Stale, WindowCounters
+from ..store import BreakdownEstimateRow, CandidateRow, EstimateRow, Stale, WindowCounters
+from . import breakdowns
 
 log = logging.getLogger(__name__)
 
@@ -132,25 +136,32 @@ def _refresh_version(app: Flask, version: Version, stale: Sequence[Stale], confi
     schema = context.catalog(app).schema(*version)
     if schema is None:  # counters exist only for published schemas, which are never deleted
         raise RuntimeError(f"counters of {name!r} version {version[1]}, which is not published")
-    stored = store.run_tx("candidates", lambda tx: tx.candidates(*version), write=False)
+    stored, listed = store.run_tx("candidates", lambda tx: (tx.candidates(*version), tx.breakdowns(*version)),
+                                  write=False)
     groups = candidate_groups(schema, [c for c in stored if c.complete and c.estimated])
-    per_read = max(1, VALUES_PER_READ // max(1, cells.values_per_window(schema, cells.held_of(stored))))
+    per_read = max(1, VALUES_PER_READ // max(1, cells.values_per_window(schema, cells.held_of(stored),
+                                                                        cells.breakdowns_of(listed))))
+    estimated = [b for b in listed if b.complete]  # one added later: once its back-fill is done
     written = windows = 0
     for start in range(0, len(stale), per_read):
         chunk = stale[start:start + per_read]
         names = [s.window for s in chunk]
-        counters, before = store.run_tx("window_counters", lambda tx: (
-            tx.window_counters(*version, names), tx.window_estimates(*version, names, NUMBERS)), write=False)
+        counters, before, before_breakdowns = store.run_tx("window_counters", lambda tx: (
+            tx.window_counters(*version, names), tx.window_estimates(*version, names, NUMBERS),
+            tx.window_breakdown_estimates(*version, names)), write=False)
         rows: list[EstimateRow] = []
+        breakdown_rows: list[BreakdownEstimateRow] = []
         done: list[Stale] = []
         for s in chunk:
             computed = estimate_rows(schema, s.window, counters[s.window], confidence, computed_at, groups=groups)
             rows += changed(computed, before[s.window])
+            breakdown_rows += breakdowns.changed(breakdowns.breakdown_rows(
+                schema, s.window, counters[s.window], estimated, confidence, computed_at), before_breakdowns[s.window])
             done.append(s)
-            if len(rows) >= ROWS_PER_WRITE or s is chunk[-1]:
-                store.run_tx("save_estimates", lambda tx: tx.save_estimates(rows, done))
-                written += len(rows)
-                rows, done = [], []
+            if len(rows) + len(breakdown_rows) >= ROWS_PER_WRITE or s is chunk[-1]:
+                store.run_tx("save_estimates", lambda tx: tx.save_estimates(rows, done, breakdown_rows))
+                written += len(rows) + len(breakdown_rows)
+                rows, breakdown_rows, done = [], [], []
         windows += sum(s.window != ROLLUP for s in chunk)
         if deadline is not None and start + per_read < len(stale) and clock() >= deadline:
             return _Done(written, windows, chunk[-1].window)

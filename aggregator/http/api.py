@@ -11,9 +11,9 @@ from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import context
-from ..questions import candidates, discovery
+from ..questions import breakdowns, candidates, discovery
 from .. import jobs
-from ..estimation import refresh, readout
+from ..estimation import breakdowns as breakdown_rows, readout, refresh
 from ..auth import identified_reader, require_admin, require_reader
 from ..catalog import TooManyCells, version_number
 from ..cells import Limit
@@ -36,6 +36,9 @@ FORMULA_STARTS = ("=", "+", "-", "@")
 # keeps the contract: at most ``limit`` rows, and a ``next`` cursor when there are more.
 ANONYMOUS_ROWS = readout.DEFAULT_LIMIT
 ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "limit", "next", "format")
+BREAKDOWN_COLUMNS = ("window", "of", "value", "by", "by_value", "estimate", "estimate_clipped", "ci_low", "ci_high",
+                     "by_share", "n", "reason", "computed_at")
+BREAKDOWN_PARAMETERS = ("schema", "version", "of", "by", "since", "until", "limit", "next", "format")
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -94,6 +97,35 @@ def get_candidates(name: str, version: str) -> Response:
         tx.candidates(schema.name, schema.version), tx.published_at(schema.name, schema.version)), write=False)
     rows = candidates.listing(schema, stored, published_at, attribute)
     return jsonify({"schema": schema.name, "version": schema.version, "candidates": rows})
+
+
+@bp.get("/schemas/<name>/<version>/breakdowns")
+def get_breakdowns(name: str, version: str) -> Response:
+    """The schema version's breakdowns (DESIGN.md, "Breakdowns"), listed and added, each with its
+    source and when it was added: the served schema never carries them."""
+    require_reader()
+    refuse_unknown(request.args, (), "query parameter")
+    schema = _published(name, version)
+    stored = context.store().run_tx("breakdowns", lambda tx: tx.breakdowns(schema.name, schema.version), write=False)
+    return jsonify({"schema": schema.name, "version": schema.version, "breakdowns": breakdowns.listing(stored)})
+
+
+@bp.post("/schemas/<name>/<version>/breakdowns")
+def add_breakdown(name: str, version: str) -> tuple[Response, int]:
+    """Add a breakdown to a published version (DESIGN.md, "Breakdowns"): its sums are back-filled
+    from the retained reports by a job, which is asked to run at once. 202 when new, 200 if it was
+    there."""
+    require_admin()
+    schema = _published(name, version)
+    body = json_object()
+    try:
+        new = breakdowns.add_breakdown(context.catalog(), schema.name, schema.version, body,
+                                       limit=Limit.of(current_app.config), added_at=context.iso(context.now()))
+    except breakdowns.BreakdownError as exc:
+        raise ApiError(exc.status, str(exc), [detail(exc.field, str(exc))]) from None
+    if new:
+        jobs.soon(current_app, "backfill")
+    return jsonify({"added": new}), 202 if new else 200
 
 
 @bp.post("/schemas/<name>/<version>/candidates")
@@ -167,19 +199,11 @@ def refresh_estimates() -> Response:
 @bp.get("/estimates")
 def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     require_reader()
-    query = _estimates_query()
+    query = _rows_query(ESTIMATE_PARAMETERS, "estimates")
     schema = _published(query["schema"], query.get("version"))
-    attribute = query.get("attribute")
-    if attribute is not None and attribute not in schema.attribute_names:
-        raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
-                       [detail("attribute", "not found")])
+    attribute = _attribute_asked(schema, query, "attribute")
     try:
-        bounds = {b: readout.window_bound(schema, b, query[b]) for b in ("since", "until") if b in query}
-        limit = readout.limit_of(query.get("limit"))
-        if not identified_reader():
-            limit = min(limit, ANONYMOUS_ROWS)
-        page = readout.read(current_app, schema, attribute=attribute, **bounds, limit=limit,
-                            after=readout.cursor_of(schema, query.get("next")))
+        page = readout.read(current_app, schema, attribute=attribute, **_page_asked(schema, query))
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
     # Stored candidates' sources (a string attribute's, at most 10,000 each), read only when the page
@@ -194,13 +218,64 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
         following: dict[str, Any] = {**query, "next": page.next}
         headers["Link"] = f'<{url_for("api.get_estimates", **following)}>; rel="next"'
     if query.get("format", "json") == "csv":
-        return _csv(estimates, headers, sourced)
+        return _csv(estimates, ESTIMATE_COLUMNS + ("source",) * sourced, headers)
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
                     "estimates": estimates, "next": page.next}), 200, headers
 
 
-def _estimates_query() -> dict[str, str]:
-    refuse_unknown(request.args, ESTIMATE_PARAMETERS, "query parameter")
+@bp.get("/breakdowns")
+def get_breakdown_rows() -> Response | tuple[Response, int, dict[str, str]]:
+    """The rows of a schema version's breakdowns (DESIGN.md, "Breakdowns"; of ``of``, by ``by``
+    when asked), per window and the ``all`` rollup, paged as estimates are; CSV the same columns."""
+    require_reader()
+    query = _rows_query(BREAKDOWN_PARAMETERS, "breakdowns")
+    schema = _published(query["schema"], query.get("version"))
+    of, by = _attribute_asked(schema, query, "of"), _attribute_asked(schema, query, "by")
+    stored = context.store().run_tx("breakdowns", lambda tx: tx.breakdowns(schema.name, schema.version), write=False)
+    chosen = breakdowns.chosen(stored, of, by)
+    if (of is not None or by is not None) and not chosen:
+        asked = " ".join(f"{k}={v}" for k, v in (("of", of), ("by", by)) if v is not None)
+        raise ApiError(404, f"schema {schema.name} version {schema.version} has no breakdown {asked}",
+                       [detail("of" if of is not None else "by", "no such breakdown")])
+    try:
+        page = readout.read_breakdowns(current_app, schema, breakdowns=None if of is None and by is None else chosen,
+                                       **_page_asked(schema, query))
+    except readout.ReadError as exc:
+        raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
+    by_number = {b.id: b for b in stored}
+    rows = [breakdown_rows.shown(schema, by_number[r.breakdown], r) for r in page.rows]
+    headers = {}
+    if page.next is not None:
+        following: dict[str, Any] = {**query, "next": page.next}
+        headers["Link"] = f'<{url_for("api.get_breakdown_rows", **following)}>; rel="next"'
+    if query.get("format", "json") == "csv":
+        return _csv(rows, BREAKDOWN_COLUMNS, headers)
+    return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
+                    "breakdowns": rows, "next": page.next}), 200, headers
+
+
+def _attribute_asked(schema: Schema, query: dict[str, str], parameter: str) -> str | None:
+    """The attribute the query ``parameter`` names, if given; a 404 if the schema has none such."""
+    attribute = query.get(parameter)
+    if attribute is not None and attribute not in schema.attribute_names:
+        raise ApiError(404, f"schema {schema.name} version {schema.version} has no attribute {attribute[:64]!r}",
+                       [detail(parameter, "not found")])
+    return attribute
+
+
+def _page_asked(schema: Schema, query: dict[str, str]) -> dict[str, Any]:
+    """The range and page a query asks for (``since``, ``until``, ``limit``, ``after``), as the
+    readout takes them; a caller without a token gets at most :data:`ANONYMOUS_ROWS` a page."""
+    bounds: dict[str, Any] = {b: readout.window_bound(schema, b, query[b]) for b in ("since", "until") if b in query}
+    limit = readout.limit_of(query.get("limit"))
+    if not identified_reader():
+        limit = min(limit, ANONYMOUS_ROWS)
+    return {**bounds, "limit": limit, "after": readout.cursor_of(schema, query.get("next"))}
+
+
+def _rows_query(parameters: tuple[str, ...], path: str) -> dict[str, str]:
+    """The query of a read of rows (``/api/v1/<path>``), each of ``parameters`` at most once."""
+    refuse_unknown(request.args, parameters, "query parameter")
     query = {}
     for name in request.args:
         values = request.args.getlist(name)
@@ -208,7 +283,7 @@ def _estimates_query() -> dict[str, str]:
             raise ApiError(400, f"query parameter {name} is given more than once", [detail(name, "repeated")])
         query[name] = values[0]
     if "schema" not in query:
-        raise ApiError(400, "the schema query parameter is required: /api/v1/estimates?schema=NAME",
+        raise ApiError(400, f"the schema query parameter is required: /api/v1/{path}?schema=NAME",
                        [detail("schema", "is required")])
     if "version" in query and parse_digits(query["version"], VERSION_DIGITS) is None:
         raise ApiError(400, "version must be a whole number (at most 10 digits)",
@@ -230,21 +305,20 @@ def _estimate(schema: Schema, row: EstimateRow, added: dict[tuple[str, str], str
     return out
 
 
-def _csv(estimates: list[dict[str, Any]], headers: dict[str, str], sourced: bool) -> Response:
-    """The rows as CSV; with a last column ``source`` for a schema with a string attribute."""
-    columns = ESTIMATE_COLUMNS + ("source",) * sourced
+def _csv(rows: list[dict[str, Any]], columns: tuple[str, ...], headers: dict[str, str]) -> Response:
+    """The rows as CSV, ``columns`` of each (empty where a row has none, or null)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    for e in estimates:
-        writer.writerow([_cell(e.get(c, "")) for c in columns])
+    for row in rows:
+        writer.writerow([_cell(row.get(c, "")) for c in columns])
     return Response(out.getvalue(), mimetype="text/csv", headers=headers)
 
 
 def _cell(value: Any) -> Any:
     """A CSV cell: text a spreadsheet would run as a formula gets a leading ``'`` (numbers stay numbers)."""
-    if value is True:
-        return "true"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value

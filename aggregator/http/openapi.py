@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...shared import mechanisms
+from ...shared.breakdowns import (BY_SHARE_NOT_DISTINCT_FROM_0, MAX_BREAKDOWNS, MAX_CELLS as MAX_BREAKDOWN_CELLS,
+                                  MEMOISED_ROLLUP, TOO_FEW_REPORTS)
 from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
 from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
 from ...shared.reports import ID_RE
@@ -98,7 +100,24 @@ COMPONENTS: dict[str, Any] = {
             "split": {"type": "string", "enum": list(SPLITS)},
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_LENGTH},
             "attributes": {"type": "array", "minItems": 1, "maxItems": MAX_ATTRIBUTES,
-                           "items": _ref("AttributeInput")}}},
+                           "items": _ref("AttributeInput")},
+            "breakdowns": {"type": "array", "maxItems": MAX_BREAKDOWNS, "items": _ref("BreakdownInput"),
+                           "description": "breakdowns to count from the start; kept beside the schema, never in the "
+                                          "schema served to clients (see .../breakdowns); not under split 'sample'"}}},
+        "BreakdownInput": {"type": "object", "required": ["of", "by"], "additionalProperties": False, "properties": {
+            "of": {"type": "string", "description": "the attribute estimated within each value of by: any type but "
+                                                    "string"},
+            "by": {"type": "string", "description": "the attribute whose values divide the reports: boolean, "
+                                                    "categorical or histogram"}},
+            "description": f"one attribute within each value of another; at most {MAX_BREAKDOWN_CELLS:,} cells (the "
+                           "values of of, a boolean 2 and a numeric 1, times those of by)"},
+        "Breakdowns": {"type": "object", "required": ["schema", "version", "breakdowns"], "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"},
+            "breakdowns": {"type": "array", "items": {"type": "object", "required": ["of", "by", "source", "added_at"],
+                                                      "properties": {
+                "of": {"type": "string"}, "by": {"type": "string"},
+                "source": {"type": "string", "enum": ["listed", "added"]},
+                "added_at": {"type": "string", "format": "date-time"}}}}}},
         "Attribute": {"type": "object", "required": ["name", "type", "epsilon", "mechanism", "p", "q"], "properties": {
             "name": {"type": "string"}, "type": {"type": "string", "enum": list(TYPES)},
             "categories": {"type": "array", "items": {"type": "string"},
@@ -158,6 +177,33 @@ COMPONENTS: dict[str, Any] = {
                                           "points and distinct after that; one already a candidate is not new. At "
                                           f"most {MAX_CANDIDATES} candidates an attribute in all, and the "
                                           "schema version within LDP_MAX_CELLS cells"}}},
+        "BreakdownRow": {"type": "object", "required": ["window", "of", "value", "by", "by_value", "estimate",
+                                                        "estimate_clipped", "ci_low", "ci_high", "by_share", "n",
+                                                        "reason", "computed_at"], "properties": {
+            "window": {"type": "string", "description": "a window start, or 'all' for the rollup over every window"},
+            "of": {"type": "string"}, "by": {"type": "string"},
+            "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}],
+                      "description": "the value of of: a category or bucket, true for a boolean, 'mean' for a numeric"},
+            "by_value": {"oneOf": [{"type": "string"}, {"type": "boolean"}],
+                         "description": "the value of by: a category or bucket, true or false for a boolean"},
+            "estimate": {"type": "number", "nullable": True,
+                         "description": "the share of value among the devices whose by is by_value (for a numeric of, "
+                                        "its mean there), unclipped; null where reason says"},
+            "estimate_clipped": {"type": "number", "nullable": True},
+            "ci_low": {"type": "number", "nullable": True, "description": "Fieller's interval, clipped"},
+            "ci_high": {"type": "number", "nullable": True},
+            "by_share": {"type": "number", "nullable": True,
+                         "description": "the estimated share of by_value from the same reports, unclipped"},
+            "n": {"type": "integer", "minimum": 1, "description": "the reports that carried both attributes"},
+            "reason": {"type": "string", "nullable": True,
+                       "enum": [BY_SHARE_NOT_DISTINCT_FROM_0, MEMOISED_ROLLUP, TOO_FEW_REPORTS, None],
+                       "description": "why the fields it voids are null"},
+            "computed_at": {"type": "string", "format": "date-time"}}},
+        "BreakdownRows": {"type": "object", "required": ["schema", "version", "confidence", "breakdowns"],
+                          "properties": {
+            "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
+            "breakdowns": {"type": "array", "items": _ref("BreakdownRow")},
+            "next": {"type": "string", "nullable": True, "description": "pass as next= to read the next page; null on the last"}}},
         "Estimates": {"type": "object", "required": ["schema", "version", "confidence", "estimates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
             "estimates": {"type": "array", "items": _ref("Estimate")},
@@ -169,7 +215,7 @@ COMPONENTS: dict[str, Any] = {
 def _paths() -> dict[str, Any]:
     name_param = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
     version_param = {"name": "version", "in": "path", "required": True, "schema": {"type": "integer"}}
-    query = [
+    query: list[dict[str, Any]] = [
         {"name": "schema", "in": "query", "required": True, "schema": {"type": "string"}},
         {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
         {"name": "attribute", "in": "query", "schema": {"type": "string"}},
@@ -212,6 +258,20 @@ def _paths() -> dict[str, Any]:
                      "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
                          "added": {"type": "integer", "description": "how many were new"}}}, "stored"),
                          **_errors(400, 401, 403, 404, 413, 415)}}},
+        "/api/v1/schemas/{name}/{version}/breakdowns": {
+            "get": {"summary": "The breakdowns of a schema version, listed at publish and added, with their source",
+                    "parameters": [name_param, version_param],
+                    "responses": {"200": _json(_ref("Breakdowns"), "the breakdowns"), **_errors(400, 401, 403, 404)}},
+            "post": {"summary": "Add a breakdown to a published version (admin); its sums are back-filled from the "
+                                "retained reports by a job, and it is estimated once that is done",
+                     "security": ADMIN, "parameters": [name_param, version_param],
+                     "requestBody": {"required": True,
+                                     "content": {"application/json": {"schema": _ref("BreakdownInput")}}},
+                     "responses": {"202": _json({"type": "object", "required": ["added"], "properties": {
+                         "added": {"type": "boolean", "enum": [True]}}}, "added"),
+                         "200": _json({"type": "object", "required": ["added"], "properties": {
+                             "added": {"type": "boolean", "enum": [False]}}}, "it was there"),
+                         **_errors(400, 401, 403, 404, 413, 415)}}},
         "/api/v1/schemas/{name}/{version}/discover": {"post": {
             "summary": "Discover the common strings of the schema version's discovering attributes now (admin; the "
                        "scheduler does it hourly): those found become discovered candidates, back-filled by a job",
@@ -232,6 +292,14 @@ def _paths() -> dict[str, Any]:
             "summary": "Latest estimates per window and the 'all' rollup", "parameters": query,
             "responses": {"200": {"description": "the estimates", "content": {
                 "application/json": {"schema": _ref("Estimates")},
+                "text/csv": {"schema": {"type": "string"}}}}, **_errors(400, 401, 403, 404)}}},
+        "/api/v1/breakdowns": {"get": {
+            "summary": "Latest breakdown rows per window and the 'all' rollup (of and by narrow them to a breakdown)",
+            "parameters": [p for p in query if p["name"] != "attribute"] + [
+                {"name": "of", "in": "query", "schema": {"type": "string"}},
+                {"name": "by", "in": "query", "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the rows", "content": {
+                "application/json": {"schema": _ref("BreakdownRows")},
                 "text/csv": {"schema": {"type": "string"}}}}, **_errors(400, 401, 403, 404)}}},
         "/api/v1/estimates/refresh": {"post": {
             "summary": "Recompute stale estimates now (admin)", "security": ADMIN,

@@ -27,9 +27,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...shared import breakdowns as shared_breakdowns
 from ...shared.schema import Attribute, Schema
-from ..store import (BATCH_N_PREFIX, NOT_READ, AmountRow, CandidateBatch, Increments, Known, ReportRow, TotalRow,
-                     WireColumns)
+from ..store import (BATCH_N_PREFIX, NOT_READ, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known,
+                     ReportRow, StoredBreakdown, TotalRow, WireColumns)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ DECODED_CACHE = 4096
 _ALL_BUT_ID = itemgetter(1, 2, 3, 4, 5)  # (schema, version, window, window_end, values) of a ReportRow
 # Distinct wire values in one call from which they are parsed together rather than through the cache.
 BULK_DECODE = 256
+_NOTHING_KNOWN = Known(-1)  # a schema version of which no candidate or breakdown was read
 
 
 @lru_cache(maxsize=DECODED_CACHE)
@@ -97,7 +99,9 @@ class Counting:
         ``known``: per schema version, its candidates beyond the listed ones (:class:`Known`). A
         back-filled batch counts with the listed candidates, over every report; a batch being
         back-filled counts only the reports whose id is at most its watermark (the others are the
-        back-fill's to count, :meth:`backfill`), and how many those are."""
+        back-fill's to count, :meth:`backfill`), and how many those are. Each of its breakdowns
+        counts every report of each window, in bulk (:func:`breakdown_sums`); one being back-filled,
+        as a batch is, only those up to its watermark."""
         complete: dict[tuple[str, int, str], tuple[str, ...]] = {}
         filling: list[tuple[str, int, str, CandidateBatch]] = []
         for (schema, version), k in (known or {}).items():
@@ -106,7 +110,7 @@ class Counting:
                     complete[(schema, version, batch.attribute)] = batch.candidates
                 else:
                     filling.append((schema, version, batch.watermark, batch))
-        wire, ends = _wire(rows)
+        wire, ends, decoded = _wire(rows)
         wire = self._counted(wire)
         totals: list[TotalRow] = []
         amounts: list[AmountRow] = []
@@ -121,16 +125,29 @@ class Counting:
         for schema, version, watermark, batch in filling:
             amounts += self.backfill([r for r in rows if r.schema == schema and r.version == version
                                       and r.id <= watermark], batch).amounts
-        return Increments(totals, amounts)
+        sums: list[BreakdownAmountRow] = []
+        for (schema, version, window), values in decoded.items():
+            counted = [b for b in (known or {}).get((schema, version), _NOTHING_KNOWN).breakdowns if b.complete]
+            if counted:
+                sums += breakdown_sums(self.schema(schema, version), counted, window, values)
+        for (schema, version), k in (known or {}).items():
+            for b in k.breakdowns:
+                if b.watermark is not None:
+                    sums += self.backfill([r for r in rows if r.schema == schema and r.version == version
+                                           and r.id <= b.watermark], b).breakdowns
+        return Increments(totals, amounts, sums)
 
-    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch) -> Increments:
+    def backfill(self, rows: Sequence[ReportRow], batch: CandidateBatch | StoredBreakdown) -> Increments:
         """What ``rows`` (of one schema version) add to the supports of ``batch``'s candidates alone,
         and to the number of reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its
         number: a batch's rollup ``n`` is the attribute's less the reports it missed, known when it
         is complete): :meth:`backfill_columns` of their wire values decoded here, each checked whole
-        (:meth:`Mechanism.check`; one that fails reads as damaged)."""
+        (:meth:`Mechanism.check`; one that fails reads as damaged). For a breakdown: what they add
+        to its sums (which count their own reports), per window."""
         if not rows:
             return Increments()
+        if isinstance(batch, StoredBreakdown):
+            return self._breakdown_backfill(rows, batch)
         attribute = self.schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
         fields = attribute.mech.columns(attribute)
         windows: dict[str, int] = {}
@@ -147,6 +164,24 @@ class Counting:
             rows[0].schema, rows[0].version, tuple(windows), tuple(ends[w] for w in windows),
             np.array(window, dtype=np.int64), np.array(carried, dtype=bool),
             {f: columns[:, i] for i, f in enumerate(fields)}), batch)
+
+    def _breakdown_backfill(self, rows: Sequence[ReportRow], breakdown: StoredBreakdown) -> Increments:
+        """What ``rows`` (of one schema version, stored) add to ``breakdown``'s sums, per window;
+        a report whose two values do not check (damaged) is left out with a warning."""
+        schema = self.schema(rows[0].schema, rows[0].version)
+        of, by = schema.attribute(breakdown.of), schema.attribute(breakdown.by)
+        windows: dict[str, list[dict[str, Any]]] = {}
+        damaged = 0
+        for row, decoded in zip(rows, _decode_all([r.values for r in rows])):
+            if decoded is None or not all(_checks(a, decoded[a.name]) for a in (of, by) if a.name in decoded):
+                damaged += 1
+                continue
+            windows.setdefault(row.window, []).append(decoded)
+        if damaged:
+            log.warning("left out %d stored reports that cannot be counted (schema %r version %s)", damaged,
+                        schema.name[:64], schema.version)
+        return Increments(breakdowns=[s for window, values in windows.items()
+                                      for s in breakdown_sums(schema, [breakdown], window, values)])
 
     def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
         """The integer fields of ``attribute``'s wire values that its mechanism counts from (the
@@ -201,18 +236,35 @@ class Counting:
         return schema
 
 
+def breakdown_sums(schema: Schema, breakdowns: Sequence[StoredBreakdown], window: str,
+                   values: Sequence[Mapping[str, Any]]) -> list[BreakdownAmountRow]:
+    """What reports of ``schema`` in ``window`` (their decoded ``values``, one a report) add to each
+    of ``breakdowns``' sums: :func:`...shared.breakdowns.count`, one matrix product a breakdown."""
+    out = []
+    for b in breakdowns:
+        sums = shared_breakdowns.count(schema, shared_breakdowns.Breakdown(b.of, b.by), values)
+        out += [BreakdownAmountRow(schema.name, schema.version, window, b.id, of_key, by_key, amount)
+                for (of_key, by_key), amount in sums.amounts.items()]
+    return out
+
+
 def _wire(rows: Sequence[ReportRow]
-          ) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]], dict[tuple[str, int, str], int]]:
+          ) -> tuple[dict[tuple[str, int, str, str], list[tuple[Any, int]]], dict[tuple[str, int, str], int],
+                     dict[tuple[str, int, str], list[dict[str, Any]]]]:
     """Per (schema, version, window, attribute) the wire values of ``rows`` with how many reports
-    sent each (rows alike decoded once), and each window's end."""
+    sent each (rows alike decoded once), each window's end, and per (schema, version, window)
+    the decoded values of each report (those alike: the same object, repeated)."""
     alike = Counter(map(_ALL_BUT_ID, rows))
     wire: dict[tuple[str, int, str, str], list[tuple[Any, int]]] = {}
     ends: dict[tuple[str, int, str], int] = {}
+    reports: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for ((schema, version, window, end, _), count), decoded in zip(alike.items(), _decode_all([k[4] for k in alike])):
         ends[(schema, version, window)] = end
+        if decoded is not None:
+            reports.setdefault((schema, version, window), []).extend([decoded] * count)
         for name, reported in (decoded or {}).items():
             wire.setdefault((schema, version, window, name), []).append((reported, count))
-    return wire, ends
+    return wire, ends, reports
 
 
 def _checks(attribute: Attribute, reported: Any) -> bool:

@@ -17,7 +17,8 @@ what the database can afford:
 
 Either way, inside the transaction: the reports of windows retention erased are left out, the new
 ids are inserted, the schema versions' candidates are read with their rows locked against a
-back-fill moving a watermark (:meth:`..store.Tx.known`), and what the new reports count is added.
+back-fill moving a watermark (:meth:`..store.Tx.known`, with the versions' breakdowns), and what
+the new reports count is added: to the counters, and to each breakdown's sums.
 
 *Settling* (:meth:`ReportWriter.settle`) is the explicit first step of the jobs that read the
 counters: fold everything acknowledged so far, and take arrival order out of what was stored.
@@ -120,6 +121,7 @@ class ReportWriter:
                 counted = self.counting(new, known)
             increments.totals += counted.totals
             increments.amounts += counted.amounts
+            increments.breakdowns += counted.breakdowns
             news.append(len(new))
         tx.add(with_rollup(increments))
         return news

@@ -1,12 +1,16 @@
 """The back-fill: count the retained reports for a question added after they arrived, exactly once.
 
-Each batch of candidates added together has a watermark (an id): its counters hold what the
+A question is a batch of string candidates added together, or a breakdown added to a published
+version: one mechanism for both, in one table of batches (``backfills``). Each batch has a
+watermark (an id): its counters (a breakdown's: its sums) hold what the
 stored reports with ids up to it count for it, and ingest counts a report for it iff the report's
 id is at most the watermark (:meth:`..ingest.counting.Counting.__call__`). The back-fill moves the
 watermark forward over the stored reports, a chunk at a time:
 
 1. read the next chunk after the watermark, in id order, as columns of the wire fields counting
-   needs (a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`);
+   needs (a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`); a
+   breakdown reads two attributes of each report, so its chunk is read as report rows and counted
+   by :meth:`Counting.backfill`, as the late rows of any batch are;
 2. in one short transaction, with the schema version's row locked against ingest's counting: if
    the watermark is still where it was read, add what the chunk counts, and what the reports stored
    in its range since the read count, less those of windows retention erased since, and move the
@@ -22,6 +26,7 @@ how many).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -29,7 +34,7 @@ from flask import Flask
 
 from .. import context
 from ..ingest.counting import Counting
-from ..store import CandidateBatch, Increments, ReportRow, Store, Tx, with_rollup
+from ..store import CandidateBatch, Increments, ReportRow, Store, StoredBreakdown, Tx, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
@@ -52,7 +57,7 @@ class BackfillChunk(NamedTuple):
 
     schema: str
     version: int
-    batch: CandidateBatch
+    batch: CandidateBatch | StoredBreakdown
     through: str | None
     ids: str
     counted: Increments
@@ -89,11 +94,17 @@ def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, 
 
 def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,
                reports: int) -> BackfillChunk | None:
-    """The next chunk of ``batch``'s back-fill, read (as :class:`WireColumns` of the fields counting
-    names) and counted; None if the batch is complete or gone."""
+    """The next chunk of ``batch``'s back-fill, read (for candidates as :class:`WireColumns` of the
+    fields counting names; for a breakdown, which reads two attributes, as report rows) and counted;
+    None if the batch is complete or gone."""
     target = tx.batch(schema, version, batch)
     if target is None or target.watermark is None:
         return None
+    if isinstance(target, StoredBreakdown):
+        rows = tx.report_rows(schema, version, target.watermark, reports)
+        return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
+                             " ".join(r.id for r in rows), counting.backfill(rows, target),
+                             {r.window: r.window_end for r in rows}, dict(Counter(r.window for r in rows)))
     read, count, last, ids = tx.wire_columns(schema, version, target.attribute,
                                              counting.columns(schema, version, target.attribute), target.watermark,
                                              reports)
@@ -113,7 +124,7 @@ def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
     read iff none was stored since: only then are the ids compared."""
     schema, version, batch = chunk.schema, chunk.version, chunk.batch
     tx.lock_schema(schema, version)
-    exists, watermark = tx.watermark(batch.batch)
+    exists, watermark = tx.watermark(batch.batch) if batch.batch is not None else (False, None)
     if watermark is None or watermark != batch.watermark:  # gone, complete, or moved by another back-fill
         return not exists or watermark is None
     kept = tx.cutoff(lock=True)
@@ -125,10 +136,13 @@ def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
     counted = counting.backfill(late, batch)
     ends = {**chunk.ends, **{r.window: r.window_end for r in late}}
     retained = {w for w, end in ends.items() if end > cutoff}
-    tx.add(with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in retained])))
+    tx.add(with_rollup(Increments([], [a for a in chunk.counted.amounts + counted.amounts if a.window in retained],
+                                  [b for b in chunk.counted.breakdowns + counted.breakdowns if b.window in retained])))
+    number = batch.batch
+    assert number is not None  # a breakdown being back-filled has its batch
     if chunk.through is None:
-        tx.complete_batch(schema, version, batch.attribute, batch.batch)
+        tx.complete_batch(schema, version, batch.attribute if isinstance(batch, CandidateBatch) else None, number)
     else:
-        tx.move_watermark(batch.batch, chunk.through)
+        tx.move_watermark(number, chunk.through)
     tx.candidates_moved(schema, version)
     return chunk.through is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ...shared.attribute_types import MAX_CANDIDATES, STRING, parse_candidates
+from ...shared.breakdowns import Breakdown
 from ...shared.checks import SchemaError
 from ...shared.schema import Attribute, Schema
 from .. import cells, context
@@ -61,6 +62,7 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
         # Read, checked and added in one write transaction: no add beside it can take the room meanwhile.
         stored = tx.candidates(schema.name, schema.version)
         held = cells.held_of(stored)
+        breakdowns = cells.breakdowns_of(tx.breakdowns(schema.name, schema.version))
         known = set(attribute.candidates) | {c.value for c in stored if c.attribute == attribute.name}
         new = [v for v in prepared if v not in known]
         added = tx.add_candidates(schema.name, schema.version, attribute.name, new, source=source,
@@ -69,7 +71,7 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
         if added is None:
             raise CandidateError("candidates", f"attribute {attribute.name} may have at most {MAX_CANDIDATES} "
                                                "candidates in all (listed, added and discovered)")
-        refusal = limit.refusal(schema, {**held, attribute.name: held.get(attribute.name, 0) + added})
+        refusal = limit.refusal(schema, {**held, attribute.name: held.get(attribute.name, 0) + added}, breakdowns)
         if refusal is not None:  # raised in the transaction: what was added rolls back with it
             raise CandidateError("candidates", f"{added} new candidates for attribute {attribute.name} would "
                                                f"pass the limit: {refusal}")
@@ -78,11 +80,12 @@ def add_candidates(catalog: Catalog, schema_name: str, version: int, attribute_n
     return catalog.store.run_tx("add_candidates", add)
 
 
-def room(schema: Schema, attribute: Attribute, held: Mapping[str, int], limit: Limit) -> int:
-    """How many more candidates ``attribute`` may hold, with ``held`` stored per attribute: within
-    :data:`MAX_CANDIDATES` and the schema version's cells within ``limit``."""
+def room(schema: Schema, attribute: Attribute, held: Mapping[str, int], limit: Limit,
+         breakdowns: Sequence[Breakdown] = ()) -> int:
+    """How many more candidates ``attribute`` may hold, with ``held`` stored per attribute and the
+    version's ``breakdowns``: within :data:`MAX_CANDIDATES` and the schema version's cells within ``limit``."""
     return max(0, min(MAX_CANDIDATES - len(attribute.candidates) - held.get(attribute.name, 0),
-                      limit.room(schema, held)))
+                      limit.room(schema, held, breakdowns)))
 
 
 def listing(schema: Schema, stored: Sequence[CandidateRow], published_at: str | None,

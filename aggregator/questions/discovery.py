@@ -127,10 +127,11 @@ def _add_found(app: Flask, schema: Schema, attribute: Attribute, found: list[dis
     new and how many were left out for want of room (counted in ``/metrics``, and logged)."""
     catalog = context.catalog(app)
     limit = Limit.of(app.config)
-    stored = catalog.store.run_tx("candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False)
+    stored, breakdowns = catalog.store.run_tx("candidates", lambda tx: (
+        tx.candidates(schema.name, schema.version), tx.breakdowns(schema.name, schema.version)), write=False)
     known = set(attribute.candidates) | {c.value for c in stored if c.attribute == attribute.name}
     fresh = [d for d in found if d.value not in known]  # most supported first, as discover() ranks them
-    fits = fresh[:candidates.room(schema, attribute, cells.held_of(stored), limit)]
+    fits = fresh[:candidates.room(schema, attribute, cells.held_of(stored), limit, cells.breakdowns_of(breakdowns))]
     added, left_out = 0, len(fresh) - len(fits)
     for estimable in (True, False):
         values = [d.value for d in fits if d.estimable is estimable]

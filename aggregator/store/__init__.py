@@ -19,9 +19,10 @@ from typing import Callable
 from .tx import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .rollup import with_rollup
-from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, CandidateBatch, CandidateRow,
-                   EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, TotalRow,
-                   WindowCounters, WireColumns, first_of_each_id)
+from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BreakdownAmountRow, BreakdownEstimateRow,
+                   BreakdownsQuery, CandidateBatch, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments,
+                   Known, ReportRow, Retention, Stale, StoredBreakdown, TotalRow, WindowCounters, WireColumns,
+                   first_of_each_id)
 from .sqlite import SQLiteBackend
 from .store import Backend, Store
 
@@ -51,7 +52,8 @@ def open_store(location: str, synchronous: str = "full",
     return Store(db, observe)
 
 
-__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "CandidateBatch", "CandidateRow",
+__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow",
+           "BreakdownsQuery", "CandidateBatch", "CandidateRow", "StoredBreakdown",
            "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "ReportRow", "Retention",
            "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
            "WireColumns", "first_of_each_id", "is_postgres", "open_store", "with_rollup"]

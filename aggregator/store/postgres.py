@@ -116,6 +116,12 @@ _ADD_COUNTERS = """
     INSERT INTO counters (schema, version, "window", attribute, value, amount)
     SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::double precision[])
     ON CONFLICT (schema, version, "window", attribute, value) DO UPDATE SET amount = counters.amount + excluded.amount"""
+_ADD_BREAKDOWN_SUMS = """
+    INSERT INTO breakdown_counters (schema, version, "window", breakdown, of_key, by_key, amount)
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::integer[], %s::text[], %s::text[],
+                         %s::double precision[])
+    ON CONFLICT (schema, version, "window", breakdown, of_key, by_key)
+    DO UPDATE SET amount = breakdown_counters.amount + excluded.amount"""
 _MARK_DIRTY = """
     INSERT INTO dirty (schema, version, "window", mark)
     SELECT s, v, w, nextval('dirty_marks') FROM unnest(%s::text[], %s::integer[], %s::text[]) AS d(s, v, w)
@@ -149,6 +155,9 @@ class PostgresTx(Tx):
         if increments.amounts:
             amounts = [(*a[:5], float(a.amount)) for a in increments.amounts]
             self.conn.execute(_ADD_COUNTERS, _columns(amounts, 6))
+        if increments.breakdowns:
+            sums = [(*b[:6], float(b.amount)) for b in increments.breakdowns]
+            self.conn.execute(_ADD_BREAKDOWN_SUMS, _columns(sums, 7))
         windows = dirty_windows(increments)
         if windows:
             self.conn.execute(_MARK_DIRTY, _columns(windows, 3))

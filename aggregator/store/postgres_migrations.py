@@ -64,4 +64,22 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             PRIMARY KEY (schema, version, attribute, value));
         ALTER TABLE schemas ADD COLUMN candidates_mark bigint NOT NULL DEFAULT 0;
     """),
+    # Breakdowns (DESIGN.md, "Breakdowns"): each of a schema version's, numbered, with its source and
+    # (for one added later) its back-fill's batch; their sums per window and their rows.
+    ("m006_breakdowns", f"""
+        CREATE TABLE breakdowns (schema text COLLATE "C" NOT NULL, version integer NOT NULL, id integer NOT NULL,
+            of_attribute text COLLATE "C" NOT NULL, by_attribute text COLLATE "C" NOT NULL,
+            source text NOT NULL CHECK (source IN ('listed', 'added')), added_at text NOT NULL, batch bigint,
+            PRIMARY KEY (schema, version, id), UNIQUE (schema, version, of_attribute, by_attribute));
+        CREATE TABLE breakdown_counters ({_KEY}, breakdown integer NOT NULL, of_key text COLLATE "C" NOT NULL,
+            by_key text COLLATE "C" NOT NULL, amount double precision NOT NULL,
+            PRIMARY KEY (schema, version, "window", breakdown, of_key, by_key));
+        CREATE TABLE breakdown_estimates ({_KEY}, rank integer NOT NULL, breakdown integer NOT NULL,
+            value text COLLATE "C" NOT NULL, by_value text COLLATE "C" NOT NULL, estimate double precision,
+            estimate_clipped double precision, ci_low double precision, ci_high double precision,
+            by_share double precision, n bigint NOT NULL, reason text, confidence double precision NOT NULL,
+            computed_at text NOT NULL, PRIMARY KEY (schema, version, "window", rank));
+        -- A back-fill's batch is of candidates (of an attribute) or of a breakdown (no attribute).
+        ALTER TABLE backfills ALTER COLUMN attribute DROP NOT NULL;
+    """),
 )

@@ -1,6 +1,6 @@
 """Increments as a store adds them: summed per counter, with the rollup, in lock order.
 
-Every window's totals and counters are also added to its schema version's :data:`ROLLUP`
+Every window's totals, counters and breakdown sums are also added to its schema version's :data:`ROLLUP`
 window when they are stored, so the rollup over every window costs as much to read as one
 window, and stays whole when retention drops old windows. What the increments are is
 :mod:`..ingest.counting`'s to say; this module only arranges them for writing.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...shared.windows import ROLLUP
-from .rows import AmountRow, Increments, TotalRow
+from .rows import AmountRow, BreakdownAmountRow, Increments, TotalRow
 
 
 def with_rollup(increments: Increments) -> Increments:
@@ -30,10 +30,17 @@ def with_rollup(increments: Increments) -> Increments:
         for window in (a.window, ROLLUP):
             key5 = (a.schema, a.version, window, a.attribute, a.value)
             amounts[key5] = amounts.get(key5, 0) + a.amount
+    sums: dict[tuple[str, int, str, int, str, str], int | float] = {}
+    for b in increments.breakdowns:
+        for window in (b.window, ROLLUP):
+            key6 = (b.schema, b.version, window, b.breakdown, b.of_key, b.by_key)
+            sums[key6] = sums.get(key6, 0) + b.amount
     return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
-                      [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]])
+                      [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]],
+                      [BreakdownAmountRow(*key, sums[key]) for key in sorted(sums) if sums[key]])
 
 
 def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:
     """The windows ``increments`` change (each gets a new dirty mark), in key order."""
-    return sorted({(t.schema, t.version, t.window) for t in increments.totals})
+    return sorted({(t.schema, t.version, t.window) for t in increments.totals}
+                  | {(b.schema, b.version, b.window) for b in increments.breakdowns})

@@ -11,7 +11,11 @@ from (DESIGN.md, "Storage"):
 - estimates: the latest estimate per (schema, version, window, attribute, value);
 - candidates: a string attribute's candidates beyond those the schema lists (added through the
   API, or discovered), each in a *batch* (``backfills``: the candidates added together, and how far
-  their counters are back-filled over the stored reports' ids).
+  their counters are back-filled over the stored reports' ids);
+- breakdowns: a schema version's breakdowns (listed at publish, never in the served schema, or
+  added later), each numbered in its version; breakdown_counters: per (schema, version, window,
+  breakdown, of key, by key) the sums :class:`...shared.breakdowns.BreakdownSums` holds, only
+  where not zero; breakdown_estimates: the latest rows of each breakdown per window.
 
 Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
 when they are stored (:mod:`.rollup`). What a report adds to the counters is not the store's to
@@ -22,7 +26,7 @@ say: the caller counts (:mod:`..ingest.counting`) inside the transaction it runs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence, TypeVar
 
 from ...shared.schema import NAME_RE, is_version
 
@@ -72,12 +76,48 @@ class AmountRow(NamedTuple):
     amount: int | float
 
 
+class BreakdownAmountRow(NamedTuple):
+    """One sum of a breakdown's (:class:`...shared.breakdowns.BreakdownSums`) in a window (an
+    increment, or a stored sum); never zero. ``of_key``/``by_key`` as the sums key them (``""``
+    standing for every report)."""
+
+    schema: str
+    version: int
+    window: str
+    breakdown: int  # its number in the schema version (:class:`StoredBreakdown`)
+    of_key: str
+    by_key: str
+    amount: int | float
+
+
 @dataclass
 class Increments:
-    """The counter increments of some reports: per window and attribute ``n``, per value its amount."""
+    """The counter increments of some reports: per window and attribute ``n``, per value its amount,
+    per breakdown its sums."""
 
     totals: list[TotalRow] = field(default_factory=list)
     amounts: list[AmountRow] = field(default_factory=list)
+    breakdowns: list[BreakdownAmountRow] = field(default_factory=list)
+
+
+class StoredBreakdown(NamedTuple):
+    """A breakdown of a schema version as stored: its number there (in the order listed, then
+    added), ``source`` ``listed`` (at publish) or ``added``, when (ISO 8601 UTC). One added later
+    is back-filled as a batch of candidates is (:class:`CandidateBatch`): its sums hold the stored
+    reports with id up to ``watermark``; None: every report (listed, or back-filled)."""
+
+    id: int
+    of: str
+    by: str
+    source: str
+    added_at: str
+    batch: int | None = None
+    watermark: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether its sums count every retained report (so it is estimated)."""
+        return self.watermark is None
 
 
 class CandidateBatch(NamedTuple):
@@ -95,11 +135,12 @@ class CandidateBatch(NamedTuple):
 
 @dataclass(frozen=True)
 class Known:
-    """The counted candidates of one schema version beyond those its schema lists, as of ``mark``
-    (a number that changes whenever they or a watermark change)."""
+    """The counted candidates of one schema version beyond those its schema lists, and its
+    breakdowns, as of ``mark`` (a number that changes whenever they or a watermark change)."""
 
     mark: int
     batches: tuple[CandidateBatch, ...] = ()
+    breakdowns: tuple[StoredBreakdown, ...] = ()  # counted by ingest for every report
 
 
 # The counter key of how many reports a batch being back-filled has counted (per window): a control
@@ -163,6 +204,7 @@ class WindowCounters:
     totals: dict[str, int]
     amounts: dict[str, dict[str, int | float]]
     smallest: dict[str, int] = field(default_factory=dict)
+    breakdowns: dict[int, dict[tuple[str, str], int | float]] = field(default_factory=dict)  # sums per breakdown
 
 
 class EstimateRow(NamedTuple):
@@ -185,9 +227,37 @@ class EstimateRow(NamedTuple):
     computed_at: str
 
 
-def estimates_by_window(rows: Sequence[EstimateRow]) -> dict[tuple[str, int, str], list[EstimateRow]]:
-    """Estimate rows grouped by their (schema, version, window), for :meth:`.tx.Tx.save_estimates`."""
-    out: dict[tuple[str, int, str], list[EstimateRow]] = {}
+class BreakdownEstimateRow(NamedTuple):
+    """A stored breakdown row (:class:`...shared.breakdowns.Row`), fields in column order. ``rank``
+    orders a window's rows: the breakdown's number times :data:`...shared.breakdowns.MAX_CELLS`
+    plus the cell's place (by each value of ``by``, each value of ``of``); ``value`` and
+    ``by_value`` are stored keys (a boolean's ``true``/``false``)."""
+
+    schema: str
+    version: int
+    window: str
+    rank: int
+    breakdown: int
+    value: str
+    by_value: str
+    estimate: float | None
+    estimate_clipped: float | None
+    ci_low: float | None
+    ci_high: float | None
+    by_share: float | None
+    n: int
+    reason: str | None
+    confidence: float
+    computed_at: str
+
+
+Estimated = TypeVar("Estimated", EstimateRow, BreakdownEstimateRow)
+
+
+def estimates_by_window(rows: Sequence[Estimated]) -> dict[tuple[str, int, str], list[Estimated]]:
+    """Estimate (or breakdown) rows grouped by their (schema, version, window), for
+    :meth:`.tx.Tx.save_estimates`."""
+    out: dict[tuple[str, int, str], list[Estimated]] = {}
     for row in rows:
         out.setdefault((row.schema, row.version, row.window), []).append(row)
     return out
@@ -207,6 +277,20 @@ class EstimatesQuery:
     schema: str
     version: int
     attribute: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 10_000
+    after: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class BreakdownsQuery:
+    """Which breakdown rows to read: as :class:`EstimatesQuery`, of the breakdowns numbered
+    ``breakdowns`` (None: every one)."""
+
+    schema: str
+    version: int
+    breakdowns: tuple[int, ...] | None = None
     since: str | None = None
     until: str | None = None
     limit: int = 10_000

@@ -65,6 +65,9 @@ class SQLiteTx(Tx):
         self.conn.executemany('INSERT INTO counters (schema, version, "window", attribute, value, amount) '
                               'VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET amount = amount + excluded.amount',
                               increments.amounts)
+        self.conn.executemany('INSERT INTO breakdown_counters (schema, version, "window", breakdown, of_key, by_key, '
+                              "amount) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                              "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount", increments.breakdowns)
         # random(): a mark is never reused, so a refresh that read an older mark never clears a newer one.
         self.conn.executemany('INSERT INTO dirty (schema, version, "window", mark) VALUES (?, ?, ?, random()) '
                               "ON CONFLICT DO UPDATE SET mark = excluded.mark", dirty_windows(increments))

@@ -134,3 +134,29 @@ def m006_candidates(db: Database) -> None:
             PRIMARY KEY (schema, version, attribute, value)) WITHOUT ROWID;
         ALTER TABLE schemas ADD COLUMN candidates_mark INTEGER NOT NULL DEFAULT 0
     """)
+
+
+@MIGRATIONS()
+def m007_breakdowns(db: Database) -> None:
+    """Breakdowns (DESIGN.md, "Breakdowns"): each of a schema version's, numbered, with its source
+    and (for one added later) its back-fill's batch; their sums per window and their rows."""
+    _run(db.conn, """
+        CREATE TABLE breakdowns (schema TEXT NOT NULL, version INTEGER NOT NULL, id INTEGER NOT NULL,
+            of_attribute TEXT NOT NULL, by_attribute TEXT NOT NULL,
+            source TEXT NOT NULL CHECK (source IN ('listed', 'added')), added_at TEXT NOT NULL, batch INTEGER,
+            PRIMARY KEY (schema, version, id), UNIQUE (schema, version, of_attribute, by_attribute)) WITHOUT ROWID;
+        CREATE TABLE breakdown_counters (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            breakdown INTEGER NOT NULL, of_key TEXT NOT NULL, by_key TEXT NOT NULL, amount NUMERIC NOT NULL,
+            PRIMARY KEY (schema, version, "window", breakdown, of_key, by_key)) WITHOUT ROWID;
+        CREATE TABLE breakdown_estimates (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            rank INTEGER NOT NULL, breakdown INTEGER NOT NULL, value TEXT NOT NULL, by_value TEXT NOT NULL,
+            estimate REAL, estimate_clipped REAL, ci_low REAL, ci_high REAL, by_share REAL, n INTEGER NOT NULL,
+            reason TEXT, confidence REAL NOT NULL, computed_at TEXT NOT NULL,
+            PRIMARY KEY (schema, version, "window", rank)) WITHOUT ROWID;
+        -- A back-fill's batch is of candidates (of an attribute) or of a breakdown (no attribute).
+        CREATE TABLE backfills_of_any (batch INTEGER PRIMARY KEY AUTOINCREMENT, schema TEXT NOT NULL,
+            version INTEGER NOT NULL, attribute TEXT, watermark TEXT, deficit INTEGER);
+        INSERT INTO backfills_of_any SELECT * FROM backfills;
+        DROP TABLE backfills;
+        ALTER TABLE backfills_of_any RENAME TO backfills
+    """)

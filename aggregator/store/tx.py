@@ -20,16 +20,18 @@ from typing import Any, ClassVar, Iterable, Sequence
 import numpy as np
 
 from ...shared.windows import ROLLUP
-from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, CandidateBatch, CandidateRow, EstimateRow, EstimatesQuery,
-                   Increments, Known, ReportRow, Retention, Stale, WindowCounters, WireColumns, estimates_by_window,
-                   schema_key_ok)
+from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch,
+                   CandidateRow, EstimateRow, EstimatesQuery, Increments, Known, ReportRow, Retention, Stale,
+                   StoredBreakdown, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
 
-TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills")
+TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills", "breakdowns",
+          "breakdown_counters", "breakdown_estimates")
 # Ids per "IN (...)" list (SQLite binds at most 32,766 parameters).
 IN_CHUNK = 500
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
-WINDOW_TABLES = ("counters", "totals", "estimates", "dirty")
+WINDOW_TABLES = ("counters", "totals", "estimates", "dirty", "breakdown_counters", "breakdown_estimates")
 ESTIMATE_COLUMNS = EstimateRow._fields
+BREAKDOWN_ESTIMATE_COLUMNS = BreakdownEstimateRow._fields
 
 
 class Tx:
@@ -125,16 +127,53 @@ class Tx:
         return [v for (v,) in self._all(f"SELECT version FROM schemas WHERE name = {self.param} ORDER BY version",
                                         (name,))]
 
-    def publish_schema(self, definition: dict[str, Any], published_at: str) -> str:
-        """Store a derived schema: ``"created"``, ``"identical"`` (already stored) or ``"conflict"``."""
+    def publish_schema(self, definition: dict[str, Any], published_at: str,
+                       breakdowns: Sequence[tuple[str, str]] = ()) -> str:
+        """Store a derived schema and its listed ``breakdowns`` (``(of, by)``, numbered in order; kept
+        apart from the definition, which clients fetch): ``"created"``, ``"identical"`` (already
+        stored with those listed breakdowns) or ``"conflict"``."""
         p = self.param
         name, version = definition["name"], definition["version"]
         created = self._one(f"INSERT INTO schemas (name, version, definition, published_at) VALUES ({p}, {p}, {p}, {p}) "
                             "ON CONFLICT DO NOTHING RETURNING 1", (name, version, json.dumps(definition), published_at))
         if created:
+            self.conn.cursor().executemany(
+                "INSERT INTO breakdowns (schema, version, id, of_attribute, by_attribute, source, added_at) "
+                f"VALUES ({p}, {p}, {p}, {p}, {p}, 'listed', {p})",
+                [(name, version, i, of, by, published_at) for i, (of, by) in enumerate(breakdowns)])
             return "created"
         stored = self._one(f"SELECT definition FROM schemas WHERE name = {p} AND version = {p}", (name, version))
-        return "identical" if json.loads(stored) == definition else "conflict"
+        listed = [(b.of, b.by) for b in self.breakdowns(name, version) if b.source == "listed"]
+        same = json.loads(stored) == definition and listed == [tuple(b) for b in breakdowns]
+        return "identical" if same else "conflict"
+
+    def breakdowns(self, schema: str, version: int) -> list[StoredBreakdown]:
+        """The breakdowns of a schema version, listed and added, by number, each added one with its
+        back-fill's watermark."""
+        p = self.param
+        return [StoredBreakdown(*row) for row in self._all(
+            "SELECT d.id, d.of_attribute, d.by_attribute, d.source, d.added_at, d.batch, b.watermark "
+            "FROM breakdowns d LEFT JOIN backfills b ON b.batch = d.batch "
+            f"WHERE d.schema = {p} AND d.version = {p} ORDER BY d.id", (schema, version))]
+
+    def add_breakdown(self, schema: str, version: int, of: str, by: str, added_at: str) -> bool:
+        """Add the breakdown of ``of`` by ``by`` to a schema version, to be back-filled (a batch of
+        its own, watermark ``''``: no report counted yet); False if it is there. The schema
+        version's row is locked first (``update_lock``): a report is counted for it by ingest or by
+        the back-fill, never both."""
+        p = self.param
+        self.lock_schema(schema, version)
+        if any((b.of, b.by) == (of, by) for b in self.breakdowns(schema, version)):
+            return False
+        batch = self._one(f"INSERT INTO backfills (schema, version, attribute, watermark) "
+                          f"VALUES ({p}, {p}, NULL, '') RETURNING batch", (schema, version))
+        number = self._one(f"SELECT coalesce(max(id), -1) + 1 FROM breakdowns WHERE schema = {p} AND version = {p}",
+                           (schema, version))
+        self.conn.execute("INSERT INTO breakdowns (schema, version, id, of_attribute, by_attribute, source, added_at, "
+                          f"batch) VALUES ({p}, {p}, {p}, {p}, {p}, 'added', {p}, {p})",
+                          (schema, version, number, of, by, added_at, batch))
+        self.candidates_moved(schema, version)
+        return True
 
     def footprint(self) -> dict[str, int]:
         """Rows per table (full counts: for operators and the bench, never on a request's path)."""
@@ -185,7 +224,7 @@ class Tx:
                 filling.setdefault(batch, (attribute, watermark, []))[2].append(value)
         batches = [CandidateBatch(-1, a, tuple(values), None) for a, values in complete.items()]
         batches += [CandidateBatch(b, a, tuple(values), w) for b, (a, w, values) in sorted(filling.items())]
-        return Known(mark, tuple(batches))
+        return Known(mark, tuple(batches), tuple(self.breakdowns(schema, version)))
 
     # -- estimation ------------------------------------------------------------------------------
 
@@ -219,7 +258,12 @@ class Tx:
             smallest = {} if window != ROLLUP else dict(self._all(
                 f'SELECT attribute, min(n) FROM totals WHERE schema = {p} AND version = {p} AND "window" != {p} '
                 "GROUP BY attribute", key))
-            out[window] = WindowCounters(totals, amounts, smallest)
+            sums: dict[int, dict[tuple[str, str], int | float]] = {}
+            for breakdown, of_key, by_key, amount in self._all(
+                    f"SELECT breakdown, of_key, by_key, amount FROM breakdown_counters WHERE {key_sql}", key):
+                whole = isinstance(amount, float) and amount.is_integer()
+                sums.setdefault(breakdown, {})[(of_key, by_key)] = int(amount) if whole else amount
+            out[window] = WindowCounters(totals, amounts, smallest, sums)
         return out
 
     def window_estimates(self, schema: str, version: int, windows: Sequence[str],
@@ -233,18 +277,30 @@ class Tx:
             f'SELECT {read} FROM estimates WHERE schema = {p} AND version = {p} AND "window" = {p}',
             (schema, version, window))} for window in windows}
 
-    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale]) -> None:
-        """Replace estimates with ``rows``; clear the ``done`` windows' dirty marks unless they
-        changed since they were read (then what was computed is older than what is due, so it is
-        left for the next refresh). Deleting the mark that was read, and only it, decides that
-        atomically against any ingest."""
+    def window_breakdown_estimates(self, schema: str, version: int,
+                                   windows: Sequence[str]) -> dict[str, dict[int, BreakdownEstimateRow]]:
+        """The stored breakdown rows of ``windows`` of one schema version, per window by rank: what a
+        refresh compares its rows with."""
+        p = self.param
+        out: dict[str, dict[int, BreakdownEstimateRow]] = {}
+        for window in windows:
+            rows = self._all(f"SELECT {self._columns(BREAKDOWN_ESTIMATE_COLUMNS)} FROM breakdown_estimates "
+                             f'WHERE schema = {p} AND version = {p} AND "window" = {p}', (schema, version, window))
+            out[window] = {r.rank: r for r in map(BreakdownEstimateRow._make, rows)}
+        return out
+
+    def save_estimates(self, rows: Sequence[EstimateRow], done: Sequence[Stale],
+                       breakdown_rows: Sequence[BreakdownEstimateRow] = ()) -> None:
+        """Replace estimates with ``rows`` and breakdown rows with ``breakdown_rows``; clear the
+        ``done`` windows' dirty marks unless they changed since they were read (then what was
+        computed is older than what is due, so it is left for the next refresh). Deleting the mark
+        that was read, and only it, decides that atomically against any ingest."""
         p = self.param
         by_window = estimates_by_window(rows)
+        breakdowns_by_window = estimates_by_window(breakdown_rows)
         where = f'FROM dirty WHERE schema = {p} AND version = {p} AND "window" = {p}'
-        upsert = (f"INSERT INTO estimates ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in ESTIMATE_COLUMNS)}) "
-                  f"VALUES ({', '.join([p] * len(ESTIMATE_COLUMNS))}) "
-                  'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
-                  + ", ".join(f'"{c}" = excluded."{c}"' for c in ESTIMATE_COLUMNS[4:]))
+        upsert, upsert_breakdown = self._upsert("estimates", ESTIMATE_COLUMNS), self._upsert(
+            "breakdown_estimates", BREAKDOWN_ESTIMATE_COLUMNS)
         for stale in done:
             key = (stale.schema, stale.version, stale.window)
             if stale.mark is None:
@@ -253,7 +309,20 @@ class Tx:
                 current = self.conn.execute(f"DELETE {where} AND mark = {p}", (*key, stale.mark)).rowcount == 1
             if current:
                 self.conn.cursor().executemany(upsert, by_window.get(key, ()))
+                self.conn.cursor().executemany(upsert_breakdown, breakdowns_by_window.get(key, ()))
         self.next_generation()
+
+    def _upsert(self, table: str, columns: Sequence[str]) -> str:
+        """Insert a row of ``columns`` (the key first: schema, version, window, rank), or replace the
+        stored row's other columns."""
+        return (f"INSERT INTO {table} ({self._columns(columns)}) VALUES ({', '.join([self.param] * len(columns))}) "
+                'ON CONFLICT (schema, version, "window", rank) DO UPDATE SET '
+                + ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c not in ("schema", "version", "window",
+                                                                                     "rank")))
+
+    @staticmethod
+    def _columns(columns: Sequence[str]) -> str:
+        return ", ".join(f'"{c}"' for c in columns)
 
     def next_generation(self) -> None:
         """Stored estimates changed: what was derived from them is stale."""
@@ -316,20 +385,42 @@ class Tx:
         if query.attribute is not None:
             sql += f" AND attribute = {p}"
             params.append(query.attribute)
-        if query.since is not None:
-            sql += f' AND "window" >= {p}'
-            params.append(query.since)
-        if query.until is not None:
-            sql += f' AND ("window" <= {p} OR "window" = {p})'
-            params += [query.until, ROLLUP]
-        if query.after is not None:
-            sql += f' AND ("window", rank) > ({p}, {p})'
-            params += list(query.after)
-        sql += f' ORDER BY "window", rank LIMIT {p}'
-        params.append(query.limit)
-        cursor = self.conn.execute(sql, params)
+        page, page_params = self._page(query.since, query.until, query.after, query.limit)
+        cursor = self.conn.execute(sql + page, params + page_params)
         names = [column[0] for column in cursor.description or ()]
         return [EstimateRow(**dict(zip(names, row))) for row in cursor]
+
+    def breakdown_estimates(self, query: BreakdownsQuery) -> list[BreakdownEstimateRow]:
+        """The page of breakdown rows ``query`` asks for, in the order :meth:`estimates` reads: windows
+        in time order with the rollup last, then by rank (breakdown, then cell)."""
+        p = self.param
+        sql = (f"SELECT {self._columns(BREAKDOWN_ESTIMATE_COLUMNS)} FROM breakdown_estimates "
+               f"WHERE schema = {p} AND version = {p}")
+        params: list[Any] = [query.schema, query.version]
+        if query.breakdowns is not None:
+            if not query.breakdowns:
+                return []
+            sql += f" AND breakdown IN ({self._in(query.breakdowns)})"
+            params += list(query.breakdowns)
+        page, page_params = self._page(query.since, query.until, query.after, query.limit)
+        return [BreakdownEstimateRow._make(row) for row in self._all(sql + page, params + page_params)]
+
+    def _page(self, since: str | None, until: str | None, after: tuple[str, int] | None,
+              limit: int) -> tuple[str, list[Any]]:
+        """SQL (after a WHERE) and its parameters: windows ``since``..``until`` (the rollup always),
+        from after the position ``after`` (``(window, rank)``), at most ``limit`` rows in key order."""
+        p = self.param
+        sql, params = "", list[Any]()
+        if since is not None:
+            sql += f' AND "window" >= {p}'
+            params.append(since)
+        if until is not None:
+            sql += f' AND ("window" <= {p} OR "window" = {p})'
+            params += [until, ROLLUP]
+        if after is not None:
+            sql += f' AND ("window", rank) > ({p}, {p})'
+            params += list(after)
+        return sql + f' ORDER BY "window", rank LIMIT {p}', [*params, limit]
 
     def estimates_generation(self) -> int:
         """A number that changes whenever stored estimates change: what is derived from the
@@ -402,20 +493,23 @@ class Tx:
                           (schema, version))
 
     def filling(self) -> list[tuple[str, int, int, int]]:
-        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)``."""
+        """The batches not yet back-filled: ``(schema, version, batch, how many candidates)`` (0 for
+        a breakdown's)."""
         return [tuple(r) for r in self._all(
-            "SELECT b.schema, b.version, b.batch, count(*) FROM backfills b JOIN candidates c "
+            "SELECT b.schema, b.version, b.batch, count(c.value) FROM backfills b LEFT JOIN candidates c "
             "ON (c.schema, c.version, c.attribute, c.batch) = (b.schema, b.version, b.attribute, b.batch) "
             "WHERE b.watermark IS NOT NULL GROUP BY b.schema, b.version, b.batch ORDER BY b.batch")]
 
-    def batch(self, schema: str, version: int, batch: int) -> CandidateBatch | None:
-        """A batch of candidates with its watermark (None: back-filled over every report), or None
-        if there is no such batch."""
+    def batch(self, schema: str, version: int, batch: int) -> CandidateBatch | StoredBreakdown | None:
+        """A batch with its watermark (None: back-filled over every report): of candidates, or a
+        breakdown's; None if there is no such batch."""
         p = self.param
         row = self.conn.execute(f"SELECT attribute, watermark FROM backfills WHERE batch = {p}", (batch,)).fetchone()
         if row is None:
             return None
         attribute, watermark = row
+        if attribute is None:
+            return next((b for b in self.breakdowns(schema, version) if b.batch == batch), None)
         values = tuple(v for (v,) in self._all(
             f"SELECT value FROM candidates WHERE schema = {p} AND version = {p} AND attribute = {p} AND batch = {p} "
             "ORDER BY rank", (schema, version, attribute, batch)))
@@ -465,6 +559,14 @@ class Tx:
         sql, params = self._range(schema, version, after, through)
         return int(self._one(f"SELECT count(*) {sql} AND window_end > {self.param}", [*params, cutoff]))
 
+    def report_rows(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
+        """The stored reports of a schema version after the id ``after``, in id order, at most
+        ``limit``: a breakdown's back-fill reads two attributes of each, so it reads them whole."""
+        p = self.param
+        return [ReportRow._make(r) for r in self._all(
+            f'SELECT id, schema, version, "window", window_end, "values" FROM reports '
+            f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))]
+
     def rows_in_range_except(self, schema: str, version: int, after: str, through: str | None,
                              read: set[str]) -> list[ReportRow]:
         """The stored reports of the range (as :meth:`count_in_range`) whose id is not in ``read``."""
@@ -481,11 +583,15 @@ class Tx:
             bound, params = f" AND id <= {p}", [*params, through]
         return f"FROM reports WHERE schema = {p} AND version = {p} AND id > {p}{bound}", params
 
-    def complete_batch(self, schema: str, version: int, attribute: str, batch: int) -> None:
-        """A batch back-filled over every stored report: keep its deficit (the attribute's reports in
-        the rollup it was not counted over), drop its count of reports, and mark the schema
-        version's windows dirty so its candidates are estimated at the next refresh."""
+    def complete_batch(self, schema: str, version: int, attribute: str | None, batch: int) -> None:
+        """A batch back-filled over every stored report: for candidates (of ``attribute``) keep its
+        deficit (the attribute's reports in the rollup it was not counted over) and drop its count
+        of reports; mark the schema version's windows dirty so it is estimated at the next refresh."""
         p = self.param
+        if attribute is None:  # a breakdown's: its sums count their own reports
+            self.conn.execute(f"UPDATE backfills SET watermark = NULL WHERE batch = {p}", (batch,))
+            self._mark_version_dirty(schema, version)
+            return
         key = (schema, version, ROLLUP, attribute)
         n = self._one(f'SELECT n FROM totals WHERE schema = {p} AND version = {p} AND "window" = {p} '
                       f"AND attribute = {p}", key)
@@ -495,6 +601,11 @@ class Tx:
         self.conn.execute(f"UPDATE backfills SET watermark = NULL, deficit = {p} WHERE batch = {p}", (deficit, batch))
         self.conn.execute(f"DELETE FROM counters WHERE schema = {p} AND version = {p} AND attribute = {p} AND value = {p}",
                           (schema, version, attribute, f"{BATCH_N_PREFIX}{batch}"))
+        self._mark_version_dirty(schema, version)
+
+    def _mark_version_dirty(self, schema: str, version: int) -> None:
+        """Every window of a schema version (the rollup included) marked dirty with a fresh mark."""
+        p = self.param
         # (WHERE true: SQLite would read ON CONFLICT as a join's ON otherwise.)
         self.conn.execute(f'INSERT INTO dirty (schema, version, "window", mark) SELECT schema, version, "window", '
                           f'{self.new_mark} FROM (SELECT DISTINCT schema, version, "window" FROM totals '
