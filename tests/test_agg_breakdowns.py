@@ -382,7 +382,7 @@ def test_formula_like_values_are_escaped_in_csv(make_app):
 def test_the_cli_prints_the_numbers_of_the_api(tmp_path, make_app):
     from click.testing import CliRunner
 
-    from ldp_telemetry.aggregator.dashboard.charts import shown
+    from ldp_telemetry.shared import display
     from ldp_telemetry.tools.cli import main
 
     db = str(tmp_path / "cli.db")
@@ -399,8 +399,8 @@ def test_the_cli_prints_the_numbers_of_the_api(tmp_path, make_app):
     rollup = [r for r in rows if r["window"] == "all"]
     assert [cells[:5] for cells in body] == [["all", "crashed", "true", "os", r["by_value"]] for r in rollup]
     for cells, r in zip(body, rollup):
-        assert cells[5].rstrip("*") == (shown(r["estimate_clipped"], True) if r["estimate"] is not None else "—")
-        assert cells[-1] == str(r["n"]) and cells[-2] == shown(r["by_share"], True)
+        assert cells[5].rstrip("*") == (display.percent(r["estimate_clipped"]) if r["estimate"] is not None else "—")
+        assert cells[-1] == display.count(r["n"]) and cells[-2] == display.percent(r["by_share"])
 
 
 # -- a breakdown added later, back-filled -----------------------------------------------------------
@@ -542,12 +542,12 @@ def test_the_dashboard_shows_each_breakdown_with_its_rows_and_a_planner_line(cou
         assert f'id="breakdown-{b["of"]}-by-{b["by"]}"' in page
     assert page.count('class="chart"') >= 3 + 3  # the attributes' charts, and the breakdowns' bars and points
     assert "Planner: with these 1,500 reports the widest interval is about" in page
-    from ldp_telemetry.aggregator.dashboard.charts import shown
+    from ldp_telemetry.shared import display
 
     shown_rows = [r for r in rows if r["window"] == "all" and r["estimate"] is not None and r["of"] == "crashed"]
     for r in shown_rows:
         cell = re.search(rf'data-by-value="{r["by_value"]}" data-value="true">.*?</tr>', page, re.S)
-        assert cell and shown(r["estimate_clipped"], True) in cell.group(0)
+        assert cell and display.percent(r["estimate_clipped"]) in cell.group(0)
 
 
 def test_retention_erases_a_windows_breakdown_rows_the_rollup_keeps_them_and_an_added_one_covers_what_is_left(

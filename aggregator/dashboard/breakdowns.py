@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ...shared import display
 from ...shared.breakdowns import Breakdown, BreakdownSums
 from ...shared.planner import DEFAULT_TARGET, plan_breakdown
 from ...shared.schema import Schema
@@ -48,6 +49,7 @@ class BreakdownView:
     by: str
     source: str  # listed or added
     percent: bool  # a share of `of` (else its mean, in its units)
+    style: display.Style  # how `of`'s figures are written (shared/display.py, as its own table's)
     single_value: bool  # `of` has one value estimated (a boolean's true, a numeric's mean): no column for it
     cells: list[BreakdownCell]  # the rows with an estimate, by each value of `by`
     apart: list[BreakdownCell]  # the rows a reason voids
@@ -94,7 +96,7 @@ def breakdown_views(schema: Schema, stored: Sequence[StoredBreakdown], rollup: S
         known = [p for p in plans if p.sigma is not None]
         widest = max(known, key=lambda p: p.sigma or 0.0, default=None)
         target = DEFAULT_TARGET * (plans[0].scale if plans else 1.0)
-        views.append(BreakdownView(b.of, b.by, b.source, percent, len(of.values) == 1, shown, [c for c in cells if c.estimate is None],
+        views.append(BreakdownView(b.of, b.by, b.source, percent, display.style_of(of), len(of.values) == 1, shown, [c for c in cells if c.estimate is None],
                                    by_shares, chart, widest.half_width() if widest and widest.n else None, target,
                                    widest.reports_for(target) if widest else None,
                                    max((c.n for c in cells), default=0)))
