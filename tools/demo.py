@@ -5,7 +5,11 @@ publishes four demo schemas (settings: booleans and a categorical; usage: a nume
 histogram; the settings again, memoised; home pages: a string, any site at all), and plays a
 population of devices whose true values it knows for each. For the home pages it also adds two
 sites to estimate after the reports arrived and runs discovery, which finds the common sites
-nobody listed; it waits for their back-fill and prints each beside its true share. Every
+nobody listed; it waits for their back-fill and prints each beside its true share. In
+``demo-app`` the crash rate depends on the OS: the schema lists the breakdown of ``crashed`` by
+``os``, and once the reports are in the demo adds ``os`` by ``crashed`` (which OS the crashed
+devices run) through the admin API, waits for its back-fill, and prints every breakdown row
+beside its true within-b share. Every
 device randomises its own record on the device side with the client's code (the OS CSPRNG) and
 the randomised report goes to the server over HTTP. Then it refreshes the estimates, prints each
 true share beside its estimate and interval, and serves the dashboard until Ctrl-C, SIGTERM or
@@ -43,13 +47,14 @@ import numpy as np
 import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
-from ..shared.display import most_frequent_first
+from ..shared.breakdowns import values_of
+from ..shared.display import most_frequent_first, style_of
 from ..shared.schema import Schema, parse_schema
 from ..shared.windows import ROLLUP, window_start
-from .populations import (ADDED_RANKS, DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device, demo_sites, homepage_schema,
-                          homepages, population)
+from .populations import (ADDED_BREAKDOWN, ADDED_RANKS, DEMO_BREAKDOWNS, DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device,
+                          demo_sites, homepage_schema, homepages, population)
 from .process import ServerProcess, free_port
-from .tables import TruthRow, truth_row, truth_table
+from .tables import BreakdownTruthRow, TruthRow, breakdown_truth_table, truth_row, truth_table
 
 BATCH = 1000  # reports per POST for the batched devices (the server's default LDP_MAX_BATCH)
 CLIENT_GROUP = 100  # full clients alive at once
@@ -57,7 +62,7 @@ SERVER_START_TIMEOUT = 60.0
 # Home pages come from 10 times as many devices as the other schemas: discovery spreads half of the
 # reports over its levels (11 here), and needs thousands a level to find more than the top few.
 HOMEPAGE_DEVICES_PER_DEVICE = 10
-BACKFILL_TIMEOUT = 120.0  # seconds to wait for the back-fill of the added and discovered sites
+BACKFILL_TIMEOUT = 120.0  # seconds to wait for the back-fill of the added and discovered sites, and of a breakdown
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,86 @@ def truth_rows(schema: Schema, devices: list[Device], estimates: list[dict[str, 
     return rows
 
 
+def within_truths(schema: Schema, devices: list[Device], of: str, by: str
+                   ) -> tuple[dict[tuple[Any, Any], float], dict[Any, float]]:
+    """The population's truths for the breakdown of ``of`` by ``by``, keyed as the API keys its
+    rows: the share of each value of ``of`` (a numeric one's mean) among the devices whose ``by``
+    is each value b, by (value, b), and b's own share. Each record value as the device prepares it,
+    then what the devices holding b hold, as :func:`truth_rows` computes the marginal truths."""
+    a, b = schema.attribute(of), schema.attribute(by)
+    prepared_of = np.array([a.kind.prepare(a, d.record[of]) for d in devices])
+    by_values = values_of(b)  # a boolean's True and False; a category's or bucket's name by its index
+
+    def key(prepared: Any) -> Any:
+        return bool(prepared) if isinstance(prepared, (bool, np.bool_)) else by_values[prepared]
+    held_by = np.array([key(b.kind.prepare(b, d.record[by])) for d in devices], dtype=object)
+    within: dict[tuple[Any, Any], float] = {}
+    shares: dict[Any, float] = {}
+    for value_b in by_values:
+        holding = held_by == value_b
+        shares[value_b] = float(holding.mean())
+        if holding.any():
+            within.update({(value, value_b): truth
+                           for value, truth in zip(a.values, a.kind.realised(a, prepared_of[holding]))})
+    return within, shares
+
+
+def breakdown_rows(server: DemoServer, schema: Schema) -> tuple[float, list[dict[str, Any]]]:
+    """The confidence and every row of ``GET /api/v1/breakdowns`` for ``schema`` (every page)."""
+    asked: dict[str, str | int] = {"schema": schema.name, "version": schema.version}
+    answer = requests.get(server.url + "/api/v1/breakdowns", params=asked, timeout=60).json()
+    rows = list(answer["breakdowns"])
+    while answer["next"] is not None:
+        answer = requests.get(server.url + "/api/v1/breakdowns", params={**asked, "next": answer["next"]},
+                              timeout=60).json()
+        rows += answer["breakdowns"]
+    return answer["confidence"], rows
+
+
+def listed_breakdowns(server: DemoServer, schema: Schema) -> list[dict[str, Any]]:
+    """``schema``'s breakdowns, listed at publish and added, each with its ``source``."""
+    return list(requests.get(f"{server.url}/api/v1/schemas/{schema.name}/{schema.version}/breakdowns",
+                             timeout=60).json()["breakdowns"])
+
+
+def wait_for_breakdowns(server: DemoServer, schema: Schema) -> None:
+    """Until every breakdown of ``schema`` (one added later: once its back-fill is done) has its
+    rows in the ``all`` rollup, refreshing the estimates while it waits."""
+    listed = listed_breakdowns(server, schema)
+    deadline = time.monotonic() + BACKFILL_TIMEOUT
+    while True:
+        estimated = {(r["of"], r["by"]) for r in breakdown_rows(server, schema)[1] if r["window"] == ROLLUP}
+        if all((b["of"], b["by"]) in estimated for b in listed):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the back-fill of {schema.name}'s breakdowns took over {BACKFILL_TIMEOUT:.0f} s; "
+                               f"see the server log")
+        time.sleep(0.5)
+        server.admin("POST", "/api/v1/estimates/refresh")
+
+
+def breakdown_lines(server: DemoServer, schema: Schema, devices: list[Device]) -> list[str]:
+    """Each breakdown's table: its rows over every window together, within each value of ``by``
+    the true within-b share beside the estimate and its interval (:func:`breakdown_truth_table`)."""
+    confidence, rows = breakdown_rows(server, schema)
+    lines: list[str] = []
+    for breakdown in listed_breakdowns(server, schema):
+        of, by = breakdown["of"], breakdown["by"]
+        within, shares = within_truths(schema, devices, of, by)
+        style = style_of(schema.attribute(of))
+        table = [BreakdownTruthRow(of, "true" if r["value"] is True else str(r["value"]), by,
+                                   str(r["by_value"]).lower() if isinstance(r["by_value"], bool) else str(r["by_value"]),
+                                   style, within[(r["value"], r["by_value"])], shares[r["by_value"]], r["estimate"],
+                                   r["estimate_clipped"], r["ci_low"], r["ci_high"], r["by_share"], r["n"], r["reason"])
+                 for r in rows if r["window"] == ROLLUP and (r["of"], r["by"]) == (of, by)]
+        when = ("listed at publish" if breakdown["source"] == "listed" else
+                f"{breakdown['source']} after the reports arrived, back-filled from them")
+        lines += ["", f"{schema.name}: {of} within each {by} ({when}), every window together "
+                      f"({confidence:.0%} intervals; by truth, by share: each {by} value's true and estimated share):"]
+        lines += breakdown_truth_table(table, summary=f" (about {confidence:.0%} should).")
+    return lines
+
+
 def play_homepages(server: DemoServer, options: Options, rng: np.random.Generator, say: Callable[[str], None],
                    out: TextIO) -> tuple[Schema, list[Device]]:
     """The string schema: publish it, send its devices' reports, add two sites afterwards, run
@@ -283,10 +368,11 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
     try:
         say(f"Starting the aggregator on {server.url} (SQLite in {data_dir}) ...")
         server.start(timeout=SERVER_START_TIMEOUT)
-        published = server.admin("POST", "/api/v1/schemas", DEMO_SCHEMA)
-        schema = parse_schema(published)
+        published = server.admin("POST", "/api/v1/schemas", {**DEMO_SCHEMA, "breakdowns": DEMO_BREAKDOWNS})
+        schema = parse_schema(published)  # as clients fetch it: its breakdowns are kept beside it
         say(f"Published schema {schema.name} v{schema.version}: epsilon {schema.epsilon:g} per report, "
-            f"{len(schema.attributes)} attributes.")
+            f"{len(schema.attributes)} attributes; the breakdown "
+            f"{', '.join(b['of'] + ' by ' + b['by'] for b in DEMO_BREAKDOWNS)} (the crash rate depends on the OS).")
         rng = np.random.default_rng(options.seed)
         devices = population(schema, options.devices, options.days, datetime.now(timezone.utc), rng)
         full = min(options.clients, len(devices))
@@ -298,6 +384,9 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
         send_through_clients(server, published, devices[:full], data_dir / "devices", progress.update)
         send_in_batches(server, schema, devices[full:], progress.update, full)
         sent = time.perf_counter() - started
+        server.admin("POST", f"/api/v1/schemas/{schema.name}/{schema.version}/breakdowns", ADDED_BREAKDOWN)
+        say(f"Added the breakdown {ADDED_BREAKDOWN['of']} by {ADDED_BREAKDOWN['by']} to {schema.name} after its "
+            f"reports arrived; the server back-fills it from them while the other schemas play.")
         played = [(schema, devices)]
         for extra in (USAGE_SCHEMA, MEMO_SCHEMA):
             other = parse_schema(server.admin("POST", "/api/v1/schemas", extra))
@@ -308,6 +397,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
             played.append((other, others))
         homes = play_homepages(server, options, rng, say, out)
         server.admin("POST", "/api/v1/estimates/refresh")  # every schema's, now that all reports are in
+        wait_for_breakdowns(server, schema)  # the added one's back-fill is done by now, as a rule
         say(f"Sent {len(devices):,} reports of {schema.name} in {sent:.1f} s, then the other schemas'; "
             f"the estimates are refreshed.")
         rows = []
@@ -323,6 +413,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
             rows += table
         say()
         for line in homepage_lines(server, *homes):
+            say(line)
+        for line in breakdown_lines(server, schema, devices):
             say(line)
         say()
         if options.exit:

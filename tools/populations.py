@@ -1,7 +1,8 @@
 """The populations the tools simulate: schemas and the true values of their devices.
 
 ``simulate``'s built-in population (:data:`SIMULATION_SCHEMA`, :data:`SIMULATION_SHARES`), the
-demo's three schemas with the population that :func:`population` draws for them, the demo's home
+demo's three schemas with the population that :func:`population` draws for them (in ``demo-app`` the
+crash rate depends on the OS: :data:`CRASH_RATES`, with a breakdown listed and one added later), the demo's home
 pages (:func:`homepage_schema`, :func:`homepages`), and discovery's measured population of sites
 (:func:`site_names`, :func:`zipf_shares`). The bulk
 simulation itself is :mod:`ldp_telemetry.shared.simulation`; this module only says who the
@@ -59,18 +60,24 @@ SIMULATION_SHARES: dict[str, Any] = {
 DEMO_SCHEMA: dict[str, Any] = {
     "name": "demo-app",
     "version": 1,
-    "epsilon": 4.0,
+    "epsilon": 5.0,
     "window": "day",
     "split": "equal",
-    "description": "A made-up app's settings, reported by simulated devices (ldp-telemetry demo). "
-                   "Each report spends epsilon 4, 1 per attribute.",
+    "description": "A made-up app's settings and whether it crashed, reported by simulated devices "
+                   "(ldp-telemetry demo). Each report spends epsilon 5, 1 per attribute.",
     "attributes": [
         {"name": "dark_mode", "type": "boolean"},
         {"name": "notifications", "type": "boolean"},
         {"name": "beta_channel", "type": "boolean"},
         {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows", "other"]},
+        {"name": "crashed", "type": "boolean"},
     ],
 }
+# demo-app's breakdowns (DESIGN.md, "Breakdowns"): the crash rate within each OS, listed at publish
+# (beside the schema: the schema clients fetch never carries them), and, added through the admin
+# API after the reports arrived and back-filled from them, which OS the crashed devices run.
+DEMO_BREAKDOWNS: list[dict[str, str]] = [{"of": "crashed", "by": "os"}]
+ADDED_BREAKDOWN: dict[str, str] = {"of": "os", "by": "crashed"}
 # What telemetry over time looks like: a mean and a histogram of measurements, in their units.
 USAGE_SCHEMA: dict[str, Any] = {
     "name": "demo-usage",
@@ -103,6 +110,13 @@ MEMO_SCHEMA: dict[str, Any] = {
 DARK_MODE_FROM, DARK_MODE_TO = 0.35, 0.50
 STEADY_SHARES: dict[str, Any] = {"notifications": 0.78, "beta_channel": 0.05, "os": [0.45, 0.25, 0.25, 0.05],
                                  "session_minutes": 34.0}
+# An attribute whose true share depends on another's value: a crash is 4 times as likely on
+# windows as on macos (about 12% of devices crash in all). Within each value the share is exact
+# each day (rounded), as the steady shares are.
+CONDITIONAL_SHARES: dict[str, tuple[str, dict[str, float]]] = {
+    "crashed": ("os", {"linux": 0.10, "macos": 0.05, "windows": 0.20, "other": 0.30}),
+}
+CRASH_RATES = CONDITIONAL_SHARES["crashed"][1]
 # Page loads in ms: log-normal around 90 ms (a long tail past the last edge, which the device clips).
 LOAD_MEDIAN_MS, LOAD_SIGMA = 90.0, 0.8
 
@@ -117,8 +131,9 @@ class Device:
 def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.random.Generator) -> list[Device]:
     """``devices`` devices spread evenly over the last ``days`` windows, each with its true record.
 
-    Each window's devices hold exactly the shares of that day (rounded), in random order.
-    """
+    Each window's devices hold exactly the shares of that day (rounded), in random order; an
+    attribute of :data:`CONDITIONAL_SHARES` holds its share exactly within each value of the other
+    (drawn after it: the schema lists it later)."""
     per_day = np.full(days, devices // days)
     per_day[: devices % days] += 1
     result = []
@@ -126,8 +141,17 @@ def population(schema: Schema, devices: int, days: int, now: datetime, rng: np.r
         window = window_of(now - (days - 1 - day) * LENGTH[schema.window], schema.window)
         shares = {**STEADY_SHARES,
                   "dark_mode": DARK_MODE_FROM + (DARK_MODE_TO - DARK_MODE_FROM) * day / max(1, days - 1)}
-        columns = {}
+        columns: dict[str, list[Any]] = {}
         for attribute in schema.attributes:
+            if attribute.name in CONDITIONAL_SHARES:
+                by, rates = CONDITIONAL_SHARES[attribute.name]
+                held = np.array(columns[by])
+                column = np.zeros(int(count), dtype=bool)
+                for value, rate in rates.items():
+                    where = np.flatnonzero(held == value)
+                    column[rng.choice(where, size=round(rate * where.size), replace=False)] = True
+                columns[attribute.name] = attribute.kind.record_values(attribute, column)
+                continue
             if attribute.name not in shares:  # page loads: measured times, not shares (see LOAD_MEDIAN_MS)
                 values = rng.lognormal(np.log(LOAD_MEDIAN_MS), LOAD_SIGMA, size=int(count))
                 columns[attribute.name] = [round(float(v), 1) for v in values]
