@@ -59,7 +59,7 @@ def test_make_demo_as_written_runs_twice(folder: Path):
         done = subprocess.run(["make", "-s", "-C", str(ROOT), "demo", f"DEMO_ARGS={args}"], capture_output=True,
                               text=True, timeout=300)
         assert done.returncode == 0, f"run {run}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
-        assert done.stdout.count("intervals cover the truth") == 4  # a table per demo schema
+        assert done.stdout.count("intervals cover the truth") == 6  # a table per demo schema and per breakdown
 
 
 def test_run_for_real_embed_the_client_and_the_daily_commands(folder: Path):
