@@ -309,3 +309,43 @@ def test_a_discovering_string_page_says_what_its_numbers_count_at_desktop_and_ph
     page.screenshot(path=str(ARTIFACTS / "dashboard-strings-phone.png"), full_page=True)
     assert errors == []
     page.close()
+
+
+def test_breakdowns_read_right_at_desktop_and_phone_width(chromium, live_server):
+    # Issue 28: each breakdown as bars with whiskers within each value of `by`, `by`'s own shares,
+    # and a planner line, readable at phone width.
+    definition = {"name": "crashes-by-os", "version": 1, "epsilon": 4.0, "attributes": [
+        {"name": "crashed", "type": "boolean"},
+        {"name": "os", "type": "categorical", "categories": ["linux", "macos", "windows"]}],
+        "breakdowns": [{"of": "crashed", "by": "os"}]}
+    derived = requests.post(live_server.url + "/api/v1/schemas", json=definition, headers=ADMIN, timeout=10).json()
+    schema = parse_schema(derived)
+    rng = np.random.default_rng(28)
+    rate = {"linux": 0.1, "macos": 0.05, "windows": 0.3}
+    oses = rng.choice(list(rate), size=3000, p=[0.5, 0.3, 0.2])
+    reports = [randomize(schema, {"crashed": bool(rng.random() < rate[os]), "os": str(os)}) for os in oses]
+    for start in range(0, len(reports), 1000):
+        assert requests.post(live_server.url + "/api/v1/reports", json={"reports": reports[start:start + 1000]},
+                             timeout=30).status_code == 202
+    assert requests.post(live_server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+    rows = requests.get(live_server.url + "/api/v1/breakdowns", params={"schema": schema.name}, timeout=10).json()
+    shown = [r for r in rows["breakdowns"] if r["window"] == "all" and r["estimate"] is not None]
+    assert shown  # 3,000 reports at ε = 2 per attribute: every os tells its share from 0
+
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{live_server.url}/schemas/{schema.name}")
+    section = page.locator("#breakdown-crashed-by-os")
+    assert section.count() == 1
+    text = section.inner_text()
+    assert "Planner:" in text and all(os in text for os in rate)
+    assert section.locator("table.breakdowns tbody tr").count() == len(shown)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-breakdowns-desktop.png"), full_page=True)
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    page.screenshot(path=str(ARTIFACTS / "dashboard-breakdowns-phone.png"), full_page=True)
+    assert errors == []
+    page.close()
