@@ -525,20 +525,20 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if bb:
         row(f"back-fill of one breakdown added over {bb['reports']:,} stored reports (SQLite), s", bb["seconds"], ".2f",
             f"<= {bb['target_seconds']:g}", bb["seconds"] <= bb["target_seconds"])
+    def with_and_without(figures: dict[str, Any], feature: str, what: str) -> None:
+        """Ingest of a schema with ``what`` (its runs under ``feature``) beside the same without it."""
+        for name in ("plain", feature):
+            row(f"ingest over HTTP, 100-report batches, {'with' if name == feature else 'without'} {what}, "
+                "reports/s", statistics.median(r["reports_per_second"] for r in figures[name]), ",.0f", "-", None)
+        row("  with / without", figures["ratio"], ".2f", f">= {figures['target_ratio']}",
+            figures["ratio"] >= figures["target_ratio"])
+
     ib = results.get("ingest-breakdowns")
     if ib:
-        for name in ("plain", "breakdowns"):
-            row(f"ingest over HTTP, 100-report batches, {'with' if name == 'breakdowns' else 'without'} "
-                f"{ib['count']} breakdowns, reports/s",
-                statistics.median(r["reports_per_second"] for r in ib[name]), ",.0f", "-", None)
-        row("  with / without", ib["ratio"], ".2f", f">= {ib['target_ratio']}", ib["ratio"] >= ib["target_ratio"])
+        with_and_without(ib, "breakdowns", f"{ib['count']} breakdowns")
     ist = results.get("ingest-strings")
     if ist:
-        for name in ("plain", "strings"):
-            row(f"ingest over HTTP, 100-report batches, {'with' if name == 'strings' else 'without'} a string "
-                f"attribute of {ist['candidates']:,} candidates, reports/s",
-                statistics.median(r["reports_per_second"] for r in ist[name]), ",.0f", "-", None)
-        row("  with / without", ist["ratio"], ".2f", f">= {ist['target_ratio']}", ist["ratio"] >= ist["target_ratio"])
+        with_and_without(ist, "strings", f"a string attribute of {ist['candidates']:,} candidates")
     dis = results.get("discovery")
     if dis:
         for point in dis["grid"].values():

@@ -285,6 +285,11 @@ class Row:
     n: int
     reason: str | None
 
+    @property
+    def clipped(self) -> bool:
+        """Whether the estimate lies outside its scale (``estimate_clipped`` differs from it)."""
+        return self.estimate is not None and self.estimate != self.estimate_clipped
+
 
 def cell_moments(schema: Schema, breakdown: Breakdown, sums: BreakdownSums) -> list[tuple[Any, Any, Moments]]:
     """``(value, by_value, moments)`` of each cell of ``breakdown`` a row is made for: each value

@@ -14,31 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ...shared import display
-from ...shared.breakdowns import Breakdown, BreakdownSums
+from ...shared.breakdowns import Breakdown, BreakdownSums, Row
 from ...shared.planner import DEFAULT_TARGET, plan_breakdown
 from ...shared.schema import Schema
 from ..estimation.breakdowns import value_of
 from ..store import BreakdownEstimateRow, StoredBreakdown
 from . import charts
-
-
-@dataclass(frozen=True)
-class BreakdownCell:
-    """One row of a breakdown as shown: ``value`` of ``of`` within ``by_value``."""
-
-    value: str
-    by_value: str
-    estimate: float | None  # unbiased; None where ``reason`` voids it
-    estimate_clipped: float | None
-    ci_low: float | None
-    ci_high: float | None
-    by_share: float | None
-    n: int
-    reason: str | None
-
-    @property
-    def clipped(self) -> bool:
-        return self.estimate is not None and self.estimate != self.estimate_clipped
 
 
 @dataclass(frozen=True)
@@ -51,8 +32,8 @@ class BreakdownView:
     percent: bool  # a share of `of` (else its mean, in its units)
     style: display.Style  # how `of`'s figures are written (shared/display.py, as its own table's)
     single_value: bool  # `of` has one value estimated (a boolean's true, a numeric's mean): no column for it
-    cells: list[BreakdownCell]  # the rows with an estimate, by each value of `by`
-    apart: list[BreakdownCell]  # the rows a reason voids
+    cells: list[Row]  # the rows with an estimate, by each value of `by` (their values as labels)
+    apart: list[Row]  # the rows a reason voids
     by_shares: list[tuple[str, float | None]]  # each value of `by` and its estimated share
     chart: charts.BarChart | charts.LineChart | None  # grouped bars (shares) or points (means), with whiskers
     half_width: float | None  # the widest half-width of the rollup's rows now (None: needs reports first)
@@ -75,7 +56,7 @@ def breakdown_views(schema: Schema, stored: Sequence[StoredBreakdown], rollup: S
             continue
         of, by = schema.attribute(b.of), schema.attribute(b.by)
         rows = [r for r in rollup if r.breakdown == b.id]
-        cells = [BreakdownCell(label(value_of(of, r.value)), label(value_of(by, r.by_value)), r.estimate,
+        cells = [Row(label(value_of(of, r.value)), label(value_of(by, r.by_value)), r.estimate,
                                r.estimate_clipped, r.ci_low, r.ci_high, r.by_share, r.n, r.reason) for r in rows]
         shown = [c for c in cells if c.estimate is not None]
         by_shares = list(dict.fromkeys((c.by_value, c.by_share) for c in cells))
@@ -103,7 +84,7 @@ def breakdown_views(schema: Schema, stored: Sequence[StoredBreakdown], rollup: S
     return views
 
 
-def _interval(cell: BreakdownCell | None) -> charts.Interval | None:
+def _interval(cell: Row | None) -> charts.Interval | None:
     if cell is None or cell.estimate_clipped is None or cell.ci_low is None or cell.ci_high is None:
         return None
     return charts.Interval(cell.estimate_clipped, cell.ci_low, cell.ci_high)
