@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
     from .schema import Attribute
@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 # A figure resolves this much of its scale: 0.1 point of a share, a thousandth of a mean's range.
 RESOLUTION = 1e-3
 SHARE_DIGITS = 1  # decimals of a share in percent, at RESOLUTION
+
+
+def label(value: Any) -> str:
+    """A value of an attribute as a reader sees it: ``true``/``false`` for a boolean, else its text."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def percent(share: float, digits: int = SHARE_DIGITS) -> str:

@@ -47,8 +47,8 @@ import numpy as np
 import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
-from ..shared.breakdowns import values_of
-from ..shared.display import most_frequent_first, style_of
+from ..shared.breakdowns import Row, values_of
+from ..shared.display import label, most_frequent_first, style_of
 from ..shared.schema import Schema, parse_schema
 from ..shared.windows import ROLLUP, window_start
 from .populations import (ADDED_BREAKDOWN, ADDED_RANKS, DEMO_BREAKDOWNS, DEMO_SCHEMA, MEMO_SCHEMA, USAGE_SCHEMA, Device,
@@ -278,10 +278,9 @@ def breakdown_lines(server: DemoServer, schema: Schema, devices: list[Device]) -
         of, by = breakdown["of"], breakdown["by"]
         within, shares = within_truths(schema, devices, of, by)
         style = style_of(schema.attribute(of))
-        table = [BreakdownTruthRow(of, "true" if r["value"] is True else str(r["value"]), by,
-                                   str(r["by_value"]).lower() if isinstance(r["by_value"], bool) else str(r["by_value"]),
-                                   style, within[(r["value"], r["by_value"])], shares[r["by_value"]], r["estimate"],
-                                   r["estimate_clipped"], r["ci_low"], r["ci_high"], r["by_share"], r["n"], r["reason"])
+        table = [BreakdownTruthRow(of, by, style, within[(r["value"], r["by_value"])], shares[r["by_value"]],
+                                   Row(label(r["value"]), label(r["by_value"]), r["estimate"], r["estimate_clipped"],
+                                       r["ci_low"], r["ci_high"], r["by_share"], r["n"], r["reason"]))
                  for r in rows if r["window"] == ROLLUP and (r["of"], r["by"]) == (of, by)]
         when = ("listed at publish" if breakdown["source"] == "listed" else
                 f"{breakdown['source']} after the reports arrived, back-filled from them")

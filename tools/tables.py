@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..shared import display
+from ..shared.breakdowns import Row
 from ..shared.planner import Plan
 from ..shared.schema import BOOLEAN_KEY, Schema
 from ..shared.windows import ROLLUP
@@ -78,29 +79,21 @@ def truth_table(rows: Sequence[TruthRow], *, summary: str = "", sources: Mapping
 
 @dataclass(frozen=True)
 class BreakdownTruthRow:
-    """One row of a breakdown (``GET /api/v1/breakdowns``) beside the population's truth: the share
-    of ``value`` of ``of`` among the devices whose ``by`` is ``by_value`` (a numeric ``of``: its
-    mean there). Its API fields as they are: ``estimate``, ``ci_low`` and ``ci_high`` are None where
-    ``reason`` voids them."""
+    """One row of a breakdown (``GET /api/v1/breakdowns``, as :class:`...shared.breakdowns.Row`
+    with its values as labels) beside the population's truth: the share of ``row.value`` of ``of``
+    among the devices whose ``by`` is ``row.by_value`` (a numeric ``of``: its mean there)."""
 
     of: str
-    value: str
     by: str
-    by_value: str
     style: display.Style
     truth: float
-    by_truth: float  # the true share of ``by_value``
-    estimate: float | None
-    estimate_clipped: float | None
-    ci_low: float | None
-    ci_high: float | None
-    by_share: float | None
-    n: int
-    reason: str | None
+    by_truth: float  # the true share of ``row.by_value``
+    row: Row
 
     @property
     def covered(self) -> bool:
-        return self.ci_low is not None and self.ci_high is not None and self.ci_low <= self.truth <= self.ci_high
+        r = self.row
+        return r.ci_low is not None and r.ci_high is not None and r.ci_low <= self.truth <= r.ci_high
 
 
 def breakdown_truth_table(rows: Sequence[BreakdownTruthRow], *, summary: str = "") -> list[str]:
@@ -112,28 +105,30 @@ def breakdown_truth_table(rows: Sequence[BreakdownTruthRow], *, summary: str = "
     header = (f"{'of':<12} {'value':<10} {'by':<12} {'by value':<10} {'by truth':>9} {'by share':>9} {'n':>9} "
               f"{'truth':>9} {'estimate':>10} {'interval':>21} covers")
     lines = [header, "-" * len(header)]
-    shown = [r for r in rows if r.reason is None]
-    apart = [r for r in rows if r.reason is not None]
+    shown = [t for t in rows if t.row.reason is None]
+    apart = [t for t in rows if t.row.reason is not None]
 
-    def start(r: BreakdownTruthRow) -> str:
+    def start(t: BreakdownTruthRow) -> str:
+        r = t.row
         by_share = "—" if r.by_share is None else display.percent(r.by_share)
-        return (f"{r.of:<12.12} {r.value:<10.10} {r.by:<12.12} {r.by_value:<10.10} {display.percent(r.by_truth):>9} "
+        return (f"{t.of:<12.12} {r.value:<10.10} {t.by:<12.12} {r.by_value:<10.10} {display.percent(t.by_truth):>9} "
                 f"{by_share:>9} {display.count(r.n):>9}")
 
-    for r in shown:
-        assert r.estimate_clipped is not None and r.ci_low is not None and r.ci_high is not None
-        show = r.style.finer(r.truth, (r.ci_low, r.ci_high)).value
-        mark = "*" if r.estimate != r.estimate_clipped else " "
-        lines.append(f"{start(r)} {show(r.truth):>9} {show(r.estimate_clipped):>9}{mark} "
-                     f"{f'[{show(r.ci_low)}, {show(r.ci_high)}]':>21} {'yes' if r.covered else 'NO'}")
-    if any(r.estimate != r.estimate_clipped for r in shown):
+    for t in shown:
+        r = t.row
+        if r.estimate_clipped is None or r.ci_low is None or r.ci_high is None:  # no reason: all are there
+            continue
+        show = t.style.finer(t.truth, (r.ci_low, r.ci_high)).value
+        lines.append(f"{start(t)} {show(t.truth):>9} {show(r.estimate_clipped):>9}{'*' if r.clipped else ' '} "
+                     f"{f'[{show(r.ci_low)}, {show(r.ci_high)}]':>21} {'yes' if t.covered else 'NO'}")
+    if any(t.row.clipped for t in shown):
         lines.append(CLIPPED_NOTE)
-    lines.append(f"{sum(r.covered for r in shown)} of {len(shown)} intervals cover the truth{summary}")
+    lines.append(f"{sum(t.covered for t in shown)} of {len(shown)} intervals cover the truth{summary}")
     if apart:
         lines.append("Rows with a reason (no interval; no estimate either where by's share cannot be told from 0):")
-        for r in apart:
-            estimate = "—" if r.estimate_clipped is None else r.style.value(r.estimate_clipped)
-            lines.append(f"{start(r)} {r.style.value(r.truth):>9} {estimate:>9}  {r.reason}")
+        for t in apart:
+            estimate = "—" if t.row.estimate_clipped is None else t.style.value(t.row.estimate_clipped)
+            lines.append(f"{start(t)} {t.style.value(t.truth):>9} {estimate:>9}  {t.row.reason}")
     return lines
 
 

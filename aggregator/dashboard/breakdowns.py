@@ -11,7 +11,7 @@ needs: :func:`...shared.planner.plan_breakdown`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ...shared import display
 from ...shared.breakdowns import Breakdown, BreakdownSums, Row
@@ -42,10 +42,6 @@ class BreakdownView:
     n: int  # the reports of the rollup
 
 
-def label(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
 def breakdown_views(schema: Schema, stored: Sequence[StoredBreakdown], rollup: Sequence[BreakdownEstimateRow],
                     sums: Mapping[int, Mapping[tuple[str, str], int | float]], confidence: float) -> list[BreakdownView]:
     """A :class:`BreakdownView` of each estimated breakdown (one still being back-filled has none
@@ -56,7 +52,7 @@ def breakdown_views(schema: Schema, stored: Sequence[StoredBreakdown], rollup: S
             continue
         of, by = schema.attribute(b.of), schema.attribute(b.by)
         rows = [r for r in rollup if r.breakdown == b.id]
-        cells = [Row(label(value_of(of, r.value)), label(value_of(by, r.by_value)), r.estimate,
+        cells = [Row(display.label(value_of(of, r.value)), display.label(value_of(by, r.by_value)), r.estimate,
                                r.estimate_clipped, r.ci_low, r.ci_high, r.by_share, r.n, r.reason) for r in rows]
         shown = [c for c in cells if c.estimate is not None]
         by_shares = list(dict.fromkeys((c.by_value, c.by_share) for c in cells))
