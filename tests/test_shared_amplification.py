@@ -4,6 +4,8 @@ randomisers (lower bounds on any valid bound), its own monotonicity, and its val
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -78,6 +80,40 @@ def partial_variation_delta(m: int, eps0: float, epsilon: float, share: float) -
     with_d0, with_d1, with_w = (np.roll(others, 1, axis=k) for k in range(3))
     return hockey_stick(a * p * with_d0 + a * with_d1 + (1 - a - a * p) * with_w,
                         a * with_d0 + a * p * with_d1 + (1 - a - a * p) * with_w, epsilon)
+
+
+# Published bounds for a general ε0-LDP randomiser, as (m, ε0, δ): (lower, upper) of Wang et al.
+# (VLDB 2024), the output of wangsw/PrivacyAmplification unifiedamplification.py,
+# amplificationLB and amplificationUB(p, beta, q0, q1, n, delta, T=20) with the README's
+# "general mechanisms" row (computeUBParameters(ε0, None, None): p = q = e^ε0,
+# β = (e^ε0 - 1)/(e^ε0 + 1)); and the upper bound of Feldman, McMillan, Talwar (FOCS 2021), the
+# output of apple/ml-shuffling-amplification computeamplification.py, numericalanalysis(n, ε0,
+# δ, 20, 100, True), valid for every randomiser and looser. Its README prints 0.1675 to 0.1728 at
+# (10^5, 4, 1e-6) with 10 bisections. Both run by us on 2026-11-28 from the code as read.
+PUBLISHED = {
+    (1000, 0.5, 1e-6): (0.06268644, 0.06268692, 0.07486797),
+    (1000, 2.0, 1e-8): (0.49711037, 0.49713135, 1.37002563),
+    (1000, 4.0, 1e-8): (2.84971237, 2.85018539, 4.0),
+    (10_000, 1.0, 1e-8): (0.05644703, 0.05647373, 0.06953695),
+    (10_000, 8.0, 1e-6): (7.99996948, 7.99997711, 8.0),
+    (100_000, 4.0, 1e-6): (0.11815262, 0.11816406, 0.17243409),
+    (100_000, 4.0, 1e-8): (0.15066528, 0.15134430, 0.21831507),
+    (100_000, 7.7, 1e-6): (0.96093588, 0.96100197, 7.7),
+    (1_000_000, 0.5, 1e-8): (0.00213671, 0.00215101, 0.00246357),
+    (1_000_000, 4.0, 1e-8): (0.04507065, 0.04529572, 0.06509681),
+    (1_000_000, 8.0, 1e-8): (0.38111115, 0.38275146, 0.64967123),
+}
+
+
+@pytest.mark.parametrize("point", sorted(PUBLISHED))
+def test_between_the_published_lower_bound_and_the_tightest_upper_bound(point):
+    lower, tightest, fmt21 = PUBLISHED[point]
+    ours = shuffle_epsilon(*point)
+    # Never below the lower bound (theirs stops 2^-20 ε0 short of its bisection's end); at or
+    # under the tightest published upper bound, so well within 1.5 times it; never looser than
+    # the 2021 bound.
+    assert lower <= ours <= tightest * 1.0001
+    assert ours <= fmt21
 
 
 @pytest.mark.parametrize("m, eps0, epsilon", [
@@ -179,3 +215,11 @@ def test_a_bad_delta_is_refused_by_name(delta):
 def test_a_bad_epsilon_for_delta_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^epsilon .*got -0\.1"):
         shuffle_delta(100, 1.0, -0.1)
+
+
+def test_importing_it_needs_no_numpy():
+    # shared/ is imported by devices, which have no numpy: it is imported on the first computation.
+    probe = ("import sys, ldp_telemetry.shared.amplification as a; print('numpy' in sys.modules); "
+             "a.shuffle_epsilon(10, 1.0, 1e-6); print('numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"], done.stderr
