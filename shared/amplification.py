@@ -52,11 +52,12 @@ and 3-ary randomised response, valid lower bounds, never do either.
 
 The sums run over the clones' counts within a window outside which a Chernoff bound leaves less
 than :data:`TAIL` of :math:`C`'s mass (counted as :math:`h_1`, the largest term, since adding
-independent clones is a post-processing); the tails :math:`S_t(j_t)` are marched from one
-:math:`t` to the next (:math:`S_{t+1}(j) = S_t(j) + \frac12 B_t(j-1)`); the result is raised by
-:data:`SLACK` against rounding. Below about :math:`m = e^{\varepsilon_0}` the crowd holds no
-clone and the bound is barely below :math:`\varepsilon_0`. Above :data:`MAX_EPS0` a crowd of any
-size holds no clone (:math:`2/(p+1) < 10^{-17}`) and :math:`\varepsilon_0` itself is returned.
+independent clones is a post-processing); the tails :math:`S_t(j_t)` are marched from the largest
+:math:`t` down (:math:`S_{t+1}(j) = S_t(j) + \frac12 B_t(j-1)`), the direction in which they
+grow; the result is raised by :data:`SLACK` against rounding. Below about
+:math:`m = e^{\varepsilon_0}` the crowd holds no clone and the bound is barely below
+:math:`\varepsilon_0`. Above :data:`MAX_EPS0`, :math:`\varepsilon_0` itself is returned (always
+valid; a crowd of :math:`10^{12}` holds a clone with probability below :math:`10^{-5}` there).
 
 numpy is imported where it is used: a device that imports ``shared`` never needs it.
 """
@@ -64,15 +65,16 @@ numpy is imported where it is used: a device that imports ``shared`` never needs
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy is for the aggregator only
     import numpy as np
 
-TAIL = 1e-30  # the clones' mass left outside the summed window (Chernoff), counted as h_1
-SLACK = 1e-6  # relative margin on the computed δ(ε) for rounding (measured errors are below 1e-9)
-MAX_EPS0 = 40.0  # above: 2/(e^ε0 + 1) < 1e-17, no crowd holds a clone; ε0 is returned
+TAIL = 1e-30  # the clones' mass left outside the summed window (Chernoff), counted as h_1: δ >> 1e-30
+SLACK = 1e-6  # relative margin on the computed δ(ε) for rounding (against scipy: errors below 1e-9)
+MAX_EPS0 = 40.0  # above: 2/(e^ε0 + 1) < 1e-17, too few clones to count; ε0 is returned
 PRECISION = 1e-9  # the bisection stops when ε is known to this relative width
 
 
@@ -81,20 +83,20 @@ def shuffle_epsilon(m: int, eps0: float, delta: float) -> float:
     receiver, for every ``eps0``-LDP randomiser (the module docstring gives the bound and its
     sources). Cached per (m, ε0, δ); ``ValueError`` naming a bad argument."""
     _check(m, eps0, delta)
-    return _shuffle_epsilon(m, float(eps0), float(delta))
+    return _shuffle_epsilon(int(m), float(eps0), float(delta))
 
 
 def shuffle_delta(m: int, eps0: float, epsilon: float) -> float:
     """An upper bound on the δ at which one of ``m`` shuffled ``eps0``-LDP reports is
     (``epsilon``, δ)-DP: δ(ε) of the module docstring, raised by :data:`SLACK`."""
     _check(m, eps0, 0.5)
-    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and epsilon >= 0):
-        raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}")
-    return _delta(m, float(eps0), float(epsilon))
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon < math.inf:
+        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
+    return _delta(int(m), float(eps0), float(epsilon))
 
 
 def _check(m: Any, eps0: Any, delta: Any) -> None:
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
         raise ValueError(f"m (the crowd's size) must be an integer >= 1, got {m!r}")
     if isinstance(eps0, bool) or not isinstance(eps0, (int, float)) or not (0 < eps0 < math.inf):
         raise ValueError(f"eps0 (the report's local epsilon) must be a finite number > 0, got {eps0!r}")
@@ -130,12 +132,11 @@ def _delta(m: int, eps0: float, epsilon: float) -> float:
     clone = 2 / (p + 1)
     c_low, c_high, outside = _window(m - 1, clone)
     c = np.arange(c_low, c_high + 1, dtype=np.int64)
-    weights = np.exp(_log_binomial_pmf(m - 1, c, math.log(clone), math.log1p(-clone)))
+    weights = _binomial_pmf(m - 1, c, clone)
     t = c + 1
     j = np.floor(tau * t).astype(np.int64) + 1
     tails = _marched_tails(t, j)
-    half = math.log(0.5)
-    before = np.exp(_log_binomial_pmf_same(t - 1, j - 1, half))  # B_{t-1}(j_t - 1)
+    before = _binomial_pmf(t - 1, j - 1, 0.5)  # B_{t-1}(j_t - 1)
     h = k_factor * (before / 4 - (tau - 0.5) * tails)
     h = np.clip(h, 0.0, single)
     total = math.fsum((weights * h).tolist()) + outside * single
@@ -143,23 +144,24 @@ def _delta(m: int, eps0: float, epsilon: float) -> float:
 
 
 def _marched_tails(t: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """S_t(j_t) = P(Bin(t, 1/2) >= j_t) for consecutive t with j_{t+1} - j_t in {0, 1}: the first
-    summed, the others by S_{t+1}(j) = S_t(j) + B_t(j-1)/2, then S_{t+1}(j+1) = S_{t+1}(j) - B_{t+1}(j)."""
+    """S_t(j_t) = P(Bin(t, 1/2) >= j_t) for consecutive t with j_{t+1} - j_t in {0, 1}: the last
+    summed, then down the t by S_{t+1}(j) = S_t(j) + B_t(j-1)/2 and S_{t+1}(j+1) = S_{t+1}(j) - B_{t+1}(j).
+    Downwards, since the tails grow as t falls (j_t/t >= 1/2): every partial sum is then about as
+    large as the tail it ends at, so rounding stays relative even where the tails span 1e-30 to 1."""
     import numpy as np
 
-    half = math.log(0.5)
-    t0, j0 = int(t[0]), int(j[0])
-    # Past j0 + 40 sd (j0 >= t0/2) the terms are below e^-800 of the largest: they round to 0.
-    ks = np.arange(j0, min(t0, j0 + 20 * math.isqrt(t0) + 64) + 1, dtype=np.int64)
-    first = math.fsum(np.exp(_log_binomial_pmf_same(np.full_like(ks, t0), ks, half)).tolist()) if ks.size else 0.0
-    if t.size == 1:
-        return np.array([first])
+    last_t, last_j = int(t[-1]), int(j[-1])
+    # Past j + 40 sd (j >= t/2) the terms are below e^-800 of the largest: they round to 0.
+    ks = np.arange(last_j, min(last_t, last_j + 20 * math.isqrt(last_t) + 64) + 1, dtype=np.int64)
+    last = math.fsum(_binomial_pmf(last_t, ks, 0.5).tolist()) if ks.size else 0.0
     steps = np.diff(j)
-    assert steps.min() >= 0 and steps.max() <= 1, "τ < 1 - 1e-9 keeps floor(τt) in steps of 0 or 1"
+    assert steps.size == 0 or (steps.min() >= 0 and steps.max() <= 1), "τ < 1 - 1e-9 keeps floor(τt) in steps of 0, 1"
     t_now, j_now = t[:-1], j[:-1]
-    grow = np.exp(_log_binomial_pmf_same(t_now, j_now - 1, half)) / 2
-    drop = np.where(steps == 1, np.exp(_log_binomial_pmf_same(t_now + 1, j_now, half)), 0.0)
-    tails: np.ndarray = np.maximum(first + np.concatenate(([0.0], np.cumsum(grow - drop))), 0.0)
+    grow = _binomial_pmf(t_now, j_now - 1, 0.5) / 2
+    drop = np.where(steps == 1, _binomial_pmf(t_now + 1, j_now, 0.5), 0.0)
+    # S_t = S_last - (sum of the steps from t to the last), summed from the last step backwards.
+    from_the_end = np.cumsum((grow - drop)[::-1])[::-1]
+    tails: np.ndarray = np.maximum(last - np.concatenate((from_the_end, [0.0])), 0.0)
     return tails
 
 
@@ -187,37 +189,54 @@ def _chernoff(n: int, q: float, a: int) -> float:
     return math.exp(-n * kl)
 
 
-def _log_binomial_pmf(n: int, k: np.ndarray, log_q: float, log_1q: float) -> np.ndarray:
-    """log P(Bin(n, q) = k), elementwise over k."""
-    logs: np.ndarray = _log_factorial(n) - _log_factorial(k) - _log_factorial(n - k) + k * log_q + (n - k) * log_1q
-    return logs
-
-
-def _log_binomial_pmf_same(n: np.ndarray, k: np.ndarray, log_half: float) -> np.ndarray:
-    """log P(Bin(n, 1/2) = k), elementwise over n and k (-inf where k is outside 0..n)."""
+def _binomial_pmf(n: int | np.ndarray, k: np.ndarray, prob: float) -> np.ndarray:
+    """P(Bin(n, prob) = k), elementwise (0 where k is outside 0..n), by Loader's saddle-point form
+    (*Fast and Accurate Computation of Binomial Probabilities*, 2000): no difference of large
+    log-factorials, so its relative error stays near 1e-14 at any n."""
     import numpy as np
 
+    n, k = np.broadcast_arrays(np.asarray(n, dtype=np.float64), np.asarray(k, dtype=np.float64))
     inside = (k >= 0) & (k <= n)
-    kk, nn = np.where(inside, k, 0), np.where(inside, n, 0)
-    logs: np.ndarray = np.where(inside, _log_factorial(nn) - _log_factorial(kk) - _log_factorial(nn - kk) + nn * log_half,
-                                -np.inf)
-    return logs
+    interior = inside & (k > 0) & (k < n)
+    ki, ri = np.where(interior, k, 1.0), np.where(interior, n - k, 1.0)
+    ni = ki + ri
+    saddle = (_stirling_error(ni) - _stirling_error(ki) - _stirling_error(ri) - _deviance(ki, ni * prob)
+              - _deviance(ri, ni * (1 - prob)) + 0.5 * np.log(ni / (2 * math.pi * ki * ri)))
+    edge = np.where(k == 0, n * math.log1p(-prob), n * math.log(prob))  # (1 - prob)^n, prob^n
+    mass: np.ndarray = np.where(inside, np.exp(np.where(interior, saddle, edge)), 0.0)
+    return mass
 
 
 _SMALL = 16
-_SMALL_LOG_FACTORIALS = [math.lgamma(k + 1) for k in range(_SMALL)]
+# ln x! - (x ln x - x + ln(2 pi x)/2) for x = 1..15 (0 unused: the edges are apart).
+_SMALL_STIRLING_ERRORS = [0.0] + [math.lgamma(x + 1) - (x * math.log(x) - x + 0.5 * math.log(2 * math.pi * x))
+                                  for x in range(1, _SMALL)]
 
 
-def _log_factorial(count: int | np.ndarray) -> np.ndarray:
-    """ln k!, elementwise: exact below 16, else Stirling's series to k^-7 (error below 1e-18)."""
+def _stirling_error(x: np.ndarray) -> np.ndarray:
+    """ln x! - (x ln x - x + ln(2 pi x)/2) for integers x >= 1: exact below 16, else Stirling's
+    series to x^-7 (error below 1e-18)."""
     import numpy as np
 
-    k = np.asarray(count, dtype=np.float64)
-    big = np.maximum(k, _SMALL)
-    inverse = 1 / big
-    inverse2 = inverse * inverse
-    series = inverse * (1 / 12 - inverse2 * (1 / 360 - inverse2 * (1 / 1260 - inverse2 / 1680)))
-    stirling = big * np.log(big) - big + 0.5 * np.log(2 * math.pi * big) + series
-    small = np.take(_SMALL_LOG_FACTORIALS, np.clip(k, 0, _SMALL - 1).astype(np.int64))
-    exact: np.ndarray = np.where(k < _SMALL, small, stirling)
-    return exact
+    big = np.maximum(x, _SMALL)
+    inverse2 = 1 / (big * big)
+    series = (1 / 12 - inverse2 * (1 / 360 - inverse2 * (1 / 1260 - inverse2 / 1680))) / big
+    small = np.take(_SMALL_STIRLING_ERRORS, np.clip(x, 0, _SMALL - 1).astype(np.int64))
+    error: np.ndarray = np.where(x < _SMALL, small, series)
+    return error
+
+
+def _deviance(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """x ln(x/mean) + mean - x, without its cancellation where x is near mean (Loader's series in
+    v = (x - mean)/(x + mean): (x - mean) v + 2x sum_j v^(2j+1)/(2j+1))."""
+    import numpy as np
+
+    v = (x - mean) / (x + mean)
+    near = np.abs(v) < 0.1
+    term, series = 2 * x * v, (x - mean) * v
+    for j in range(1, 13):  # v^2 < 0.01: twelve terms reach 1e-24
+        term = term * v * v
+        series = series + term / (2 * j + 1)
+    direct = x * np.log(np.where(near, 1.0, x / mean)) + mean - x
+    deviance: np.ndarray = np.where(near, series, direct)
+    return deviance

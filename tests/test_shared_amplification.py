@@ -128,6 +128,34 @@ def test_delta_is_the_clone_pair_summed_term_by_term(m, eps0, epsilon):
     assert exact <= ours <= exact * (1 + 1e-6 + 1e-8) + 1e-300
 
 
+def closed_form_delta(m: int, eps0: float, epsilon: float) -> float:
+    """The docstring's closed form, every term by scipy's binomial mass and tail (not our marching,
+    not our mass function), over C's mass within 15 standard deviations."""
+    p, w = math.exp(eps0), math.exp(epsilon)
+    clone, tau = 2 / (p + 1), (p * w - 1) / ((p - 1) * (w + 1))
+    mean, sd = (m - 1) * clone, math.sqrt((m - 1) * clone * (1 - clone))
+    c = np.arange(max(0, int(mean - 15 * sd)), min(m - 1, int(mean + 15 * sd)) + 1)
+    t = c + 1
+    j = np.floor(tau * t) + 1
+    h = 2 * (p - 1) * (w + 1) / (p + 1) * (stats.binom.pmf(j - 1, t - 1, 0.5) / 4
+                                           - (tau - 0.5) * stats.binom.sf(j - 1, t, 0.5))
+    return float(np.sum(stats.binom.pmf(c, m - 1, clone) * np.clip(h, 0, None)))
+
+
+@pytest.mark.parametrize("m, eps0, delta", [
+    (30_000, 6.0, 1e-14), (100_000, 1.0, 1e-10), (1_000_000, 0.5, 1e-12), (1_000_000, 4.0, 1e-12),
+    (1_000_000, 8.0, 1e-12), (10_000_000, 2.0, 1e-10),
+])
+def test_large_crowds_agree_with_scipy_to_the_slack(m, eps0, delta):
+    # Where the tails span many orders of magnitude (small δ, large crowds), at the answer and on
+    # either side of it: ours is the independent sum raised by the slack, never below it.
+    epsilon = shuffle_epsilon(m, eps0, delta)
+    for at in (epsilon, 0.9 * epsilon, 1.1 * epsilon):
+        exact = closed_form_delta(m, eps0, at)
+        assert exact * (1 + 1e-6 - 1e-9) <= shuffle_delta(m, eps0, at) <= exact * (1 + 1e-6 + 1e-9)
+    assert shuffle_delta(m, eps0, epsilon) <= delta
+
+
 @pytest.mark.parametrize("m, eps0", [(20, 1.0), (100, 2.0), (300, 0.5), (300, 4.0), (1000, 1.0)])
 def test_exact_shuffled_binary_randomised_response_never_exceeds_the_bound(m, eps0):
     # The worst datasets for binary randomised response: every other device on one side, or half
@@ -210,6 +238,11 @@ def test_a_bad_local_epsilon_is_refused_by_name(eps0):
 def test_a_bad_delta_is_refused_by_name(delta):
     with pytest.raises(ValueError, match=rf"^delta .*got {delta!r}"):
         shuffle_epsilon(100, 1.0, delta)
+
+
+def test_numpy_numbers_are_numbers():
+    # The gateway may hand over a count or an ε read through numpy: the same answer, the same cache.
+    assert shuffle_epsilon(np.int64(100_000), np.float64(4.0), 1e-6) == shuffle_epsilon(100_000, 4.0, 1e-6)
 
 
 def test_a_bad_epsilon_for_delta_is_refused_by_name():
