@@ -106,15 +106,40 @@ def _check(m: Any, eps0: Any, delta: Any) -> None:
 
 @lru_cache(maxsize=4096)  # the estimates refresh asks again for every window of every schema
 def _shuffle_epsilon(m: int, eps0: float, delta: float) -> float:
+    """The least ε (to :data:`PRECISION`, from above) with δ(ε) <= delta: regula falsi on
+    log δ(ε) - log delta, Illinois variant (the end that stays has its value halved), keeping a
+    bracket low (δ above) < high (δ at most delta); about a dozen evaluations, not thirty halvings."""
     if eps0 > MAX_EPS0:
         return eps0
+
+    def excess(epsilon: float) -> float:  # -inf where δ(ε) rounds to 0
+        found = _delta(m, eps0, epsilon)
+        return math.log(found / delta) if found > 0 else -math.inf
+
     low, high = 0.0, eps0  # δ(ε0) = 0: every report is ε0-DP against anyone
-    while high - low > PRECISION * high:
+    at_low, at_high = excess(low), -math.inf
+    if at_low <= 0:
+        return 0.0
+    kept = 0  # which end the last step moved: -1 low, +1 high
+    for _ in range(200):  # ends long before; high is valid whenever it stops
+        if high - low <= PRECISION * high:
+            break
         middle = (low + high) / 2
-        if _delta(m, eps0, middle) <= delta:
-            high = middle
+        if math.isfinite(at_high):
+            secant = high - at_high * (high - low) / (at_high - at_low)
+            if low < secant < high:
+                middle = secant
+        value = excess(middle)
+        if value <= 0:
+            high, at_high = middle, value
+            if kept == 1:
+                at_low /= 2
+            kept = 1
         else:
-            low = middle
+            low, at_low = middle, value
+            if kept == -1:
+                at_high /= 2
+            kept = -1
     return high
 
 
