@@ -172,7 +172,7 @@ def test_exact_shuffled_three_ary_randomised_response_never_exceeds_the_bound(m,
         assert three_rr_delta(m, eps0, float(epsilon)) <= shuffle_delta(m, eps0, float(epsilon))
 
 
-@pytest.mark.parametrize("m, eps0", [(12, 1.0), (30, 2.0), (40, 0.5), (40, 4.0)])
+@pytest.mark.parametrize("m, eps0", [(12, 1.0), (30, 2.0), (40, 0.5), (40, 4.0), (90, 1.0)])
 def test_randomisers_of_smaller_total_variation_are_covered(m, eps0):
     # The docstring's step from the largest total variation to any: the exact divergence of the
     # decomposition with a part W common to both datasets never exceeds the bound.
