@@ -86,8 +86,11 @@ class ReportWriter:
         """Store a relay batch's ``rows`` (ids distinct, validated) in one transaction of their own,
         with the batch's crowd per window (its reports stored for the first time there): how many
         were new. No inbox and no group commit: the answer must know what is new, and a crowd is one
-        batch's. (An id acknowledged directly and not yet folded in is found stored when it is: a
-        late duplicate, counted once.)"""
+        batch's. Through an inbox, what was acknowledged before is folded in first (waiting for live
+        processes as :meth:`settle` does), so a report posted directly too is a duplicate here, not
+        part of the crowd."""
+        if self._inbox is not None:  # what was acknowledged directly is stored first: found as duplicates here
+            self._inbox.settle(SETTLE_SECONDS)
         self._look_up_schemas(rows)
         return int(self.store.run_tx("relay_batch", lambda tx: self._store_new(tx, [_Batch(rows, None, {}, True)])[0]))
 
