@@ -9,7 +9,7 @@ import csv
 import io
 import json
 import random
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -290,3 +290,40 @@ def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tm
         server.stop()
     assert sql(str(tmp_path / "live.db"), "SELECT relayed, direct, crowd FROM crowds WHERE \"window\" = 'all'") == [
         (40, 0, 40)]
+
+
+@pytest.mark.sqlite_only
+def test_reports_stored_before_the_relay_came_are_counted_as_direct(tmp_path, make_app):
+    from sqlite_utils import Database
+
+    from ldp_telemetry.aggregator.store.sqlite_migrations import MIGRATIONS
+
+    path = tmp_path / "before.db"
+    db = Database(str(path))
+    MIGRATIONS.apply(db, stop_before="m008_relay")
+    db["schemas"].insert({"name": "app-usage", "version": 1, "definition": json.dumps(SCHEMA.to_dict()),
+                          "published_at": "2026-11-01T00:00:00Z", "candidates_mark": 0})
+    sent = reports(6) + reports(4, YESTERDAY)
+    db["reports"].insert_all([{"id": r["id"], "schema": "app-usage", "version": 1, "window": r["window"],
+                               "window_end": 0, "values": json.dumps(r["values"])} for r in sent])
+    db.conn.close()
+    app = make_app(LDP_DB=str(path), LDP_CLOCK=lambda: NOW)
+    assert read(store_of(app), "crowds", "app-usage", 1) == {
+        TODAY: CrowdRow("app-usage", 1, TODAY, 0, 6, None), YESTERDAY: CrowdRow("app-usage", 1, YESTERDAY, 0, 4, None),
+        "all": CrowdRow("app-usage", 1, "all", 0, 10, None)}
+
+
+def test_retention_erases_a_windows_crowd_and_the_rollup_keeps_it(make_app):
+    clock = [NOW]
+    app = make_app(LDP_CLOCK=lambda: clock[0], LDP_RELAY_TOKENS=RELAY_TOKEN, LDP_RETENTION_DAYS=1)
+    client = app.test_client()
+    publish(client)
+    config = key_config(client)
+    assert post_batch(client, [request_of(config, r) for r in reports(4, YESTERDAY) + reports(9)]).get_json()[
+        "accepted"] == 13
+    from ldp_telemetry.aggregator import retention
+
+    clock[0] = NOW + timedelta(days=1)
+    retention.expire(app)
+    assert set(read(store_of(app), "crowds", "app-usage", 1)) == {TODAY, "all"}
+    assert crowds(app, "all") == CrowdRow("app-usage", 1, "all", 13, 0, 4)
