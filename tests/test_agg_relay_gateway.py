@@ -327,3 +327,28 @@ def test_retention_erases_a_windows_crowd_and_the_rollup_keeps_it(make_app):
     retention.expire(app)
     assert set(read(store_of(app), "crowds", "app-usage", 1)) == {TODAY, "all"}
     assert crowds(app, "all") == CrowdRow("app-usage", 1, "all", 13, 0, 4)
+
+
+def test_the_refresh_keeps_each_crowds_epsilon_and_a_read_uses_it_while_it_holds(app, client):
+    config = key_config(client)
+    assert post_batch(client, [request_of(config, r) for r in reports(50)]).get_json()["accepted"] == 50
+    delta = app.config["LDP_SHUFFLE_DELTA"]
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    kept = crowds(app)
+    assert (kept.epsilon_crowd, kept.epsilon_delta, kept.epsilon_shuffled) == (
+        50, delta, shuffle_epsilon(50, SCHEMA.epsilon, delta))
+    assert crowds(app, "all").epsilon_shuffled == kept.epsilon_shuffled
+
+    def shown() -> set:
+        rows = client.get("/api/v1/estimates?schema=app-usage").get_json()["estimates"]
+        return {(r["window"], r["crowd"], r["epsilon_shuffled"]) for r in rows}
+
+    # A read shows what the refresh kept (marked here behind the store's back to tell it from a computation).
+    sql(app.config["LDP_DB"], "UPDATE crowds SET epsilon_shuffled = 0.125")
+    assert shown() == {(TODAY, 50, 0.125), ("all", 50, 0.125)}
+    # A smaller crowd since: computed at the read until the next refresh keeps it.
+    assert post_batch(client, [request_of(config, r) for r in reports(3)]).get_json()["accepted"] == 3
+    fresh = shuffle_epsilon(3, SCHEMA.epsilon, delta)
+    assert shown() == {(TODAY, 3, fresh), ("all", 3, fresh)}
+    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    assert crowds(app).epsilon_shuffled == fresh and crowds(app).epsilon_crowd == 3

@@ -65,7 +65,7 @@ from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
-from .rows import NOT_READ, Increments, ReportRow
+from .rows import CROWD_COUNTS, NOT_READ, Increments, ReportRow
 
 if TYPE_CHECKING:
     from .store import Store
@@ -164,7 +164,7 @@ class PostgresTx(Tx):
             sums = [(*b[:6], float(b.amount)) for b in increments.breakdowns]
             self.conn.execute(_ADD_BREAKDOWN_SUMS, _columns(sums, 7))
         if increments.crowds:
-            self.conn.execute(_ADD_CROWDS, _columns(increments.crowds, 6))
+            self.conn.execute(_ADD_CROWDS, _columns(increments.crowds, CROWD_COUNTS))
         windows = dirty_windows(increments)
         if windows:
             self.conn.execute(_MARK_DIRTY, _columns(windows, 3))

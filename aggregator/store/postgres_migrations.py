@@ -86,15 +86,18 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     """),
     # The relay (DESIGN.md, "Relay and amplification"): the Oblivious HTTP keys every node shares (a
     # one-byte key id, reused once its private half is gone), and per (schema, version, window) the
-    # reports that came through relays and directly and the smallest crowd of a relay batch. The
-    # reports stored before came directly: counted from those retained (the rollup over them too).
+    # reports that came through relays and directly, the smallest crowd of a relay batch, and the
+    # central epsilon the refresh computed for a crowd at a delta. The reports stored before came
+    # directly: counted from those retained (the rollup over them too).
     ("m007_relay", f"""
         CREATE TABLE ohttp_keys (key_id integer PRIMARY KEY CHECK (key_id BETWEEN 0 AND 255),
             public_key bytea NOT NULL, private_key bytea, created bigint NOT NULL, retired bigint);
         CREATE TABLE crowds ({_KEY}, relayed bigint NOT NULL, direct bigint NOT NULL, crowd bigint,
+            epsilon_crowd bigint, epsilon_delta double precision, epsilon_shuffled double precision,
             PRIMARY KEY (schema, version, "window"));
-        INSERT INTO crowds SELECT schema, version, "window", 0, count(*), NULL FROM reports
-            GROUP BY schema, version, "window";
-        INSERT INTO crowds SELECT schema, version, '{ROLLUP}', 0, count(*), NULL FROM reports GROUP BY schema, version;
+        INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, "window", 0, count(*)
+            FROM reports GROUP BY schema, version, "window";
+        INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, '{ROLLUP}', 0, count(*)
+            FROM reports GROUP BY schema, version;
     """),
 )

@@ -105,6 +105,16 @@ class CrowdRow(NamedTuple):
     relayed: int
     direct: int
     crowd: int | None
+    # What the refresh computed (:mod:`..estimation.crowds`): the central epsilon of a crowd of
+    # ``epsilon_crowd`` at ``epsilon_delta``; stale once the crowd or LDP_SHUFFLE_DELTA moved. Not
+    # part of an increment.
+    epsilon_crowd: int | None = None
+    epsilon_delta: float | None = None
+    epsilon_shuffled: float | None = None
+
+
+# The columns of :class:`CrowdRow` ingest adds (the rest is the refresh's).
+CROWD_COUNTS = 6
 
 
 @dataclass

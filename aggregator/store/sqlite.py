@@ -24,7 +24,7 @@ from sqlite_utils import Database as SqliteUtilsDatabase
 from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreError, StoreUnavailable
 from .rollup import dirty_windows
-from .rows import Increments, ReportRow
+from .rows import CROWD_COUNTS, Increments, ReportRow
 from .sqlite_connection import BUSY_TIMEOUT, Connections, classify
 from .sqlite_migrations import MIGRATIONS
 
@@ -69,7 +69,7 @@ class SQLiteTx(Tx):
                               "amount) VALUES (?, ?, ?, ?, ?, ?, ?) "
                               "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount", increments.breakdowns)
         self.conn.executemany('INSERT INTO crowds (schema, version, "window", relayed, direct, crowd) '
-                              "VALUES (?, ?, ?, ?, ?, ?)" + CROWDS_UPSERT, increments.crowds)
+                              "VALUES (?, ?, ?, ?, ?, ?)" + CROWDS_UPSERT, [c[:CROWD_COUNTS] for c in increments.crowds])
         # random(): a mark is never reused, so a refresh that read an older mark never clears a newer one.
         self.conn.executemany('INSERT INTO dirty (schema, version, "window", mark) VALUES (?, ?, ?, random()) '
                               "ON CONFLICT DO UPDATE SET mark = excluded.mark", dirty_windows(increments))

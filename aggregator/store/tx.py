@@ -238,8 +238,27 @@ class Tx:
         a row per retained window, so reading them all costs as little as a page of estimates."""
         p = self.param
         return {row[2]: CrowdRow(*row) for row in self._all(
-            f'SELECT schema, version, "window", relayed, direct, crowd FROM crowds WHERE schema = {p} AND version = {p}',
+            f"SELECT {self._columns(CrowdRow._fields)} FROM crowds WHERE schema = {p} AND version = {p}",
             (schema, version))}
+
+    def epsilons_due(self, delta: float) -> list[CrowdRow]:
+        """The windows (the rollups among them) whose crowd has no central epsilon computed at
+        ``delta`` for it yet: a relay batch made it smaller, or LDP_SHUFFLE_DELTA changed."""
+        return [CrowdRow(*row) for row in self._all(
+            f"SELECT {self._columns(CrowdRow._fields)} FROM crowds WHERE crowd IS NOT NULL AND (epsilon_crowd IS NULL "
+            f"OR epsilon_crowd != crowd OR epsilon_delta != {self.param}) ORDER BY schema, version, \"window\"",
+            (delta,))]
+
+    def save_epsilons(self, rows: Sequence[CrowdRow]) -> None:
+        """Keep each row's computed ``epsilon_*`` unless its window's crowd changed since it was read;
+        a new generation (what is derived from the rows, the dashboard's pages, is made again)."""
+        p = self.param
+        self.conn.cursor().executemany(
+            f"UPDATE crowds SET epsilon_crowd = {p}, epsilon_delta = {p}, epsilon_shuffled = {p} "
+            f'WHERE schema = {p} AND version = {p} AND "window" = {p} AND crowd = {p}',
+            [(r.epsilon_crowd, r.epsilon_delta, r.epsilon_shuffled, r.schema, r.version, r.window, r.epsilon_crowd)
+             for r in rows])
+        self.next_generation()
 
     # -- Oblivious HTTP keys ---------------------------------------------------------------------
 
