@@ -1,4 +1,4 @@
-"""Bearer-token checks for admin calls and (when ``LDP_READ_TOKEN`` is set) reads.
+"""Bearer-token checks for admin calls, relays' batches and (when ``LDP_READ_TOKEN`` is set) reads.
 
 No token: 401 with ``WWW-Authenticate``. A token that is not the right one: 403. Tokens are
 compared in constant time (``hmac.compare_digest``) so response times leak nothing about them.
@@ -24,8 +24,13 @@ _PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 def bearer_token() -> str | None:
-    """The token of an ``Authorization: Bearer`` header, if any."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    """The token of the request's ``Authorization: Bearer`` header, if any."""
+    return bearer_of(request.headers.get("Authorization"))
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """The token of an ``Authorization`` header's value, if it is ``Bearer <token>``."""
+    scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
 
@@ -71,6 +76,27 @@ def require_admin() -> None:
                        headers=_CHALLENGE)
     if not matches(token, current_app.config["LDP_ADMIN_TOKEN"]):
         raise ApiError(403, "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
+
+
+def is_relay(token: str | None, tokens: tuple[str, ...]) -> bool:
+    """Whether ``token`` is one of the relays' ``tokens`` (``LDP_RELAY_TOKENS``): each compared in
+    constant time, and all of them, so the time tells neither which nor how close."""
+    if token is None:
+        return False
+    found = False
+    for expected in tokens:
+        found |= matches(token, expected)
+    return found
+
+
+def require_relay() -> None:
+    """Raise 401/403 unless the request carries one of the relays' tokens."""
+    token = bearer_token()
+    if token is None:
+        raise ApiError(401, "this call is a relay's: Authorization: Bearer <one of LDP_RELAY_TOKENS>",
+                       headers=_CHALLENGE)
+    if not is_relay(token, current_app.config["LDP_RELAY_TOKENS"]):
+        raise ApiError(403, "the relay token is wrong (or LDP_RELAY_TOKENS is not set on this server)")
 
 
 def require_reader() -> None:

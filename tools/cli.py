@@ -424,6 +424,40 @@ def add_breakdown(schema_name: str, schema_version: int | None, of: str, by: str
     click.echo(f"breakdown of {of} by {by} in {schema_name} version {version}: {what}")
 
 
+@main.group("relay-key")
+def relay_key() -> None:
+    """The aggregator's Oblivious HTTP keys, which relayed reports are encrypted to."""
+
+
+@relay_key.command("rotate")
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="The aggregator's database (a file, or a postgresql:// URL) [env LDP_DB].")
+def relay_key_rotate(db: str | None) -> None:
+    """Make a new key (under the smallest key id not accepted now) and retire the current one: it
+    stays accepted for LDP_RELAY_KEY_GRACE seconds, then its private half is deleted. Clients and
+    relays take the new key within a day (they refetch the keys then); every node reads it from the
+    database."""
+    from ..aggregator import migrated_database, ohttp_keys
+    from ..aggregator.settings import SettingsError, load
+
+    try:
+        values = load({"LDP_DB": db} if db is not None else {}, config_source="command line")
+        database = migrated_database(values)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        now, grace = int(time.time()), values["LDP_RELAY_KEY_GRACE"]
+        key = ohttp_keys.rotate(database.store, now, grace)
+        others = [k for k in ohttp_keys.accepted(database.store.run_tx("ohttp_keys", lambda tx: tx.ohttp_keys(),
+                                                                       write=False), now, grace) if k != key]
+    finally:
+        database.store.close()
+    click.echo(f"new key id {key.key_id} (public key {key.public_key.hex()})")
+    for k in others:
+        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((k.retired or now) + grace))
+        click.echo(f"key id {k.key_id} retired: accepted until {until}")
+
+
 @main.command()
 @click.option("--devices", "-n", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="How many devices to simulate.")

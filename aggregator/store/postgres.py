@@ -62,11 +62,11 @@ from psycopg import IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .tx import Tx
+from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
-from .rows import NOT_READ, Increments, ReportRow
+from .rows import CROWD_COUNTS, NOT_READ, Increments, ReportRow
 
 if TYPE_CHECKING:
     from .store import Store
@@ -123,6 +123,9 @@ _ADD_BREAKDOWN_SUMS = """
                          %s::double precision[])
     ON CONFLICT (schema, version, "window", breakdown, of_key, by_key)
     DO UPDATE SET amount = breakdown_counters.amount + excluded.amount"""
+_ADD_CROWDS = """
+    INSERT INTO crowds (schema, version, "window", relayed, direct, crowd)
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[])""" + CROWDS_UPSERT
 _MARK_DIRTY = """
     INSERT INTO dirty (schema, version, "window", mark)
     SELECT s, v, w, nextval('dirty_marks') FROM unnest(%s::text[], %s::integer[], %s::text[]) AS d(s, v, w)
@@ -145,6 +148,8 @@ class PostgresTx(Tx):
     update_lock = " FOR UPDATE"
     new_mark = "nextval('dirty_marks')"
     aggregate = "string_agg"
+    # Two nodes starting at once each find no key: the second waits here, then finds the first's.
+    keys_lock = "LOCK TABLE ohttp_keys IN SHARE ROW EXCLUSIVE MODE"
 
     def insert_new(self, rows: Sequence[ReportRow]) -> set[str]:
         # Each new id is also noted in ``unsettled``: rewritten by the next erase_arrival_order.
@@ -159,6 +164,8 @@ class PostgresTx(Tx):
         if increments.breakdowns:
             sums = [(*b[:6], float(b.amount)) for b in increments.breakdowns]
             self.conn.execute(_ADD_BREAKDOWN_SUMS, _columns(sums, 7))
+        if increments.crowds:
+            self.conn.execute(_ADD_CROWDS, _columns(increments.crowds, CROWD_COUNTS))
         windows = dirty_windows(increments)
         if windows:
             self.conn.execute(_MARK_DIRTY, _columns(windows, 3))
