@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import quote
 
 import requests
@@ -143,10 +143,12 @@ class Refresher:
         """Fetch the keys, then the schemas (each whether or not the other worked); whether both
         worked. A failure is logged once, until a refresh works again."""
         failures = []
-        for what in (lambda: fetch_keys(self.session, self.aggregator),
-                     lambda: fetch_schemas(self.session, self.aggregator, self.store.cache_entries())):
+        fetches: tuple[Callable[[], dict[str, bytes]], ...] = (
+            lambda: fetch_keys(self.session, self.aggregator),
+            lambda: fetch_schemas(self.session, self.aggregator, self.store.cache_entries()))
+        for fetch in fetches:
             try:
-                entries = what()
+                entries = fetch()
             except RuntimeError as exc:
                 failures.append(str(exc))
                 continue
