@@ -96,6 +96,7 @@ class Forwarder:
             self.metrics.discarded.inc(discarded)
             log.warning("relay: discarded %d request(s) older than --max-age (%d s)", discarded, self.settings.max_age)
             self.batch = None  # it may have gone with them; read it again
+            self.metrics.in_flight.set(0)
         if now - self.last_checkpoint >= CHECKPOINT_SECONDS:
             self.store.checkpoint()
             self.last_checkpoint = now
@@ -154,10 +155,9 @@ class Forwarder:
         self.stopped = status
         self.metrics.stopped.set(1)
         self.metrics.stopped_status.set(status)
-        log.error("relay: the aggregator answered HTTP %d to a batch of %d request(s) (%s: a wrong --token, a "
+        log.error("relay: the aggregator answered HTTP %d to a batch of %d request(s) (a wrong --token, a "
                   "batch over its LDP_MAX_RELAY_BODY, or no gateway at %s?). Sending has STOPPED; the batch and "
-                  "every stored request are kept. Mend it and restart the relay.", status, self.members,
-                  response.reason, self.url)
+                  "every stored request are kept. Mend it and restart the relay.", status, self.members, self.url)
         return TICK_SECONDS
 
     def _backoff(self, floor: float) -> float:

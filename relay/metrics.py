@@ -21,7 +21,8 @@ class RelayMetrics:
         stored_bytes = Gauge("ldp_relay_stored_bytes", "Bytes of the requests stored.", registry=self.registry)
         stored_bytes.set_function(lambda: usage.bytes)
         self.received = Counter("ldp_relay_received", "Requests stored and answered 202.", registry=self.registry)
-        self.refused = Counter("ldp_relay_refused", "POST /relay requests refused, by reason (size, media_type, "
+        # Not ldp_relay_refused: that is the aggregator's count of the requests its gateway refused.
+        self.refused = Counter("ldp_relay_post_refused", "POST /relay requests refused, by reason (size, media_type, "
                                "key, no_keys, full).", ["reason"], registry=self.registry)
         self.in_flight = Gauge("ldp_relay_batch_requests", "Requests in the batch formed and not yet acknowledged "
                                "(0: none).", registry=self.registry)

@@ -115,8 +115,8 @@ def test_post_relay_checks_size_media_type_and_key_with_cors_on_every_answer(rel
     assert [a.status_code for a in accepted] == [202] * 4
     assert all(a.content == b"" and has_cors(a) for a in accepted)
     assert metric(relay, "ldp_relay_stored_requests") == 4
-    assert metric(relay, "ldp_relay_refused_total", 'reason="key"') == 2
-    assert metric(relay, "ldp_relay_refused_total", 'reason="size"') == 7
+    assert metric(relay, "ldp_relay_post_refused_total", 'reason="key"') == 2
+    assert metric(relay, "ldp_relay_post_refused_total", 'reason="size"') == 7
 
 
 def test_the_preflight_and_other_methods(relays):
