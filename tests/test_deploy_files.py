@@ -124,3 +124,14 @@ def test_the_relay_has_its_compose_service_unit_and_page():
     for setting in RELAY_SETTINGS:  # every setting in the table, with its flag and its default
         default = "required" if setting.default is None else str(setting.default)
         assert f"| `{setting.flag}` | `{setting.variable}` | {default} |" in page, setting.variable
+
+
+def test_the_relays_proxy_keeps_and_forwards_no_client_address():
+    conf = (DEPLOY / "nginx-relay.conf").read_text()
+    log_format = re.search(r"^log_format relay_private (.*);$", conf, re.M).group(1)
+    assert "$remote_addr" not in log_format and "$http_" not in log_format and "$time" not in log_format
+    assert re.search(r"^\s*access_log \S+ relay_private;", conf, re.M)
+    assert "proxy_pass http://127.0.0.1:8001;" in conf and "client_max_body_size 64k;" in conf
+    assert 'X-Forwarded-For ""' in conf and 'X-Real-IP ""' in conf and 'Forwarded ""' in conf
+    # the slow-down is keyed by address in nginx's memory: never a file
+    assert re.search(r"^limit_req_zone \$binary_remote_addr zone=relay_posts:\d+m", conf, re.M)
