@@ -151,10 +151,13 @@ class RelayApp:
         self.writer = Writer(store)
         self.forwarder = Forwarder(settings, RelayStore(settings.db, self.usage), self.metrics)
         self.refresher = Refresher(settings.aggregator, RelayStore(settings.db, self.usage), self.cache)
+        # Once before the first answer, so that a relay that can reach its aggregator serves its
+        # keys and schemas from its first request on (the connections wait in the listen queue).
+        self.refreshed = self.refresher.refresh()
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         for name, target in (("writer", self.writer.run), ("forwarder", lambda: self.forwarder.run(self.stop)),
-                             ("refresher", lambda: self.refresher.run(self.stop))):
+                             ("refresher", lambda: self.refresher.run(self.stop, self.refreshed))):
             thread = threading.Thread(target=target, name=f"relay-{name}", daemon=True)
             thread.start()
             self.threads.append(thread)

@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 300.0
 # Seconds before trying again after a refresh failed (the aggregator restarting, the network).
 RETRY_SECONDS = 30.0
-# Seconds one fetch may take.
-FETCH_SECONDS = 30.0
+# Seconds one fetch may take (the first refresh delays the relay's start by as much).
+FETCH_SECONDS = 10.0
 # Schema documents fetched in one refresh at most: a bound on the work an aggregator with very
 # many versions makes (what is not fetched now is fetched at the next refresh).
 MAX_FETCHES = 1000
@@ -162,6 +162,7 @@ class Refresher:
         self.failing = failing
         return failing is None
 
-    def run(self, stop: threading.Event) -> None:
-        while not stop.wait(REFRESH_SECONDS if self.refresh() else RETRY_SECONDS):
-            pass
+    def run(self, stop: threading.Event, worked: bool) -> None:
+        """Refresh until ``stop`` is set; ``worked``: whether the refresh just before did."""
+        while not stop.wait(REFRESH_SECONDS if worked else RETRY_SECONDS):
+            worked = self.refresh()
