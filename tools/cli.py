@@ -234,6 +234,42 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
         migrated_database(values).store.close()
 
 
+def _relay_options(command: Command) -> Command:
+    """One ``relay`` flag per relay setting (``LDP_RELAY_MIN_BATCH`` -> ``--min-batch``)."""
+    from ..relay.settings import SETTINGS as RELAY_SETTINGS
+
+    for setting in reversed(RELAY_SETTINGS):
+        default = "required" if setting.default is None else f"default: {setting.default}"
+        command = click.option(setting.flag, setting.variable.lower(), default=None, metavar="VALUE",
+                               help=f"{setting.help} [env {setting.variable}; {default}]")(command)
+    return command
+
+
+@main.command()
+@_relay_options
+def relay(**flags: str | None) -> None:
+    """Run a relay: it takes each client's encrypted report, stores it with the hour it came, and
+    hands the aggregator shuffled batches, so the aggregator sees each report only in a crowd.
+
+    Run it apart from the aggregator's operator (DESIGN.md, "Relay and amplification"). Every
+    setting comes from its flag, else its LDP_RELAY_* variable, else its default. Prefer the
+    environment for the token: flags show up in the process list.
+    """
+    import os
+
+    from ..relay.server import serve as run_relay
+    from ..relay.settings import RelaySettingsError, load
+    from ..relay.store import RelayStore, StoreUnusable, Usage
+
+    given = {name.upper(): value for name, value in flags.items() if value is not None}
+    try:
+        settings = load(os.environ, source=given)
+        RelayStore(settings.db, Usage()).close()  # a file that cannot be used stops start-up here
+    except (RelaySettingsError, StoreUnusable) as exc:
+        raise click.ClickException(str(exc)) from None
+    run_relay(settings, os.environ)
+
+
 TCP_MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
 
 
