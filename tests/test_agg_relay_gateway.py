@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer, publish, read, settle, sql, store_of, stored_counters, expected_counters
+from conftest import (ADMIN, APP_USAGE, LiveServer, db_state, expected_counters, publish, read, settle, sql, store_of,
+                      stored_counters)
 
 from ldp_telemetry.aggregator.http import gateway
 from ldp_telemetry.aggregator.store import CrowdRow
@@ -230,13 +231,7 @@ def test_refusals_of_the_whole_batch_change_nothing(make_app):
     publish(client)
     config = key_config(client)
     batch = ohttp.frame_batch([request_of(config, r) for r in reports(3)])
-    location = app.config["LDP_DB"]
-
-    def state():
-        settle(app)
-        return [sql(location, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in ("reports", "totals", "crowds")]
-
-    before = state()
+    before = db_state(app)
     url = "/api/v1/relay/batches"
     answers = [
         client.post(url, data=batch, headers={"Content-Type": ohttp.BATCH_MEDIA_TYPE}),
@@ -249,7 +244,7 @@ def test_refusals_of_the_whole_batch_change_nothing(make_app):
     ]
     statuses = [a.status_code for a in answers]
     assert statuses == [401, 403, 403, 415, 413, 400, 400]
-    assert state() == before
+    assert db_state(app) == before
     assert refused_metric(client) == {"key": 0.0, "decrypt": 0.0, "request": 0.0, "report": 0.0}
 
 
