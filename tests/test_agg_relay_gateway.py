@@ -347,3 +347,46 @@ def test_the_refresh_keeps_each_crowds_epsilon_and_a_read_uses_it_while_it_holds
     assert shown() == {(TODAY, 3, fresh), ("all", 3, fresh)}
     assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
     assert crowds(app).epsilon_shuffled == fresh and crowds(app).epsilon_crowd == 3
+
+
+def test_exactly_once_with_relay_batches_and_direct_posts_at_once(app, client):
+    """Threads post overlapping relay batches and direct batches of the same reports at once: each
+    report is stored and counted once, and every stored report is counted as relayed or direct once."""
+    import threading
+
+    config = key_config(client)
+    sent = reports(120)
+    relayed_parts = [sent[0:60], sent[30:90], sent[60:120]]
+    direct_parts = [sent[10:40], sent[80:110]]
+    answers: list[dict] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(relayed_parts) + len(direct_parts), timeout=30)
+
+    def relay(part: list[dict]) -> None:
+        batch = [request_of(config, r) for r in part]
+        start.wait()
+        try:
+            answers.append(post_batch(app.test_client(), batch).get_json())
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    def direct(part: list[dict]) -> None:
+        start.wait()
+        try:
+            assert app.test_client().post("/api/v1/reports", json={"reports": part}).status_code == 202
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=relay, args=(p,)) for p in relayed_parts] + [
+        threading.Thread(target=direct, args=(p,)) for p in direct_parts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
+    row = crowds(app)
+    assert row.relayed + row.direct == 120
+    assert row.relayed == sum(a["accepted"] for a in answers)
+    assert sum(a["accepted"] + a["duplicates"] for a in answers) == sum(map(len, relayed_parts))
+    assert row.crowd == min(a["accepted"] for a in answers if a["accepted"])
