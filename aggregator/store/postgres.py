@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -203,6 +204,13 @@ class PostgresTx(Tx):
         return ids
 
 
+def _reset(conn: psycopg.Connection) -> None:
+    """A connection goes back to the pool as it came: the next user (a write, the health probe)
+    must not begin a read's read-only snapshot."""
+    conn.isolation_level = None
+    conn.read_only = None
+
+
 class PostgresBackend:
     """The database at the URL ``location``; a connection pool per process."""
 
@@ -242,7 +250,7 @@ class PostgresBackend:
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ConnectionPool(self.location, min_size=1, max_size=POOL_SIZE, open=True,
                                             timeout=self.busy_timeout, kwargs=self._kwargs,
-                                            configure=self._configure, name="ldp-telemetry")
+                                            configure=self._configure, reset=_reset, name="ldp-telemetry")
                 self._pool_pid = os.getpid()
             return self._pool
 
@@ -259,7 +267,11 @@ class PostgresBackend:
     def transaction(self, write: bool) -> Iterator[psycopg.Connection]:
         with self._connections().connection() as conn:
             if not write:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # psycopg writes these into the transaction's BEGIN: a read costs no round trip of
+                # its own to say what it is (one snapshot for every statement, no writes); the
+                # pool's reset (_reset) takes them off again.
+                conn.isolation_level = IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
             yield conn
 
     def classify(self, exc: Exception) -> StoreError | None:
