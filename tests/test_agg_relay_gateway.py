@@ -390,3 +390,17 @@ def test_exactly_once_with_relay_batches_and_direct_posts_at_once(app, client):
     assert row.relayed == sum(a["accepted"] for a in answers)
     assert sum(a["accepted"] + a["duplicates"] for a in answers) == sum(map(len, relayed_parts))
     assert row.crowd == min(a["accepted"] for a in answers if a["accepted"])
+
+
+def test_a_request_whose_content_passes_ldp_max_body_is_refused_alone(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW, LDP_RELAY_TOKENS=RELAY_TOKEN, LDP_MAX_BODY=4096)
+    client = app.test_client()
+    publish(client)
+    config = key_config(client)
+    many = reports(40)
+    large = content(*many)
+    assert len(large) > 4096
+    oversize = request_of(config, message=ohttp.bhttp_request(large, -(-(len(large) + 200) // 1024) * 1024))
+    answer = post_batch(client, [oversize, request_of(config, many[0])])
+    assert answer.get_json() == {"accepted": 1, "duplicates": 0, "refused": 1}
+    assert refused_metric(client)["request"] == 1.0
