@@ -259,9 +259,9 @@ def test_more_requests_than_a_batch_may_hold_are_refused_whole(make_app):
     assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(0,)]
 
 
-@pytest.mark.sqlite_only
-def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tmp_path):
-    server = LiveServer(tmp_path / "live.db", workers=1, log_path=tmp_path / "live.log",
+def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tmp_path, backend, new_db):
+    location = new_db() if backend == "postgres" else str(tmp_path / "live.db")
+    server = LiveServer(location, workers=1, log_path=tmp_path / "live.log",
                         env={"LDP_RELAY_TOKENS": RELAY_TOKEN, "LDP_MAX_BODY": "8192", "LDP_MAX_RELAY_BODY": "65536"})
     server.start()
     try:
@@ -283,8 +283,7 @@ def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tm
         assert too_big.status_code == 413
     finally:
         server.stop()
-    assert sql(str(tmp_path / "live.db"), "SELECT relayed, direct, crowd FROM crowds WHERE \"window\" = 'all'") == [
-        (40, 0, 40)]
+    assert sql(location, "SELECT relayed, direct, crowd FROM crowds WHERE \"window\" = 'all'") == [(40, 0, 40)]
 
 
 @pytest.mark.sqlite_only
@@ -404,3 +403,16 @@ def test_a_request_whose_content_passes_ldp_max_body_is_refused_alone(make_app):
     answer = post_batch(client, [oversize, request_of(config, many[0])])
     assert answer.get_json() == {"accepted": 1, "duplicates": 0, "refused": 1}
     assert refused_metric(client)["request"] == 1.0
+
+
+def test_without_relay_tokens_no_batch_is_taken(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client)
+    batch = ohttp.frame_batch([request_of(key_config(client), *reports(1))])
+    assert post_batch(client, [], headers={"Content-Type": ohttp.BATCH_MEDIA_TYPE}).status_code == 401
+    for token in (RELAY_TOKEN, ADMIN["Authorization"][7:]):
+        answer = client.post("/api/v1/relay/batches", data=batch,
+                             headers={**RELAY, "Authorization": f"Bearer {token}"})
+        assert answer.status_code == 403 and "LDP_RELAY_TOKENS" in answer.get_json()["error"]
+    assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(0,)]
