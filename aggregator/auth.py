@@ -7,7 +7,7 @@ compared in constant time (``hmac.compare_digest``) so response times leak nothi
 from __future__ import annotations
 
 import hmac
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import quote, urlencode
 
 from flask import current_app, redirect, request
@@ -68,14 +68,21 @@ def without_token(path: str, args: Mapping[str, str]) -> Response:
     return redirect(location + (f"?{urlencode(query)}" if query else ""))
 
 
-def require_admin() -> None:
-    """Raise 401/403 unless the request carries the admin token."""
+def _require(accepts: Callable[[str], bool], needs: str, wrong: str) -> None:
+    """Raise 401 (saying what the call ``needs``) without a bearer token, 403 (``wrong``) unless
+    ``accepts`` it."""
     token = bearer_token()
     if token is None:
-        raise ApiError(401, "this call needs the admin token: Authorization: Bearer <LDP_ADMIN_TOKEN>",
-                       headers=_CHALLENGE)
-    if not matches(token, current_app.config["LDP_ADMIN_TOKEN"]):
-        raise ApiError(403, "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
+        raise ApiError(401, f"this call needs {needs}", headers=_CHALLENGE)
+    if not accepts(token):
+        raise ApiError(403, wrong)
+
+
+def require_admin() -> None:
+    """Raise 401/403 unless the request carries the admin token."""
+    _require(lambda token: matches(token, current_app.config["LDP_ADMIN_TOKEN"]),
+             "the admin token: Authorization: Bearer <LDP_ADMIN_TOKEN>",
+             "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
 
 
 def is_relay(token: str | None, tokens: tuple[str, ...]) -> bool:
@@ -91,12 +98,9 @@ def is_relay(token: str | None, tokens: tuple[str, ...]) -> bool:
 
 def require_relay() -> None:
     """Raise 401/403 unless the request carries one of the relays' tokens."""
-    token = bearer_token()
-    if token is None:
-        raise ApiError(401, "this call is a relay's: Authorization: Bearer <one of LDP_RELAY_TOKENS>",
-                       headers=_CHALLENGE)
-    if not is_relay(token, current_app.config["LDP_RELAY_TOKENS"]):
-        raise ApiError(403, "the relay token is wrong (or LDP_RELAY_TOKENS is not set on this server)")
+    _require(lambda token: is_relay(token, current_app.config["LDP_RELAY_TOKENS"]),
+             "a relay's token: Authorization: Bearer <one of LDP_RELAY_TOKENS>",
+             "the relay token is wrong (or LDP_RELAY_TOKENS is not set on this server)")
 
 
 def require_reader() -> None:

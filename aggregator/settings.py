@@ -81,15 +81,58 @@ def _optional_token(value: Any) -> str | None:
     return value
 
 
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _parts(value: Any, what: str) -> tuple[str, ...]:
+    """The non-empty parts of a comma-separated text (or of a list of them); ``what`` the text must
+    be, for the message."""
+    if isinstance(value, (tuple, list)):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be {what}, got {value!r}")
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _addresses(value: Any) -> tuple[str, ...]:
+    """Comma-separated IP addresses, or ``*`` for every peer."""
+    addresses = _parts(value, "comma-separated IP addresses or *")
+    for address in addresses:
+        if address != "*":
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"must be comma-separated IP addresses or *, got {address!r}") from None
+    return addresses
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``*``, or comma-separated web origins (``scheme://host[:port]``, no path); never ``null``,
+    which sandboxed frames and local files share, so allowing it would allow any of them."""
+    origins = _parts(value, "* or comma-separated origins")
+    if origins == ("*",):
+        return origins
+    for origin in origins:
+        if not re.fullmatch(r"https?://[^/\s*,]+", origin):
+            raise ValueError(f"must be * or comma-separated origins like https://app.example.org (no path, never "
+                             f"null), got {origin!r}")
+    if not origins:
+        raise ValueError("must be * or at least one origin")
+    return origins
+
+
 def _relay_tokens(value: Any) -> tuple[str, ...]:
     """Comma-separated bearer tokens, one per relay, each of at least :data:`MIN_RELAY_TOKEN`
     printable characters without spaces (a relay's token is all that stands between a stranger
     and a 128 MiB body); empty: no relay may post."""
-    if isinstance(value, (tuple, list)):
-        value = ",".join(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be comma-separated tokens, got {value!r}")
-    tokens = tuple(part.strip() for part in value.split(",") if part.strip())
+    tokens = _parts(value, "comma-separated tokens")
     for token in tokens:
         if len(token) < MIN_RELAY_TOKEN or not token.isprintable() or " " in token:
             raise ValueError(f"must be comma-separated tokens of at least {MIN_RELAY_TOKEN} printable characters "
@@ -105,51 +148,6 @@ def _key_grace(value: Any) -> float:
         raise ValueError(f"must exceed the relays' --max-age ({RELAY_MAX_AGE:g} s, 7 days) plus one day "
                          f"({RELAY_MAX_AGE + DAY:g} s), got {value!r}")
     return seconds
-
-
-def _choice(*options: str) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        text = str(value).strip().lower()
-        if text not in options:
-            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
-        return text
-
-    return parse
-
-
-def _addresses(value: Any) -> tuple[str, ...]:
-    """Comma-separated IP addresses, or ``*`` for every peer."""
-    if isinstance(value, (tuple, list)):
-        value = ",".join(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be comma-separated IP addresses or *, got {value!r}")
-    addresses = tuple(part.strip() for part in value.split(",") if part.strip())
-    for address in addresses:
-        if address != "*":
-            try:
-                ipaddress.ip_address(address)
-            except ValueError:
-                raise ValueError(f"must be comma-separated IP addresses or *, got {address!r}") from None
-    return addresses
-
-
-def _origins(value: Any) -> tuple[str, ...]:
-    """``*``, or comma-separated web origins (``scheme://host[:port]``, no path); never ``null``,
-    which sandboxed frames and local files share, so allowing it would allow any of them."""
-    if isinstance(value, (tuple, list)):
-        value = ",".join(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be * or comma-separated origins, got {value!r}")
-    origins = tuple(part.strip() for part in value.split(",") if part.strip())
-    if origins == ("*",):
-        return origins
-    for origin in origins:
-        if not re.fullmatch(r"https?://[^/\s*,]+", origin):
-            raise ValueError(f"must be * or comma-separated origins like https://app.example.org (no path, never "
-                             f"null), got {origin!r}")
-    if not origins:
-        raise ValueError("must be * or at least one origin")
-    return origins
 
 
 def _boolean(value: Any) -> bool:

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer, publish, read, settle, sql, store_of, stored_counters, expected_counters
+from conftest import (ADMIN, APP_USAGE, LiveServer, db_state, expected_counters, publish, read, settle, sql, store_of,
+                      stored_counters)
 
 from ldp_telemetry.aggregator.http import gateway
 from ldp_telemetry.aggregator.store import CrowdRow
@@ -230,13 +231,7 @@ def test_refusals_of_the_whole_batch_change_nothing(make_app):
     publish(client)
     config = key_config(client)
     batch = ohttp.frame_batch([request_of(config, r) for r in reports(3)])
-    location = app.config["LDP_DB"]
-
-    def state():
-        settle(app)
-        return [sql(location, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in ("reports", "totals", "crowds")]
-
-    before = state()
+    before = db_state(app)
     url = "/api/v1/relay/batches"
     answers = [
         client.post(url, data=batch, headers={"Content-Type": ohttp.BATCH_MEDIA_TYPE}),
@@ -249,7 +244,7 @@ def test_refusals_of_the_whole_batch_change_nothing(make_app):
     ]
     statuses = [a.status_code for a in answers]
     assert statuses == [401, 403, 403, 415, 413, 400, 400]
-    assert state() == before
+    assert db_state(app) == before
     assert refused_metric(client) == {"key": 0.0, "decrypt": 0.0, "request": 0.0, "report": 0.0}
 
 
@@ -264,9 +259,9 @@ def test_more_requests_than_a_batch_may_hold_are_refused_whole(make_app):
     assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(0,)]
 
 
-@pytest.mark.sqlite_only
-def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tmp_path):
-    server = LiveServer(tmp_path / "live.db", workers=1, log_path=tmp_path / "live.log",
+def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tmp_path, backend, new_db):
+    location = new_db() if backend == "postgres" else str(tmp_path / "live.db")
+    server = LiveServer(location, workers=1, log_path=tmp_path / "live.log",
                         env={"LDP_RELAY_TOKENS": RELAY_TOKEN, "LDP_MAX_BODY": "8192", "LDP_MAX_RELAY_BODY": "65536"})
     server.start()
     try:
@@ -288,8 +283,7 @@ def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tm
         assert too_big.status_code == 413
     finally:
         server.stop()
-    assert sql(str(tmp_path / "live.db"), "SELECT relayed, direct, crowd FROM crowds WHERE \"window\" = 'all'") == [
-        (40, 0, 40)]
+    assert sql(location, "SELECT relayed, direct, crowd FROM crowds WHERE \"window\" = 'all'") == [(40, 0, 40)]
 
 
 @pytest.mark.sqlite_only
@@ -352,3 +346,73 @@ def test_the_refresh_keeps_each_crowds_epsilon_and_a_read_uses_it_while_it_holds
     assert shown() == {(TODAY, 3, fresh), ("all", 3, fresh)}
     assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
     assert crowds(app).epsilon_shuffled == fresh and crowds(app).epsilon_crowd == 3
+
+
+def test_exactly_once_with_relay_batches_and_direct_posts_at_once(app, client):
+    """Threads post overlapping relay batches and direct batches of the same reports at once: each
+    report is stored and counted once, and every stored report is counted as relayed or direct once."""
+    import threading
+
+    config = key_config(client)
+    sent = reports(120)
+    relayed_parts = [sent[0:60], sent[30:90], sent[60:120]]
+    direct_parts = [sent[10:40], sent[80:110]]
+    answers: list[dict] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(relayed_parts) + len(direct_parts), timeout=30)
+
+    def relay(part: list[dict]) -> None:
+        batch = [request_of(config, r) for r in part]
+        start.wait()
+        try:
+            answers.append(post_batch(app.test_client(), batch).get_json())
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    def direct(part: list[dict]) -> None:
+        start.wait()
+        try:
+            assert app.test_client().post("/api/v1/reports", json={"reports": part}).status_code == 202
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=relay, args=(p,)) for p in relayed_parts] + [
+        threading.Thread(target=direct, args=(p,)) for p in direct_parts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, sent)
+    row = crowds(app)
+    assert row.relayed + row.direct == 120
+    assert row.relayed == sum(a["accepted"] for a in answers)
+    assert sum(a["accepted"] + a["duplicates"] for a in answers) == sum(map(len, relayed_parts))
+    assert row.crowd == min(a["accepted"] for a in answers if a["accepted"])
+
+
+def test_a_request_whose_content_passes_ldp_max_body_is_refused_alone(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW, LDP_RELAY_TOKENS=RELAY_TOKEN, LDP_MAX_BODY=4096)
+    client = app.test_client()
+    publish(client)
+    config = key_config(client)
+    many = reports(40)
+    large = content(*many)
+    assert len(large) > 4096
+    oversize = request_of(config, message=ohttp.bhttp_request(large, -(-(len(large) + 200) // 1024) * 1024))
+    answer = post_batch(client, [oversize, request_of(config, many[0])])
+    assert answer.get_json() == {"accepted": 1, "duplicates": 0, "refused": 1}
+    assert refused_metric(client)["request"] == 1.0
+
+
+def test_without_relay_tokens_no_batch_is_taken(make_app):
+    app = make_app(LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client)
+    batch = ohttp.frame_batch([request_of(key_config(client), *reports(1))])
+    assert post_batch(client, [], headers={"Content-Type": ohttp.BATCH_MEDIA_TYPE}).status_code == 401
+    for token in (RELAY_TOKEN, ADMIN["Authorization"][7:]):
+        answer = client.post("/api/v1/relay/batches", data=batch,
+                             headers={**RELAY, "Authorization": f"Bearer {token}"})
+        assert answer.status_code == 403 and "LDP_RELAY_TOKENS" in answer.get_json()["error"]
+    assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(0,)]

@@ -194,7 +194,7 @@ def _setting_options(command: Command) -> Command:
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
     for setting in reversed(SETTINGS):
         default = setting.default
-        default = "unset" if default is None else ",".join(default) if isinstance(default, tuple) else default
+        default = "unset" if default in (None, ()) else ",".join(default) if isinstance(default, tuple) else default
         command = click.option(setting.flag, setting.name.lower(), default=None, metavar="VALUE",
                                help=f"{setting.help} [env {setting.name}; default: {default}]")(command)
     return command

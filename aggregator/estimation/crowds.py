@@ -34,19 +34,15 @@ def relay_fields(row: CrowdRow | None, epsilon: float, delta: float) -> dict[str
     then)."""
     if row is None:
         return {"relayed": None, "crowd": None, "epsilon_shuffled": None, "delta": None}
-    total = row.relayed + row.direct
-    return {"relayed": row.relayed / total if total else None, "crowd": row.crowd,
-            "epsilon_shuffled": None if row.crowd is None else central_epsilon(row, epsilon, delta),
-            "delta": None if row.crowd is None else delta}
-
-
-def central_epsilon(row: CrowdRow, epsilon: float, delta: float) -> float:
-    """The central ε of ``row``'s crowd: the one the refresh kept when it is for this crowd and
-    ``delta``, else computed now."""
-    assert row.crowd is not None
-    if row.epsilon_shuffled is not None and (row.epsilon_crowd, row.epsilon_delta) == (row.crowd, delta):
-        return row.epsilon_shuffled
-    return shuffle_epsilon(row.crowd, epsilon, delta)
+    total, crowd = row.relayed + row.direct, row.crowd
+    if crowd is None:
+        central = None
+    elif row.epsilon_shuffled is not None and (row.epsilon_crowd, row.epsilon_delta) == (crowd, delta):
+        central = row.epsilon_shuffled  # what the refresh kept for this crowd at this delta
+    else:
+        central = shuffle_epsilon(crowd, epsilon, delta)  # a crowd changed since the last refresh
+    return {"relayed": row.relayed / total if total else None, "crowd": crowd, "epsilon_shuffled": central,
+            "delta": None if crowd is None else delta}
 
 
 def save_epsilons(app: Flask) -> int:

@@ -319,7 +319,7 @@ class PostgresBackend:
             conn.execute(f"SET LOCAL statement_timeout = {milliseconds}")
             # The locks ingest takes (another session's EXCLUSIVE or stronger lock waits us out), and
             # a write that changes no row: refused in a read-only transaction or on a standby.
-            conn.execute("LOCK TABLE reports, unsettled, totals, counters, dirty IN ROW EXCLUSIVE MODE")
+            conn.execute("LOCK TABLE reports, unsettled, totals, counters, dirty, crowds IN ROW EXCLUSIVE MODE")
             conn.execute("UPDATE generation SET n = n WHERE false")
             conn.rollback()
 
