@@ -121,3 +121,40 @@ def test_a_request_the_aggregator_cannot_open_is_refused_alone(aggregator, relay
     wait_for(lambda: metric(aggregator, "ldp_relay_refused_total", 'reason="decrypt"') == 1, what="the refusal")
     assert accepted(aggregator) == 3
     wait_for(lambda: metric(relay, "ldp_relay_stored_requests") == 0, what="the relay's deletion")
+
+
+def crowds(aggregator):
+    """The window's and the rollup's crowd, after a refresh."""
+    assert requests.post(aggregator.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).ok
+    rows = requests.get(aggregator.url + "/api/v1/estimates", params={"schema": "app-usage"}, timeout=10).json()
+    return {(row["window"], row["crowd"], row["relayed"]) for row in rows["estimates"]}
+
+
+def test_a_batch_resent_after_a_lost_acknowledgement_adds_only_duplicates(tmp_path, aggregator, relays):
+    # The relay's file as it was before the 2xx (the batch formed, recorded, unacknowledged), taken
+    # while a wrong token holds the batch; a relay started on that copy later sends it again, as a
+    # relay killed between the aggregator's commit and its own deletion would.
+    relay = relays("--min-batch", "3", env={"LDP_RELAY_TOKEN": "not-the-token-0123456789"})
+    for request in requests_for(relay, 3):
+        assert post(relay, request).status_code == 202
+    wait_for(lambda: metric(relay, "ldp_relay_stopped") == 1, what="the stop")
+    relay.stop()
+    copy = tmp_path / "before-the-2xx.db"
+    for suffix in ("", "-wal"):  # the file and its write-ahead log, as they are
+        if (tmp_path / f"relay.db{suffix}").exists():
+            (tmp_path / f"before-the-2xx.db{suffix}").write_bytes((tmp_path / f"relay.db{suffix}").read_bytes())
+    relay = relays("--min-batch", "3")
+    wait_for(lambda: accepted(aggregator) == 3, what="the batch")
+    wait_for(lambda: metric(relay, "ldp_relay_stored_requests") == 0, what="the relay's deletion")
+    first = crowds(aggregator)
+    assert {crowd for _, crowd, _ in first} == {3} and {relayed for *_, relayed in first} == {1.0}
+    relay.stop()
+    again = relay_process(tmp_path, aggregator.url, "--min-batch", "3", db=copy)
+    again.start()
+    try:
+        wait_for(lambda: accepted(aggregator, "ldp_reports_duplicate_total") == 3, what="the resend")
+        wait_for(lambda: metric(again, "ldp_relay_stored_requests") == 0, what="the copy's deletion")
+    finally:
+        again.kill()
+    assert accepted(aggregator) == 3
+    assert crowds(aggregator) == first
