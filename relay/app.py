@@ -167,6 +167,10 @@ class RelayApp:
         self.writer.close()
         for thread in self.threads:
             thread.join(timeout=5)
+        # The write-ahead log holds the latest pages in the order they were written: fold it in.
+        last = RelayStore(self.settings.db, Usage())
+        last.checkpoint()
+        last.close()
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         if scope.proto != "http":
