@@ -122,6 +122,10 @@ class Writer:
                     self.queue.put(None)  # stop after this commit
                     break
                 items.append(more)
+            # A request whose client went away meanwhile (its future cancelled) is not stored.
+            items = [(body, future) for body, future in items if future.set_running_or_notify_cancel()]
+            if not items:
+                continue
             try:
                 self.store.add([body for body, _ in items], hour_of(time.time()))
             except Exception as exc:  # noqa: BLE001 - a full disk, a lock held too long: each waiting request gets a 503
@@ -136,8 +140,9 @@ class Writer:
 
 
 class RelayApp:
-    """The RSGI application: granian calls :meth:`__rsgi_init__` in the worker before serving,
-    which opens the store and starts the threads, and :meth:`__rsgi_del__` when it stops."""
+    """The RSGI application, built in the worker (the store opened, the aggregator asked once);
+    granian calls :meth:`__rsgi_init__` before serving, which starts the threads, and
+    :meth:`__rsgi_del__` when it stops."""
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
