@@ -41,6 +41,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from ..serving.body import read_body
 from ..shared import ohttp
 from ..shared.checks import parse_digits
 from .forwarder import Forwarder, hour_of
@@ -225,7 +226,7 @@ class RelayApp:
             self._error(proto, _CORS, 415, f"Content-Type must be {' or '.join(_ACCEPTED_TYPES)}", close=True)
             return
         try:
-            body = await asyncio.wait_for(_body(proto, length is not None), BODY_SECONDS)
+            body = await asyncio.wait_for(read_body(proto, length is not None, ohttp.MAX_REQUEST_BYTES), BODY_SECONDS)
         except asyncio.TimeoutError:
             self._error(proto, _CORS, 408, f"the request body did not arrive within {BODY_SECONDS:g} s", close=True)
             return
@@ -314,30 +315,6 @@ class RelayApp:
 
 def _digits(text: str, most: int = 19) -> int | None:
     return parse_digits(text.strip(), most)
-
-
-async def _body(proto: HTTPProtocol, length_known: bool) -> bytes:
-    """The body; at most one byte past :data:`~..shared.ohttp.MAX_REQUEST_BYTES` of it.
-
-    granian's body iterator turns a read error (a malformed chunk, a connection cut before the
-    last chunk) into an empty chunk and goes on to its end, which it marks with one more empty
-    chunk: an empty chunk that is not the last means the body is broken."""
-    if length_known:  # already checked against the limit: read in one go
-        return await proto()
-    body = bytearray()
-    empty = 0
-    async for chunk in proto:
-        if not chunk:
-            empty += 1
-        elif empty:
-            raise ValueError("a chunked body with an empty chunk inside")
-        else:
-            body += chunk
-            if len(body) > ohttp.MAX_REQUEST_BYTES:
-                return bytes(body)
-    if empty > 1:
-        raise ValueError("a chunked body cut off")
-    return bytes(body)
 
 
 def create_rsgi_app() -> RelayApp:

@@ -38,6 +38,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from ...serving.body import read_body
 from ...shared.checks import parse_digits
 from .cors import headers_for
 from .gateway import larger_body
@@ -112,7 +113,7 @@ class BufferedWSGI:
             body, length, complete = b"", declared, False
         else:
             try:
-                body = await asyncio.wait_for(self._body(proto, declared is not None, max_body), seconds)
+                body = await asyncio.wait_for(read_body(proto, declared is not None, max_body), seconds)
             except asyncio.TimeoutError:
                 _error(proto, cors, 408, f"the request body did not arrive within {seconds:g} s")
                 return
@@ -129,28 +130,6 @@ class BufferedWSGI:
         if not complete:
             response_headers = [*response_headers, ("Connection", "close")]
         proto.response_bytes(status, response_headers, content)
-
-    async def _body(self, proto: HTTPProtocol, length_known: bool, max_body: int) -> bytes:
-        """The body; at most ``max_body + 1`` bytes of it (enough for the app to see it is too large)."""
-        if length_known:  # already checked against max_body: Rust reads it in one go
-            return await proto()
-        # granian's body iterator turns a read error (a malformed chunk, a connection cut before the
-        # last chunk) into an empty chunk and goes on to its end, which it marks with one more empty
-        # chunk: an empty chunk that is not the last means the body is broken (or had trailers).
-        body = bytearray()
-        empty = 0
-        async for chunk in proto:
-            if not chunk:
-                empty += 1
-            elif empty:
-                raise _Broken
-            else:
-                body += chunk
-                if len(body) > max_body:
-                    return bytes(body[:max_body + 1])
-        if empty > 1:
-            raise _Broken
-        return bytes(body)
 
     def _environ(self, scope: Scope, headers: dict[str, str], body: bytes, length: int) -> dict[str, Any]:
         host, _, port = scope.server.rpartition(":")
@@ -188,10 +167,6 @@ class BufferedWSGI:
 
 
 class _TooLarge(Exception):
-    pass
-
-
-class _Broken(Exception):
     pass
 
 
