@@ -211,5 +211,5 @@ class RelayRoute:
 
 
 def _seconds(now: datetime, since: datetime | None) -> float:
-    """Seconds from ``since`` to ``now``; infinite when it never happened."""
-    return float("inf") if since is None else (now - since).total_seconds()
+    """Seconds from ``since`` to ``now``, at least 0 (a clock set back); infinite when it never happened."""
+    return float("inf") if since is None else max(0.0, (now - since).total_seconds())
