@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class RelayNetwork:
         self.answers: list[Response | Exception] = []
         self.log: list[tuple[datetime, str, str]] = []
         self.requests: list[bytes] = []  # every request posted to the relay
+        self.schemas = {1: parse_schema(BOOL_AND_OS).to_dict()}  # the versions the relay serves
+        self.relay_down = False  # posts to the relay fail as on a dead network
 
     def rotate(self) -> bytes:
         """A new key under the next id, listed first: the new list."""
@@ -75,7 +78,10 @@ class RelayNetwork:
     def get_json(self, url: str, timeout: float) -> Response:
         self.log.append((self.clock.now, "GET", url))
         if url == f"{RELAY}/api/v1/schemas/app-usage":
-            return Response(200, {}, parse_schema(BOOL_AND_OS).to_dict())
+            return Response(200, {}, self.schemas[max(self.schemas)])
+        for version, schema in self.schemas.items():
+            if url == f"{RELAY}/api/v1/schemas/app-usage/{version}":
+                return Response(200, {}, schema)
         return Response(404, {}, {"error": "no such schema"})
 
     def get_bytes(self, url: str, timeout: float) -> Response:
@@ -89,6 +95,8 @@ class RelayNetwork:
     def post_bytes(self, url: str, data: bytes, content_type: str, timeout: float) -> Response:
         self.log.append((self.clock.now, "POST", url))
         assert url == f"{RELAY}/relay" and content_type == ohttp.REQUEST_MEDIA_TYPE
+        if self.relay_down:
+            raise ConnectionError("the relay is unreachable")
         answer = self.answers.pop(0) if self.answers else Response(202, {}, None)
         if isinstance(answer, Exception):
             raise answer
@@ -247,6 +255,34 @@ def test_429_503_5xx_and_network_errors_are_retried_after_retry_after(tmp_path, 
         assert client.flush(10)
     assert len(network.opened()) == 1
     assert 120 in waits and 7 in waits
+
+
+def test_a_report_of_an_older_version_goes_at_its_own_padded_size(tmp_path, network):
+    """Made under version 1, sent two starts later under version 2 (whose reports are bigger, and
+    which the client has cached since): the client asks the relay for version 1 and pads the report
+    as version 1's are padded."""
+    network.relay_down = True
+    with make(tmp_path, network, backoff_cap=1) as client:
+        record_hours(client, 1)
+        assert not client.flush(0.3)
+    wide = {**BOOL_AND_OS, "version": 2, "attributes": [*BOOL_AND_OS["attributes"], {
+        "name": "pages", "type": "categorical", "mechanism": "oue", "categories": [f"p{i}" for i in range(400)]}]}
+    network.schemas[2] = parse_schema(wide).to_dict()
+    with make(tmp_path, network, backoff_cap=1) as client:  # takes version 2 (and caches it); sends nothing
+        deadline = time.monotonic() + 5
+        while (client.schema is None or client.schema.version != 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.schema.version == 2
+        assert not client.flush(0.3)
+    network.relay_down = False
+    with make(tmp_path, network) as client:
+        assert client.wait_for_schema(5) and client.schema.version == 2
+        assert client.flush(10)
+    (report,) = network.opened()
+    assert report["version"] == 1
+    assert len(network.requests[0]) == ohttp.REQUEST_OVERHEAD + ohttp.padded_size(parse_schema(BOOL_AND_OS))
+    assert ohttp.padded_size(parse_schema(wide)) > ohttp.padded_size(parse_schema(BOOL_AND_OS))
+    assert f"{RELAY}/api/v1/schemas/app-usage/1" in [u for _, _, u in network.log]
 
 
 def test_without_cryptography_reports_stay_and_one_warning(tmp_path):
