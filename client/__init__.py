@@ -11,7 +11,7 @@ from .client import TelemetryClient
 from .options import OPTIONS
 from .recorder import RecordResult
 from .datadir import default_data_dir
-from .transport import RequestsTransport, Response, Transport
+from .transport import RelayTransport, RequestsTransport, Response, Transport
 
-__all__ = ["OPTIONS", "RecordResult", "RequestsTransport", "Response", "TelemetryClient", "Transport",
-           "default_data_dir", "randomize"]
+__all__ = ["OPTIONS", "RecordResult", "RelayTransport", "RequestsTransport", "Response", "TelemetryClient",
+           "Transport", "default_data_dir", "randomize"]

@@ -25,6 +25,7 @@ from .datadir import default_data_dir, device_secret, outbox_path
 from .ledger import Ledger
 from .outbox import MEMORY, Outbox, OutboxError
 from .recorder import Recorder, RecordResult
+from .relay import RelayRoute
 from .schemas import SchemaSource
 from .sender import MAX_WAIT, Sender
 from .transport import RequestsTransport
@@ -49,7 +50,7 @@ class TelemetryClient:
         self.settings = settings = options_module.settings(endpoint=endpoint, schema=schema, **options)
         self.endpoint: str = settings.endpoint
         self._source = SchemaSource(settings.schema, max_epsilon=settings.max_epsilon,
-                                    max_report_bytes=settings.max_report_bytes)
+                                    max_report_bytes=settings.max_report_bytes, relayed=settings.relay is not None)
         folder = Path(settings.data_dir) if settings.data_dir is not None else default_data_dir()
         self._no_disk: str | None = None  # why nothing is recorded: the data folder is unusable
         clock = settings.clock
@@ -62,10 +63,21 @@ class TelemetryClient:
         self._closed = False
         self._owns_transport = settings.transport is None
         self._transport = settings.transport or RequestsTransport()
+        relay = None if settings.relay is None else RelayRoute(
+            relay=settings.relay, endpoint=self.endpoint, transport=self._transport, source=self._source,
+            clock=clock or _utc_now)
         self._sender = Sender(settings=settings, outbox=self._outbox, ledger=self._ledger, source=self._source,
-                              recorder=self._recorder, transport=self._transport, clock=clock or _utc_now)
+                              recorder=self._recorder, transport=self._transport, clock=clock or _utc_now, relay=relay)
         self._sender.start()
         atexit.register(self.close)
+
+    @property
+    def _route(self) -> str:
+        """Whom the outbox keeps reports (and the cached schema) for: the endpoint, or the endpoint
+        through the relay. A report made for a relay is never sent around it, even by a later
+        client of the same app configured without one, and the other way round."""
+        relay = self.settings.relay
+        return self.endpoint if relay is None else f"{self.endpoint} through the relay {relay}"
 
     @property
     def schema(self) -> Schema | None:
@@ -198,7 +210,7 @@ class TelemetryClient:
         limits = {"max_reports": self.settings.max_outbox, "max_bytes": self.settings.max_outbox_bytes}
         outbox = None
         try:
-            outbox = Outbox(outbox_path(folder, self._source.name), self.endpoint, **limits)
+            outbox = Outbox(outbox_path(folder, self._source.name), self._route, **limits)
             return outbox, device_secret(folder), outbox.ledger_rows(since)
         except (OSError, OutboxError) as exc:
             if outbox is not None:
@@ -208,7 +220,7 @@ class TelemetryClient:
                     pass  # the folder is unusable anyway; nothing was written
             self._no_disk = f"the data folder {folder} cannot be used ({exc}), so no ledger can be kept: nothing is recorded"
             LOG.error("%s", self._no_disk)
-            return Outbox(MEMORY, self.endpoint, **limits), None, []
+            return Outbox(MEMORY, self._route, **limits), None, []
 
 
 def _utc_now() -> datetime:

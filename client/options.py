@@ -18,6 +18,8 @@ from typing import Any, Callable
 from ldp_telemetry.shared import Schema
 from ldp_telemetry.shared.reports import MAX_BATCH_WINDOWS
 
+from .transport import same_origin
+
 MAX_COUNT = 2**31 - 1  # SQLite's LIMIT and queue sizes take no more
 # The longest of the long timings (a pending record's wait, a retry's wait, a schema's age): a day.
 # Past it a device would as good as stop, and a huge number overflows the arithmetic of deadlines.
@@ -142,6 +144,11 @@ OPTIONS: tuple[Option, ...] = (
            "the aggregator's base URL (first argument)"),
     Option("schema", REQUIRED, Check("a schema name, or a schema dict or Schema", _schema),
            "a schema name (fetched in the background, then cached) or a schema given in code (second argument)"),
+    Option("relay", None, Check("None or an http:// or https:// URL of another origin than endpoint",
+                                lambda v: None if v is None else _endpoint(v)),
+           "an Oblivious HTTP relay run by someone else than the aggregator's operator: each report goes alone, "
+           "encrypted to the aggregator, through it and never around it; needs `pip install 'ldp-telemetry[relay]'` "
+           "(see README, \"Relay\")", "None: reports go to `endpoint`"),
     Option("max_epsilon", REQUIRED, EPSILON,
            "the most ε per report this app accepts: a greedier schema is refused"),
     Option("max_epsilon_per_day", None, _optional(EPSILON),
@@ -207,6 +214,13 @@ def settings(**given: Any) -> SimpleNamespace:
     chosen = SimpleNamespace(**values)
     if chosen.max_epsilon_per_day is None:
         chosen.max_epsilon_per_day = chosen.max_epsilon
+    if chosen.relay is not None and same_origin(chosen.relay, chosen.endpoint):
+        raise ValueError(f"relay must be another origin than endpoint, got {chosen.relay!r:.80}: a relay run by the "
+                         "aggregator hides nothing from it")
+    if chosen.relay is not None and chosen.transport is not None and not all(
+            callable(getattr(chosen.transport, m, None)) for m in ("post_bytes", "get_bytes")):
+        raise ValueError("transport must also have post_bytes() and get_bytes() to carry a relay's requests "
+                         "(RelayTransport)")
     if chosen.max_report_bytes > chosen.max_batch_bytes:
         raise ValueError(f"max_report_bytes ({chosen.max_report_bytes}) must be at most max_batch_bytes "
                          f"({chosen.max_batch_bytes}): a report must fit in a request")

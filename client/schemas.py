@@ -4,7 +4,8 @@ Given in code, a schema is checked once, at construction. Given by name, it is f
 server in the background and cached in the outbox file, so the client works when the server is
 down at start-up; the cached copy is used until a fetch succeeds. The client trusts no server: a
 schema asking for more ε per report than the app's ``max_epsilon``, or whose report could be
-bigger than ``max_report_bytes``, is refused, whoever sent it.
+bigger than ``max_report_bytes``, is refused, whoever sent it; so is, for a client that sends
+through a relay, one whose padded requests would be too big for the relay.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from typing import Any, Mapping
 from urllib.parse import quote
 
-from ldp_telemetry.shared import Schema, parse_schema, validate_record
+from ldp_telemetry.shared import Schema, ohttp, parse_schema, validate_record
 from ldp_telemetry.shared.reports import max_report_bytes
 from ldp_telemetry.shared.schema import NAME_RE
 
@@ -73,10 +74,13 @@ def schema_name(spec: str | Mapping[str, Any] | Schema) -> str:
 class SchemaSource:
     """Holds :attr:`current`, the schema in use (None until one is known and within budget)."""
 
-    def __init__(self, spec: str | Mapping[str, Any] | Schema, *, max_epsilon: float, max_report_bytes: int):
-        """Raises ``ValueError`` for a bad name, or a schema given in code that is invalid, greedy or huge."""
+    def __init__(self, spec: str | Mapping[str, Any] | Schema, *, max_epsilon: float, max_report_bytes: int,
+                 relayed: bool = False):
+        """Raises ``ValueError`` for a bad name, or a schema given in code that is invalid, greedy or
+        huge (or, when ``relayed``, too big for a relay)."""
         self.max_epsilon = max_epsilon
         self.max_report_bytes = max_report_bytes
+        self.relayed = relayed
         self.name = schema_name(spec)
         self.fetched = isinstance(spec, str)
         self.current: Schema | None = None
@@ -94,6 +98,10 @@ class SchemaSource:
     def _check(self, schema: Schema) -> None:
         check_budget(schema, self.max_epsilon)
         check_size(schema, self.max_report_bytes)
+        if self.relayed and (refusal := ohttp.relay_refusal(schema)) is not None:
+            # Its reports would wait for ever: better not to spend the budget on them.
+            raise ValueError(f"{refusal}; this client sends only through its relay: refused, nothing will be "
+                             "recorded under it")
 
     def fitting(self, values: Mapping[str, Any]) -> tuple[Schema, dict[str, Any]]:
         """The schema to record ``values`` under and their true values as the encoders take them.

@@ -20,6 +20,10 @@ records waiting for their schema, the outbox and the transport. Each turn it
   is learnt;
 - any other 4xx: the batch is dropped with a warning.
 
+With a relay (:mod:`.relay`) each report is posted alone, encapsulated, to the relay, which
+:class:`.relay.RelayRoute` judges; the schema is fetched from the relay; nothing is ever posted
+to the aggregator.
+
 Waits (backoff, the next schema fetch, a pending record's expiry) are deadlines the queue's
 ``get`` waits for, so new records are stored while the sender backs off and ``stop()`` ends a
 wait at once.
@@ -49,11 +53,13 @@ from . import retry
 from .ledger import Ledger
 from .outbox import Outbox, OutboxError
 from .recorder import Recorder
+from .relay import RelayRoute
 from .schemas import SchemaSource
 from .transport import Response, Transport, shown
 
 LOG = logging.getLogger("ldp_telemetry.client")
 MAX_WAIT = 60.0  # waits are taken in steps of at most this (threading's limit is far, but finite)
+RELAYED_PER_TURN = 100  # reports posted one by one through a relay in one turn, before the queue is read again
 
 
 class Pending(NamedTuple):
@@ -70,7 +76,8 @@ class Sender(threading.Thread):
     """Delivers what ``record()`` queues. Stop it with :meth:`stop`; it never raises into the app."""
 
     def __init__(self, *, settings: SimpleNamespace, outbox: Outbox, ledger: Ledger, source: SchemaSource,
-                 recorder: Recorder, transport: Transport, clock: Callable[[], datetime]):
+                 recorder: Recorder, transport: Transport, clock: Callable[[], datetime],
+                 relay: RelayRoute | None = None):
         super().__init__(name="ldp-telemetry-sender", daemon=True)
         self._settings = settings
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=settings.max_outbox + settings.max_pending + 1)
@@ -87,6 +94,8 @@ class Sender(threading.Thread):
         self._recorder = recorder
         self._transport = transport
         self._reports_url = f"{settings.endpoint}/api/v1/reports"
+        self._relay = relay
+        self._schema_base = relay.relay if relay is not None else settings.endpoint  # the schema comes from the relay
         self._clock = clock
         self._rng = settings.rng or random.Random()
         self.batch_limit = settings.max_batch
@@ -97,6 +106,7 @@ class Sender(threading.Thread):
         self._schema_attempt = 0
         self._deliver_due = self._now
         self._attempt = 0  # failed deliveries in a row
+        self._paused = False  # the last delivery waits by plan (a relay's minute after a key fetch), not on a failure
         self._stop_by = float("inf")
         self._stopping = threading.Event()
         self._why = ""  # the last delivery failure, for the log
@@ -286,7 +296,7 @@ class Sender(threading.Thread):
     def _refresh_schema(self) -> None:
         timeout = self._request_timeout()
         try:
-            answered = self._source.refresh(self._transport, self._settings.endpoint, timeout)
+            answered = self._source.refresh(self._transport, self._schema_base, timeout)
         except Exception as exc:  # noqa: BLE001 -- a fetch that fails in any way is asked again later
             LOG.error("fetching schema %r failed (%s)", self._source.name, described(exc))
             answered = False
@@ -302,6 +312,9 @@ class Sender(threading.Thread):
         self._persist()
 
     def _deliver(self) -> None:
+        if self._relay is not None:
+            self._deliver_relayed(self._relay)
+            return
         rows = self._outbox.peek(limit=self.batch_limit, max_bytes=self._settings.max_batch_bytes,
                                  max_windows=MAX_BATCH_WINDOWS)
         if not rows:
@@ -313,17 +326,51 @@ class Sender(threading.Thread):
         delay = self._backoff(floor)
         LOG.warning("could not deliver %d report(s) (%s); retrying in %.1f s", len(rows), self._why, delay)
 
+    def _deliver_relayed(self, relay: RelayRoute) -> None:
+        """Post the oldest reports through the relay, each alone, until one cannot go now."""
+        rows = self._outbox.peek(limit=RELAYED_PER_TURN, max_bytes=self._settings.max_batch_bytes,
+                                 max_windows=MAX_BATCH_WINDOWS)
+        self._paused = False
+        for seq, report in rows:
+            if time.monotonic() >= self._stop_by:
+                return
+            outcome = relay.send(report, self._request_timeout())
+            if outcome.sent or outcome.dropped:
+                self._outbox.remove([seq])
+                if outcome.dropped:
+                    LOG.warning("dropped a report: %s", outcome.why)
+                self._attempt = 0
+                continue
+            if outcome.wait is None:  # nothing can be sent until the client starts again: said once
+                if outcome.why != relay.blocked:  # that one the relay route said when the client started
+                    LOG.error("nothing more is sent through the relay until the client starts again: %s", outcome.why)
+                self._deliver_due = float("inf")
+                self._paused = True
+            elif outcome.failed:
+                delay = self._backoff(outcome.wait)
+                LOG.warning("could not deliver %d report(s) through the relay (%s); retrying in %.1f s",
+                            self._outbox.count, outcome.why, delay)
+            else:
+                self._paused = True
+                self._defer(outcome.wait)
+                LOG.info("%s (%.0f s)", outcome.why, outcome.wait)
+            return
+
     def _backoff(self, floor: float) -> float:
         """Wait before the next delivery: at least ``floor``, full jitter over the doubling bound."""
         delay = max(floor, retry.backoff_delay(self._attempt, base=self._settings.backoff_base,
                                                cap=self._settings.backoff_cap, rng=self._rng))
         self._attempt += 1
+        self._defer(delay)
+        return delay
+
+    def _defer(self, delay: float) -> None:
+        """The next delivery in ``delay`` seconds."""
         if self._settings.sleep is not None:  # an injected sleep is the wait (tests record it)
             self._settings.sleep(delay)
             self._deliver_due = time.monotonic()
         else:
             self._deliver_due = time.monotonic() + delay
-        return delay
 
     def _request_timeout(self) -> float:
         """The request's overall deadline: ``request_timeout``, and no later than a stop's."""
@@ -374,9 +421,9 @@ class Sender(threading.Thread):
             return False
         if time.monotonic() >= self._stop_by or self.settled:
             return True
-        # A failed delivery ends a stop at once (its reports wait on disk), unless records are
-        # pending for a schema that may still come within the stop's time.
-        return self._attempt > 0 and not self._waiting_for_schema() and self._queue.empty()
+        # A failed or paused delivery ends a stop at once (its reports wait on disk), unless
+        # records are pending for a schema that may still come within the stop's time.
+        return (self._attempt > 0 or self._paused) and not self._waiting_for_schema() and self._queue.empty()
 
     def _finish(self) -> None:
         """Store what is queued (reports only: pending true records never reach the disk)."""

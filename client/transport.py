@@ -1,7 +1,8 @@
 """How the client talks HTTP: a small interface, and the default one built on requests.
 
-The client only ever posts a JSON body and gets a JSON document. Anything with these two methods
-(and a ``close()``) can carry its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
+The client posts a JSON body and gets a JSON document; through a relay it also posts bytes and
+gets bytes (:class:`RelayTransport`). Anything with these methods (and a ``close()``) can carry
+its traffic: a test passes an adapter around Flask's ``app.test_client()`` and so drives
 the real client against the real aggregator without patching anything.
 
 The default transport trusts no server: ``timeout`` is an overall deadline for the whole request
@@ -61,6 +62,7 @@ class Response(NamedTuple):
     status: int
     headers: Mapping[str, str]
     body: Any  # the parsed JSON body, or None when there is none or it is not JSON
+    content: bytes = b""  # the body's bytes (the relay's key configurations are no JSON)
 
 
 class Transport(Protocol):
@@ -75,6 +77,15 @@ class Transport(Protocol):
     def get_json(self, url: str, timeout: float) -> Response: ...
 
     def close(self) -> None: ...
+
+
+class RelayTransport(Transport, Protocol):
+    """A transport that can also carry a relay's traffic (``TelemetryClient(..., relay=URL)``):
+    bytes posted with their media type, and bodies read as bytes (:attr:`Response.content`)."""
+
+    def post_bytes(self, url: str, data: bytes, content_type: str, timeout: float) -> Response: ...
+
+    def get_bytes(self, url: str, timeout: float) -> Response: ...
 
 
 def shown(text: Any, limit: int = 300) -> str:
@@ -109,6 +120,12 @@ class RequestsTransport:
 
     def get_json(self, url: str, timeout: float) -> Response:
         return self._request("GET", url, timeout, headers={"Accept": "application/json"})
+
+    def post_bytes(self, url: str, data: bytes, content_type: str, timeout: float) -> Response:
+        return self._request("POST", url, timeout, data=data, headers={"Content-Type": content_type})
+
+    def get_bytes(self, url: str, timeout: float) -> Response:
+        return self._request("GET", url, timeout)
 
     def close(self) -> None:
         self._session.close()
@@ -186,7 +203,8 @@ def _exchange(session: requests.Session, method: str, url: str, deadline: float,
 
 
 def _response(reply: requests.Response, deadline: float) -> Response:
-    """The response with its JSON body, read to at most :data:`MAX_RESPONSE_BYTES` by ``deadline``."""
+    """The response with its body (as bytes, and as JSON when it is JSON), read to at most
+    :data:`MAX_RESPONSE_BYTES` by ``deadline``."""
     content = bytearray()
     with reply:
         for chunk in reply.iter_content(_CHUNK):
@@ -199,4 +217,4 @@ def _response(reply: requests.Response, deadline: float) -> Response:
         body = json.loads(bytes(content)) if content else None
     except (ValueError, RecursionError):
         body = None
-    return Response(reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, body)
+    return Response(reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, body, bytes(content))
