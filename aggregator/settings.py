@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..shared import ohttp
+
 
 class SettingsError(ValueError):
     """A setting has a bad value, or an unknown setting was given."""
@@ -129,24 +131,24 @@ def _origins(value: Any) -> tuple[str, ...]:
 
 
 def _relay_tokens(value: Any) -> tuple[str, ...]:
-    """Comma-separated bearer tokens, one per relay, each of at least :data:`MIN_RELAY_TOKEN`
-    printable characters without spaces (a relay's token is all that stands between a stranger
-    and a 128 MiB body); empty: no relay may post."""
+    """Comma-separated bearer tokens, one per relay (:func:`...shared.ohttp.relay_token_problem`
+    says what a token must be); empty: no relay may post."""
     tokens = _parts(value, "comma-separated tokens")
     for token in tokens:
-        if len(token) < MIN_RELAY_TOKEN or not token.isprintable() or " " in token:
-            raise ValueError(f"must be comma-separated tokens of at least {MIN_RELAY_TOKEN} printable characters "
-                             f"without spaces, got one of {len(token)} characters")
+        problem = ohttp.relay_token_problem(token)
+        if problem:
+            raise ValueError(f"must be comma-separated relay tokens: {problem}")
     return tokens
 
 
 def _key_grace(value: Any) -> float:
     """Seconds a retired relay key is still accepted: more than a relay may hold a request
-    (:data:`RELAY_MAX_AGE`) plus a day, so no request a relay still forwards meets a forgotten key."""
+    (the relays' default --max-age, :data:`...shared.ohttp.RELAY_MAX_AGE`: the aggregator cannot see
+    a relay's own setting) plus a day, so no request a relay still forwards meets a forgotten key."""
     seconds = _number(0)(value)
-    if seconds <= RELAY_MAX_AGE + DAY:
-        raise ValueError(f"must exceed the relays' --max-age ({RELAY_MAX_AGE:g} s, 7 days) plus one day "
-                         f"({RELAY_MAX_AGE + DAY:g} s), got {value!r}")
+    if seconds <= ohttp.RELAY_MAX_AGE + DAY:
+        raise ValueError(f"must exceed the relays' --max-age ({ohttp.RELAY_MAX_AGE:g} s, 7 days) plus one day "
+                         f"({ohttp.RELAY_MAX_AGE + DAY:g} s), got {value!r}")
     return seconds
 
 
@@ -162,10 +164,6 @@ def _boolean(value: Any) -> bool:
 
 
 DAY = 86400.0
-# The relays' default --max-age (DESIGN.md, "Relay"): the oldest request a relay forwards. A key's
-# grace must outlast it by a day (LDP_RELAY_KEY_GRACE); the aggregator cannot see a relay's own setting.
-RELAY_MAX_AGE = 7 * DAY
-MIN_RELAY_TOKEN = 16
 # Above this, the (epsilon, delta) guarantee of a shuffled crowd says little: delta is the chance it fails.
 MAX_SHUFFLE_DELTA = 1e-4
 
@@ -214,7 +212,7 @@ SETTINGS: tuple[Setting, ...] = (
             "one finishes its requests), checked every 5 s, twice in a row; 0 never replaces one.", _integer(0)),
     Setting("LDP_RELAY_TOKENS", (),
             "Bearer tokens of the relays that may post batches to POST /api/v1/relay/batches, comma-separated, one "
-            f"per relay, each at least {MIN_RELAY_TOKEN} characters; unset: no relay may post.", _relay_tokens),
+            f"per relay, each at least {ohttp.MIN_RELAY_TOKEN} characters; unset: no relay may post.", _relay_tokens),
     Setting("LDP_RELAY_KEY_GRACE", 14 * DAY,
             "Seconds a retired Oblivious HTTP key is still accepted before its private half is deleted; must exceed "
             "the relays' --max-age (7 days) plus one day.", _key_grace),

@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
+from ..shared import ohttp
 from ..shared.checks import parse_digits
 
 PREFIX = "LDP_RELAY_"
-# The gateway takes at most this many requests in one batch (DESIGN.md, "HTTP API").
-GATEWAY_MAX_REQUESTS = 100_000
-# A relay token is one of the aggregator's LDP_RELAY_TOKENS, which are at least this long.
-TOKEN_CHARS = 16
 _DIGITS = 30  # more digits than any setting's bound has: refused before int() reads them
 
 
@@ -61,9 +58,9 @@ def _url(text: str) -> str:
 
 
 def _token(text: str) -> str:
-    if len(text) < TOKEN_CHARS or not text.isprintable() or " " in text:
-        raise ValueError(f"must be at least {TOKEN_CHARS} printable characters without spaces "
-                         "(one of the aggregator's LDP_RELAY_TOKENS)")
+    problem = ohttp.relay_token_problem(text)
+    if problem:
+        raise ValueError(f"must be one of the aggregator's LDP_RELAY_TOKENS: {problem}")
     return text
 
 
@@ -82,13 +79,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DB", "relay.db", "The relay's SQLite file (created if missing): the stored requests, the batch in "
             "flight and the cached keys and schemas.", _text),
     Setting("MIN_BATCH", 1000, "Stored requests that make a batch (the crowd each report hides in).", _integer(1)),
-    Setting("MAX_BATCH", GATEWAY_MAX_REQUESTS, f"Most requests in one batch (at most {GATEWAY_MAX_REQUESTS:,}, the "
-            "gateway's limit).", _integer(1, GATEWAY_MAX_REQUESTS)),
+    Setting("MAX_BATCH", ohttp.MAX_BATCH_REQUESTS, f"Most requests in one batch (at most {ohttp.MAX_BATCH_REQUESTS:,}, the "
+            "gateway's limit).", _integer(1, ohttp.MAX_BATCH_REQUESTS)),
     Setting("MAX_BATCH_BYTES", 128 << 20, "Most bytes of one batch's body (keep it within the aggregator's "
             "LDP_MAX_RELAY_BODY).", _integer(1)),
     Setting("MAX_WAIT", 86_400, "Seconds after the end of the oldest stored hour at which a batch is sent even "
             "below --min-batch.", _integer(1)),
-    Setting("MAX_AGE", 604_800, "Seconds after which a stored request is discarded (keep it a day below the "
+    Setting("MAX_AGE", ohttp.RELAY_MAX_AGE, "Seconds after which a stored request is discarded (keep it a day below the "
             "aggregator's LDP_RELAY_KEY_GRACE).", _integer(1)),
     Setting("MAX_STORED", 10_000_000, "Most requests stored; past it POST /relay answers 503.", _integer(1)),
     Setting("MAX_STORED_BYTES", 16 << 30, "Most bytes of requests stored; past it POST /relay answers 503.",

@@ -47,6 +47,21 @@ PATH = b"/api/v1/reports"
 CONTENT_TYPE = (b"content-type", b"application/json")
 MAX_BATCH_REQUEST_LENGTH = 1 << 32  # a batch member's length is 4 bytes
 
+# What a relay and the aggregator agree on besides the bytes (DESIGN.md, "Relay" and "Gateway").
+MAX_BATCH_REQUESTS = 100_000  # the most requests the gateway takes in one batch
+RELAY_MAX_AGE = 7 * 86_400  # a relay's default --max-age: a key's grace must outlast it by a day
+MIN_RELAY_TOKEN = 16  # characters of a relay's bearer token, at least
+
+
+def relay_token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be a relay's bearer token (one of the aggregator's ``LDP_RELAY_TOKENS``),
+    or None: at least :data:`MIN_RELAY_TOKEN` printable characters without spaces, since it is all
+    that stands between a stranger and the gateway's large bodies."""
+    if len(token) < MIN_RELAY_TOKEN or not token.isprintable() or " " in token:
+        return (f"a relay's token is at least {MIN_RELAY_TOKEN} printable characters without spaces, "
+                f"got one of {len(token)} characters")
+    return None
+
 
 @dataclass(frozen=True)
 class KeyConfig:

@@ -16,7 +16,6 @@ import requests
 from conftest import (ADMIN, APP_USAGE, LiveServer, db_state, expected_counters, publish, read, settle, sql, store_of,
                       stored_counters)
 
-from ldp_telemetry.aggregator.http import gateway
 from ldp_telemetry.aggregator.store import CrowdRow
 from ldp_telemetry.shared import ohttp, parse_schema, randomize
 from ldp_telemetry.shared.amplification import shuffle_epsilon
@@ -253,9 +252,9 @@ def test_more_requests_than_a_batch_may_hold_are_refused_whole(make_app):
     client = app.test_client()
     publish(client)
     config = key_config(client)
-    body = ohttp.frame_batch([request_of(config, *reports(1))] + [b""] * gateway.MAX_REQUESTS)
+    body = ohttp.frame_batch([request_of(config, *reports(1))] + [b""] * ohttp.MAX_BATCH_REQUESTS)
     answer = client.post("/api/v1/relay/batches", data=body, headers=RELAY)
-    assert answer.status_code == 400 and f"{gateway.MAX_REQUESTS:,}" in answer.get_json()["error"]
+    assert answer.status_code == 400 and f"{ohttp.MAX_BATCH_REQUESTS:,}" in answer.get_json()["error"]
     assert sql(app.config["LDP_DB"], "SELECT count(*) FROM reports") == [(0,)]
 
 

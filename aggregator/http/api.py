@@ -217,9 +217,9 @@ def post_relay_batch() -> tuple[Response, int]:
     request.max_content_length = current_app.config["LDP_MAX_RELAY_BODY"]  # the one route past LDP_MAX_BODY
     body = read_body()
     try:
-        requests = ohttp.split_batch(body, max_requests=gateway.MAX_REQUESTS)
+        requests = ohttp.split_batch(body, max_requests=ohttp.MAX_BATCH_REQUESTS)
     except ValueError as exc:
-        raise ApiError(400, f"the batch is not application/ohttp-batch of at most {gateway.MAX_REQUESTS:,} "
+        raise ApiError(400, f"the batch is not application/ohttp-batch of at most {ohttp.MAX_BATCH_REQUESTS:,} "
                             f"requests: {exc}", [detail("body", str(exc)[:200])]) from None
     received = gateway.receive(current_app, requests)
     metrics = context.metrics()

@@ -5,7 +5,7 @@ The batch (``application/ohttp-batch``) is refused whole only for what says it i
 batch: no relay token (401/403, :func:`..auth.require_relay`), another content type (415), more
 than ``LDP_MAX_RELAY_BODY`` bytes (413: the one route exempt from ``LDP_MAX_BODY``, and only for a
 request that carries a relay's token, :func:`larger_body`), a malformed framing or more than
-:data:`MAX_REQUESTS` requests (400). Otherwise each request is opened on its own
+:data:`...shared.ohttp.MAX_BATCH_REQUESTS` requests (400). Otherwise each request is opened on its own
 (:func:`open_request`) and one that fails is refused alone, counted in
 ``ldp_relay_refused_total{reason}`` by the first step it fails (:data:`..metrics.RELAY_REASONS`):
 
@@ -41,7 +41,6 @@ from ..store import ReportRow, first_of_each_id
 from .body import strict_json_object
 
 PATH = "/api/v1/relay/batches"
-MAX_REQUESTS = 100_000
 
 
 class Refused(Exception):

@@ -15,6 +15,7 @@ from ...shared.breakdowns import (BY_SHARE_NOT_DISTINCT_FROM_0, MAX_BREAKDOWNS, 
                                   MEMOISED_ROLLUP, TOO_FEW_REPORTS)
 from ...shared.attribute_types import DEFAULT_STRING_LENGTH, MAX_CANDIDATES
 from ...shared.discovery import MAX_ALPHABET, MAX_LEVEL_CANDIDATES
+from ...shared import ohttp
 from ...shared.reports import ID_RE
 from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_CATEGORY_LENGTH,
                               MAX_DESCRIPTION_LENGTH, MAX_EPSILON, MAX_EPSILON_PERMANENT, MAX_MAGNITUDE, MAX_VERSION,
@@ -22,7 +23,6 @@ from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_C
 from ...shared.windows import NAME_PATTERN
 from ..estimation.readout import DEFAULT_LIMIT, MAX_LIMIT
 from ..metrics import RELAY_REASONS
-from .gateway import MAX_REQUESTS
 
 NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
@@ -316,7 +316,7 @@ def _paths() -> dict[str, Any]:
                 "application/ohttp-keys": {"schema": {"type": "string", "format": "binary"}}}}}}},
         "/api/v1/relay/batches": {"post": {
             "summary": "A relay's shuffled batch of encapsulated requests (each preceded by its length, 4 bytes "
-                       f"big-endian; at most {MAX_REQUESTS:,} and LDP_MAX_RELAY_BODY bytes). A request that fails (unknown key, "
+                       f"big-endian; at most {ohttp.MAX_BATCH_REQUESTS:,} and LDP_MAX_RELAY_BODY bytes). A request that fails (unknown key, "
                        "bad tag, not the one Binary HTTP request, an invalid report) is refused alone",
             "security": [{"bearer": []}],
             "requestBody": {"required": True, "content": {
