@@ -14,12 +14,14 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import requests
+from conftest import ADMIN, LiveServer
 
 from ldp_telemetry.shared import ohttp
 from ldp_telemetry.tools.process import ServerProcess
@@ -89,6 +91,21 @@ class Upstream:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def aggregator_for_relays(tmp_path: Path, schema: dict[str, Any]) -> Iterator[LiveServer]:
+    """A real aggregator (``ldp-telemetry serve``) that takes batches from a relay with
+    :data:`TOKEN`, ``schema`` published on it."""
+    server = LiveServer(tmp_path / "aggregator.db", log_path=tmp_path / "aggregator.log",
+                        env={"LDP_RELAY_TOKENS": TOKEN})
+    server.start()
+    try:
+        answer = requests.post(server.url + "/api/v1/schemas", json=schema, headers=ADMIN, timeout=10)
+        assert answer.status_code == 201, answer.text
+        yield server
+    finally:
+        server.stop()
 
 
 def relay_process(tmp_path: Path, aggregator: str, *flags: str, db: Path | None = None,

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import requests
 from client_support import BOOL_AND_OS, Clock
-from conftest import ADMIN, LiveServer, sql
-from relay_support import TOKEN, metric, relay_process, wait_for, wait_for_keys
+from conftest import ADMIN, sql
+from relay_support import aggregator_for_relays, metric, relay_process, wait_for, wait_for_keys
 
 from ldp_telemetry.client import TelemetryClient
 from ldp_telemetry.shared import ohttp
@@ -31,15 +31,8 @@ RECORD = {"dark_mode": True, "os": "linux"}
 
 @pytest.fixture
 def aggregator(tmp_path):
-    server = LiveServer(tmp_path / "aggregator.db", log_path=tmp_path / "aggregator.log",
-                        env={"LDP_RELAY_TOKENS": TOKEN})
-    server.start()
-    try:
-        answer = requests.post(server.url + "/api/v1/schemas", json=BOOL_AND_OS, headers=ADMIN, timeout=10)
-        assert answer.status_code == 201, answer.text
+    with aggregator_for_relays(tmp_path, BOOL_AND_OS) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

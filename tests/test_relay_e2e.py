@@ -12,8 +12,8 @@ import time
 
 import pytest
 import requests
-from conftest import ADMIN, APP_USAGE, LiveServer
-from relay_support import TOKEN, metric, post, relay_process, wait_for, wait_for_keys
+from conftest import ADMIN, APP_USAGE
+from relay_support import aggregator_for_relays, metric, post, relay_process, wait_for, wait_for_keys
 
 from ldp_telemetry.shared import ohttp, parse_schema, randomize
 
@@ -22,15 +22,8 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def aggregator(tmp_path):
-    server = LiveServer(tmp_path / "aggregator.db", log_path=tmp_path / "aggregator.log",
-                        env={"LDP_RELAY_TOKENS": TOKEN})
-    server.start()
-    try:
-        assert requests.post(server.url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN,
-                             timeout=10).status_code == 201
+    with aggregator_for_relays(tmp_path, APP_USAGE) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
