@@ -1,0 +1,151 @@
+/**
+ * How a client's reports go through its relay (DESIGN.md "Relay and amplification", "Client"):
+ * each report alone in its own encapsulated request (two in one would tell the aggregator they
+ * come from one device), `POST <relay>/relay` with a text/plain body (a browser sends it without a
+ * preflight, also from a closing page with keepalive).
+ *
+ * The keys: fetched from the relay (`GET <relay>/ohttp-keys`) and from the aggregator's own origin
+ * (`GET <endpoint>/api/v1/ohttp-keys`), and used only when both serve the same bytes, so that
+ * neither alone can read reports or hand one client a key of its own; fetched again when a day
+ * old, or when the relay says the key is no longer taken. The aggregator's fetch and the sending of
+ * reports are never within a minute of each other. The first usable configuration is used.
+ *
+ * The relay's answers: 202, delivered; 400 with the `ohttp-key` problem type (RFC 9458 §5.3), the
+ * keys are fetched again and the report encapsulated again and resent, never dropped; 413 or another
+ * 4xx, dropped with a warning; 429, 5xx (and anything else, a 2xx other than 202 included: no proof
+ * of delivery), retried after backoff and Retry-After. Where Web Crypto has no X25519 (an insecure
+ * page, an older browser) reports wait in the outbox, and the log says so once.
+ */
+
+import { answerSaid, request, type Answer } from "../http.js";
+import type { RelayContext, RelayRoute, Verdict } from "../relay-hook.js";
+import { retryAfter } from "../retry.js";
+import type { Row } from "../storage.js";
+import { hasX25519 } from "./hpke.js";
+import { bhttpRequest, chooseKeyConfig, encapsulate, KEY_PROBLEM_TYPE, paddedSize, relayRefusal, REQUEST_OVERHEAD, type KeyConfig } from "./ohttp.js";
+
+export const KEYS_MAX_AGE_MS = 86_400_000;
+/** The least time between fetching keys from the aggregator and sending a report, either way. */
+export const KEY_GAP_MS = 60_000;
+const TEXT = new TextEncoder();
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((byte, i) => byte === b[i]);
+}
+
+export class Route implements RelayRoute {
+  private keys: KeyConfig | undefined;
+  private keysFetched = -Infinity;
+  private aggregatorAsked = -Infinity; // when the aggregator's keys were last asked for
+  private lastSent = -Infinity; // when a report was last sent to the relay
+  private readonly x25519 = hasX25519();
+  private readonly said = new Set<string>(); // what the log was told once
+  private readonly relayUrl: string;
+
+  constructor(private readonly c: RelayContext) {
+    this.relayUrl = `${c.settings.relay}/relay`;
+  }
+
+  bytes(row: Row): number {
+    const max = this.c.maxReportBytes(row.report);
+    const ready = this.fresh() && this.gapLeft() <= 0 && max !== undefined && !relayRefusal(row.report.schema, row.report.version, max);
+    return ready ? REQUEST_OVERHEAD + paddedSize(max) : Infinity;
+  }
+
+  async send(row: Row, keepalive: boolean): Promise<Verdict> {
+    const s = this.c.settings;
+    if (!(await this.x25519)) {
+      this.once("warn", "this platform's Web Crypto has no X25519 (an insecure page, or an older browser): reports wait in the outbox; they are never sent around the relay");
+      return { after: s.backoffCapMs };
+    }
+    const { schema, version } = row.report;
+    const max = this.c.maxReportBytes(row.report);
+    const refusal = max === undefined ? `the schema ${schema} version ${version} is no longer known, so neither is its requests' size` : relayRefusal(schema, version, max);
+    if (refusal) {
+      this.once("error", `${refusal}: its reports are dropped`);
+      return { settled: true };
+    }
+    if (!this.fresh()) {
+      if (keepalive) return {}; // a closing page sends only what it can send at once
+      const wait = this.lastSent + KEY_GAP_MS - Date.now();
+      if (wait > 0) return { after: wait };
+      const failure = await this.fetchKeys();
+      if (failure) return { retry: failure };
+    }
+    const wait = this.gapLeft();
+    if (wait > 0) return keepalive ? {} : { after: wait };
+    const content = TEXT.encode(JSON.stringify({ reports: [row.report] }));
+    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(max!)));
+    const post = (withKeepalive: boolean) => request(this.relayUrl, {
+      method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
+    });
+    this.lastSent = Date.now();
+    let answer: Answer;
+    try {
+      answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
+    } catch (e) {
+      return { retry: (e as Error).message };
+    }
+    return this.verdict(answer);
+  }
+
+  /** The keys are known, agreed and less than a day old. */
+  private fresh(): boolean {
+    return this.keys !== undefined && Date.now() - this.keysFetched < KEYS_MAX_AGE_MS;
+  }
+
+  /** How long until a report may be sent: a minute after the aggregator was last asked for keys. */
+  private gapLeft(): number {
+    return this.aggregatorAsked + KEY_GAP_MS - Date.now();
+  }
+
+  private once(level: "warn" | "error", message: string): void {
+    if (this.said.has(message)) return;
+    this.said.add(message);
+    this.c.settings.logger[level](message);
+  }
+
+  /** The keys from the relay and from the aggregator, taken when byte-identical; else why not. */
+  private async fetchKeys(): Promise<string | undefined> {
+    const s = this.c.settings;
+    const urls = [`${s.relay}/ohttp-keys`, `${s.endpoint}/api/v1/ohttp-keys`];
+    const bodies: Uint8Array[] = [];
+    for (const url of urls) {
+      let answer: Answer;
+      try {
+        if (url === urls[1]) this.aggregatorAsked = Date.now();
+        answer = await request(url, { method: "GET", timeoutMs: s.requestTimeoutMs, fetch: s.fetch });
+      } catch (e) {
+        return `no keys for the relay: ${(e as Error).message}`;
+      }
+      if (answer.status !== 200) return `no keys for the relay: GET ${url} answered ${answerSaid(answer)}`;
+      bodies.push(answer.bytes);
+    }
+    if (!sameBytes(bodies[0], bodies[1])) {
+      return `GET ${urls[0]} and GET ${urls[1]} serve different key configurations: nothing goes through the relay until they agree`;
+    }
+    try {
+      this.keys = chooseKeyConfig(bodies[0]);
+    } catch (e) {
+      return `the relay's keys (GET ${urls[0]}) cannot be used: ${(e as Error).message}`;
+    }
+    this.keysFetched = Date.now();
+    return undefined;
+  }
+
+  /** What the relay's answer means for the report. */
+  private verdict(answer: Answer): Verdict {
+    const said = `POST ${this.relayUrl} answered ${answerSaid(answer)}`;
+    const { status } = answer;
+    if (status === 202) return { settled: true };
+    if (status === 400 && (answer.body as { type?: unknown } | undefined)?.type === KEY_PROBLEM_TYPE) {
+      this.keys = undefined;
+      return { retry: `${said}: its key is no longer taken; the keys are fetched again and the report resent` };
+    }
+    if (status >= 400 && status < 500 && status !== 429) {
+      this.c.settings.logger.warn(`dropped 1 report(s): ${said}`);
+      return { settled: true };
+    }
+    return { retry: said, after: retryAfter(answer.headers) };
+  }
+}
