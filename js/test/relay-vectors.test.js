@@ -4,10 +4,10 @@
 // "Bytes" field by field.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { bhttpRequest, chooseKeyConfig, encap, encapsulate, keySchedule, paddedSize, relayRefusal, setupBaseSender, varint,
   MAX_REQUEST_BYTES, REQUEST_OVERHEAD } from "../dist/relay.js";
-import { maxReportBytes, parseSchema } from "../dist/index.js";
+import { maxReportBytes, parseJson, parseSchema } from "../dist/index.js";
 
 const hex = (s) => Uint8Array.from(Buffer.from(s, "hex"));
 const toHex = (b) => Buffer.from(b).toString("hex");
@@ -94,7 +94,7 @@ test("the padded size: the smallest multiple of 1024 not below the longest messa
   const size = paddedSize(max);
   assert.equal(size % 1024, 0);
   // The longest content (a report of `max` characters in Python's spacing) fits; one more KiB would be too much.
-  const longest = new Uint8Array(max + '{"reports": []}'.length);
+  const longest = new Uint8Array(max + '{"reports":[]}'.length);
   assert.equal(bhttpRequest(longest, size).length, size);
   assert.ok(size - 1024 < 61 + 2 + longest.length + 1);
   assert.equal(relayRefusal("app-usage", 1, max), undefined);
@@ -103,4 +103,35 @@ test("the padded size: the smallest multiple of 1024 not below the longest messa
   while (paddedSize(fits + 1) + REQUEST_OVERHEAD <= MAX_REQUEST_BYTES) fits++;
   assert.equal(paddedSize(fits), 64512);
   assert.match(relayRefusal("big", 2, fits + 1), /^the schema big version 2 cannot go through a relay: its requests would be 65591 bytes, over 65536$/);
+});
+
+// The relay vectors both clients pass (tests/vectors/relay.json, written by tests/vectors/generate.py):
+// per schema version its padded size; per case the content bytes, the padded message and the
+// request encapsulated with fixed keys.
+const RELAY_VECTORS = new URL("../../tests/vectors/relay.json", import.meta.url);
+
+test("tests/vectors/relay.json: padded sizes, messages and encapsulated requests byte for byte", { skip: !existsSync(RELAY_VECTORS) && "no tests/vectors/relay.json yet" }, async () => {
+  const v = parseJson(readFileSync(RELAY_VECTORS, "utf8"));
+  const schemas = new Map(v.schemas.map((s) => [s.name, parseSchema(s)]));
+  for (const size of v.sizes) {
+    const max = maxReportBytes(schemas.get(size.schema));
+    assert.equal(paddedSize(max), size.padded_size, size.name);
+    assert.equal(relayRefusal(size.schema, 1, max) !== undefined, size.refused, size.name);
+  }
+  for (const c of v.cases) {
+    const schema = schemas.get(c.schema);
+    assert.equal(paddedSize(maxReportBytes(schema)), c.padded_size, c.name);
+    const message = bhttpRequest(hex(c.content), c.padded_size);
+    assert.equal(toHex(message), c.message, c.name);
+    const config = chooseKeyConfig(hex(c.key_configs));
+    assert.equal(config.keyId, c.key_id, c.name);
+    assert.equal(toHex(await encapsulate(config, message, hex(c.ephemeral_private_key))), c.request, c.name);
+  }
+  // A schema too big for a relay: its requests would pass 64 KiB.
+  const big = v.too_big;
+  const categories = Array.from({ length: big.categories }, (_, i) => `c${i}`);
+  const schema = parseSchema({ name: "too-big", version: 1, epsilon: big.epsilon, window: "day", attributes: Array.from({ length: big.attributes },
+    (_, i) => ({ name: `a${i}`, type: "categorical", categories, mechanism: big.mechanism })) });
+  assert.equal(paddedSize(maxReportBytes(schema)), big.padded_size);
+  assert.equal(relayRefusal("too-big", 1, maxReportBytes(schema)) !== undefined, big.refused);
 });

@@ -20,9 +20,9 @@ const METHOD = "POST";
 const SCHEME = "https";
 const PATH = "/api/v1/reports";
 const HEADER: [string, string] = ["content-type", "application/json"];
-// `{"reports": [` and `]}` around one report, as Python's json.dumps writes them (the JS client's
-// JSON.stringify writes `{"reports":[`, a byte less): the bound counts the longer.
-const CONTENT_WRAPPING = '{"reports": []}'.length;
+// `{"reports":[` and `]}` around one report, as both clients write them (compact), and as Python's
+// shared.ohttp.padded_size counts them.
+const CONTENT_WRAPPING = '{"reports":[]}'.length;
 
 /** A key configuration the client can use: KEM 0x0020 listing (HKDF-SHA256, AES-128-GCM). */
 export interface KeyConfig {
