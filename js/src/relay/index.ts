@@ -11,4 +11,4 @@ installRelay((context) => new Route(context));
 export { setupBaseSender, encap, keySchedule, hasX25519, SenderContext, KEM_X25519, KDF_HKDF_SHA256, AEAD_AES_128_GCM } from "./hpke.js";
 export { chooseKeyConfig, bhttpRequest, paddedSize, relayRefusal, encapsulate, varint, HEADER_BYTES, REQUEST_OVERHEAD, PAD_UNIT,
   MAX_REQUEST_BYTES, KEY_PROBLEM_TYPE, type KeyConfig } from "./ohttp.js";
-export { KEY_GAP_MS, KEYS_MAX_AGE_MS } from "./route.js";
+export { Route, KEY_GAP_MS, KEYS_MAX_AGE_MS, type RouteTimes } from "./route.js";

@@ -24,9 +24,16 @@ import type { Row } from "../storage.js";
 import { hasX25519 } from "./hpke.js";
 import { bhttpRequest, chooseKeyConfig, encapsulate, KEY_PROBLEM_TYPE, paddedSize, relayRefusal, REQUEST_OVERHEAD, type KeyConfig } from "./ohttp.js";
 
+/** Keys are fetched again when this old. */
 export const KEYS_MAX_AGE_MS = 86_400_000;
 /** The least time between fetching keys from the aggregator and sending a report, either way. */
 export const KEY_GAP_MS = 60_000;
+
+/** The route's times (tests shorten them: `installRelay((c) => new Route(c, {keyGapMs: 50}))`). */
+export interface RouteTimes {
+  keyGapMs?: number;
+  keysMaxAgeMs?: number;
+}
 const TEXT = new TextEncoder();
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
@@ -41,9 +48,13 @@ export class Route implements RelayRoute {
   private readonly x25519 = hasX25519();
   private readonly said = new Set<string>(); // what the log was told once
   private readonly relayUrl: string;
+  private readonly keyGapMs: number;
+  private readonly keysMaxAgeMs: number;
 
-  constructor(private readonly c: RelayContext) {
+  constructor(private readonly c: RelayContext, { keyGapMs = KEY_GAP_MS, keysMaxAgeMs = KEYS_MAX_AGE_MS }: RouteTimes = {}) {
     this.relayUrl = `${c.settings.relay}/relay`;
+    this.keyGapMs = keyGapMs;
+    this.keysMaxAgeMs = keysMaxAgeMs;
   }
 
   bytes(row: Row): number {
@@ -67,7 +78,7 @@ export class Route implements RelayRoute {
     }
     if (!this.fresh()) {
       if (keepalive) return {}; // a closing page sends only what it can send at once
-      const wait = this.lastSent + KEY_GAP_MS - Date.now();
+      const wait = this.lastSent + this.keyGapMs - Date.now();
       if (wait > 0) return { after: wait };
       const failure = await this.fetchKeys();
       if (failure) return { retry: failure };
@@ -91,12 +102,12 @@ export class Route implements RelayRoute {
 
   /** The keys are known, agreed and less than a day old. */
   private fresh(): boolean {
-    return this.keys !== undefined && Date.now() - this.keysFetched < KEYS_MAX_AGE_MS;
+    return this.keys !== undefined && Date.now() - this.keysFetched < this.keysMaxAgeMs;
   }
 
   /** How long until a report may be sent: a minute after the aggregator was last asked for keys. */
   private gapLeft(): number {
-    return this.aggregatorAsked + KEY_GAP_MS - Date.now();
+    return this.aggregatorAsked + this.keyGapMs - Date.now();
   }
 
   private once(level: "warn" | "error", message: string): void {
@@ -105,32 +116,37 @@ export class Route implements RelayRoute {
     this.c.settings.logger[level](message);
   }
 
-  /** The keys from the relay and from the aggregator, taken when byte-identical; else why not. */
+  /** The keys from the relay, then from the aggregator, taken when byte-identical; else why not. */
   private async fetchKeys(): Promise<string | undefined> {
     const s = this.c.settings;
-    const urls = [`${s.relay}/ohttp-keys`, `${s.endpoint}/api/v1/ohttp-keys`];
-    const bodies: Uint8Array[] = [];
-    for (const url of urls) {
-      let answer: Answer;
-      try {
-        if (url === urls[1]) this.aggregatorAsked = Date.now();
-        answer = await request(url, { method: "GET", timeoutMs: s.requestTimeoutMs, fetch: s.fetch });
-      } catch (e) {
-        return `no keys for the relay: ${(e as Error).message}`;
-      }
-      if (answer.status !== 200) return `no keys for the relay: GET ${url} answered ${answerSaid(answer)}`;
-      bodies.push(answer.bytes);
-    }
-    if (!sameBytes(bodies[0], bodies[1])) {
-      return `GET ${urls[0]} and GET ${urls[1]} serve different key configurations: nothing goes through the relay until they agree`;
+    const fromRelay = `${s.relay}/ohttp-keys`;
+    const fromAggregator = `${s.endpoint}/api/v1/ohttp-keys`;
+    const relayKeys = await this.get(fromRelay);
+    if (typeof relayKeys === "string") return relayKeys;
+    this.aggregatorAsked = Date.now();
+    const aggregatorKeys = await this.get(fromAggregator);
+    if (typeof aggregatorKeys === "string") return aggregatorKeys;
+    if (!sameBytes(relayKeys, aggregatorKeys)) {
+      return `GET ${fromRelay} and GET ${fromAggregator} serve different key configurations: nothing goes through the relay until they agree`;
     }
     try {
-      this.keys = chooseKeyConfig(bodies[0]);
+      this.keys = chooseKeyConfig(relayKeys);
     } catch (e) {
-      return `the relay's keys (GET ${urls[0]}) cannot be used: ${(e as Error).message}`;
+      return `the keys of GET ${fromRelay} cannot be used: ${(e as Error).message}`;
     }
     this.keysFetched = Date.now();
     return undefined;
+  }
+
+  /** The body of a 200 answer to GET `url`, or why there is none. */
+  private async get(url: string): Promise<Uint8Array | string> {
+    const s = this.c.settings;
+    try {
+      const answer = await request(url, { method: "GET", timeoutMs: s.requestTimeoutMs, fetch: s.fetch });
+      return answer.status === 200 ? answer.bytes : `no keys for the relay: GET ${url} answered ${answerSaid(answer)}`;
+    } catch (e) {
+      return `no keys for the relay: ${(e as Error).message}`;
+    }
   }
 
   /** What the relay's answer means for the report. */
