@@ -9,6 +9,7 @@
 
 import type { Settings } from "./options.js";
 import type { Report } from "./reports.js";
+import type { Schema } from "./schema.js";
 import type { Row } from "./storage.js";
 
 /** What the sender does with a report after a try: remove it (`settled`: delivered, or dropped with
@@ -29,11 +30,11 @@ export interface RelayRoute {
   send(row: Row, keepalive: boolean): Promise<Verdict>;
 }
 
-/** What a route needs of its client: the settings, and the bound on a report's JSON text under its
- * schema version (undefined when that version is no longer known), from which its padding follows. */
+/** What a route needs of its client: the settings, and the schema version a report was made under
+ * (undefined when it is no longer known), against which it is checked and from which its padding follows. */
 export interface RelayContext {
   settings: Settings;
-  maxReportBytes(report: Report): number | undefined;
+  schemaOf(report: Report): Schema | undefined;
 }
 
 export type RelayModule = (context: RelayContext) => RelayRoute;

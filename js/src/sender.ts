@@ -21,7 +21,7 @@
 import { answerSaid, request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
 import type { Settings } from "./options.js";
-import { maxReportBytes, type Report } from "./reports.js";
+import type { Report } from "./reports.js";
 import { relayModule, type RelayRoute } from "./relay-hook.js";
 import { backoff, isRetryable, retryAfter } from "./retry.js";
 import type { SchemaSource } from "./schema-source.js";
@@ -326,13 +326,7 @@ export class Sender {
 
   /** The relay module's route for this client, once the module is loaded (src/relay-hook.ts). */
   private relayRoute(): RelayRoute | undefined {
-    return (this.route ??= relayModule()?.({
-      settings: this.s,
-      maxReportBytes: (report) => {
-        const schema = this.source.ofVersion(report.version);
-        return schema && maxReportBytes(schema);
-      },
-    }));
+    return (this.route ??= relayModule()?.({ settings: this.s, schemaOf: (report) => this.source.ofVersion(report.version) }));
   }
 
   /** Send one report through the relay and act on the route's verdict. Without the relay module the

@@ -349,3 +349,25 @@ test("a closing page sends what is stored through the relay with keepalive, one 
     await rel.close();
   }
 });
+
+test("a report that is not valid under its schema is dropped before it is encapsulated, saying why", async () => {
+  const keys = keyPair();
+  const agg = await aggregator(() => keys);
+  const rel = await relay(() => keys, accepted);
+  const store = new MemoryStore();
+  // A damaged row in the outbox: the aggregator's verdict on it would never come back through the relay.
+  const window = new Date(Date.now() - 7_200_000).toISOString().slice(0, 13);
+  await store.append([{ id: "A".repeat(32), schema: SCHEMA.name, version: 1, window, epsilon: 1, values: { flag: "yes" } }],
+    { maxReports: 10, maxBytes: 1 << 20, perDay: 10 });
+  try {
+    const { t, logger } = client(agg.url, rel.url, { store });
+    assert.equal(await t.waitForSchema(5000), true);
+    assert.equal(await t.flush(5000), true, logger.lines.join("\n"));
+    await t.close(0);
+    assert.equal(rel.requests.filter((r) => r.method === "POST").length, 0);
+    assert.ok(logger.lines.some((l) => /^dropped 1 report\(s\): invalid \(.*flag.*\), and no relay answer would say so$/.test(l)), logger.lines.join("\n"));
+  } finally {
+    await agg.close();
+    await rel.close();
+  }
+});

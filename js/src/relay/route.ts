@@ -10,17 +10,22 @@
  * old, or when the relay says the key is no longer taken. The aggregator's fetch and the sending of
  * reports are never within a minute of each other. The first usable configuration is used.
  *
- * The relay's answers: 202, delivered; 400 with the `ohttp-key` problem type (RFC 9458 §5.3), the
- * keys are fetched again and the report encapsulated again and resent, never dropped; 413 or another
- * 4xx, dropped with a warning; 429, 5xx (and anything else, a 2xx other than 202 included: no proof
- * of delivery), retried after backoff and Retry-After. Where Web Crypto has no X25519 (an insecure
- * page, an older browser) reports wait in the outbox, and the log says so once.
+ * A report is validated before it is encapsulated (the aggregator's verdict never comes back). The
+ * relay's answers: 202, delivered; 400 with the `ohttp-key` problem type (RFC 9458 §5.3), the keys
+ * are fetched again and the report encapsulated again and resent, never dropped; 429, 5xx, 408 (and
+ * 401, 403, 404, 405, which say nothing of the report, and anything below 400 but 202: no proof of
+ * delivery) retried after backoff and Retry-After, as the core's retry policy says (src/retry.ts);
+ * 413 or another 4xx, dropped with a warning. Where Web Crypto has no X25519 (an insecure page, an
+ * older browser) reports wait in the outbox, and the log says so once.
  */
 
-import { answerSaid, request, type Answer } from "../http.js";
+import { answerSaid, request, shown, type Answer } from "../http.js";
 import type { RelayContext, RelayRoute, Verdict } from "../relay-hook.js";
-import { retryAfter } from "../retry.js";
+import { maxReportBytes } from "../reports.js";
+import { isRetryable, retryAfter } from "../retry.js";
+import type { Schema } from "../schema.js";
 import type { Row } from "../storage.js";
+import { validateReport } from "../validate.js";
 import { hasX25519 } from "./hpke.js";
 import { bhttpRequest, chooseKeyConfig, encapsulate, KEY_PROBLEM_TYPE, paddedSize, relayRefusal, REQUEST_OVERHEAD, type KeyConfig } from "./ohttp.js";
 
@@ -58,9 +63,9 @@ export class Route implements RelayRoute {
   }
 
   bytes(row: Row): number {
-    const max = this.c.maxReportBytes(row.report);
-    const ready = this.fresh() && this.gapLeft() <= 0 && max !== undefined && !relayRefusal(row.report.schema, row.report.version, max);
-    return ready ? REQUEST_OVERHEAD + paddedSize(max) : Infinity;
+    const schema = this.c.schemaOf(row.report);
+    const ready = this.fresh() && this.gapLeft() <= 0 && schema !== undefined && !this.refusal(schema);
+    return ready ? REQUEST_OVERHEAD + paddedSize(maxReportBytes(schema)) : Infinity;
   }
 
   async send(row: Row, keepalive: boolean): Promise<Verdict> {
@@ -69,11 +74,18 @@ export class Route implements RelayRoute {
       this.once("warn", "this platform's Web Crypto has no X25519 (an insecure page, or an older browser): reports wait in the outbox; they are never sent around the relay");
       return { after: s.backoffCapMs };
     }
-    const { schema, version } = row.report;
-    const max = this.c.maxReportBytes(row.report);
-    const refusal = max === undefined ? `the schema ${schema} version ${version} is no longer known, so neither is its requests' size` : relayRefusal(schema, version, max);
+    const schema = this.c.schemaOf(row.report);
+    const refusal = schema ? this.refusal(schema)
+      : `the schema ${row.report.schema} version ${row.report.version} is no longer known, so neither is its requests' size`;
     if (refusal) {
       this.once("error", `${refusal}: its reports are dropped`);
+      return { settled: true };
+    }
+    // The aggregator's verdict on a report never comes back through the relay: it is judged here.
+    try {
+      validateReport(row.report, schema!);
+    } catch (e) {
+      this.c.settings.logger.warn(`dropped 1 report(s): invalid (${shown((e as Error).message)}), and no relay answer would say so`);
       return { settled: true };
     }
     if (!this.fresh()) {
@@ -86,7 +98,7 @@ export class Route implements RelayRoute {
     const wait = this.gapLeft();
     if (wait > 0) return keepalive ? {} : { after: wait };
     const content = TEXT.encode(JSON.stringify({ reports: [row.report] }));
-    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(max!)));
+    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema!))));
     const post = (withKeepalive: boolean) => request(this.relayUrl, {
       method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
     });
@@ -98,6 +110,11 @@ export class Route implements RelayRoute {
       return { retry: (e as Error).message };
     }
     return this.verdict(answer);
+  }
+
+  /** Why reports of `schema` cannot go through a relay, if they cannot. */
+  private refusal(schema: Schema): string | undefined {
+    return relayRefusal(schema.name, schema.version, maxReportBytes(schema));
   }
 
   /** The keys are known, agreed and less than a day old. */
@@ -158,10 +175,8 @@ export class Route implements RelayRoute {
       this.keys = undefined;
       return { retry: `${said}: its key is no longer taken; the keys are fetched again and the report resent` };
     }
-    if (status >= 400 && status < 500 && status !== 429) {
-      this.c.settings.logger.warn(`dropped 1 report(s): ${said}`);
-      return { settled: true };
-    }
-    return { retry: said, after: retryAfter(answer.headers) };
+    if (isRetryable(status)) return { retry: said, after: retryAfter(answer.headers) };
+    this.c.settings.logger.warn(`dropped 1 report(s): ${said}`);
+    return { settled: true };
   }
 }
