@@ -17,6 +17,7 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -114,6 +115,17 @@ def test_the_aggregator_extra(built):
     assert extra["flask"].contains("3.1")
 
 
+def test_the_relay_extra_is_cryptography_alone(built):
+    """A client that sends through a relay needs ``ldp-telemetry[relay]``: cryptography, and nothing
+    else; the aggregator (the relay gateway) needs it too."""
+    requirements = [Requirement(r) for r in metadata(built["wheel"]).get_all("Requires-Dist")]
+    def extra(name: str) -> dict[str, Any]:
+        return {r.name.lower(): r.specifier for r in requirements
+                if r.marker is not None and r.marker.evaluate({"extra": name})}
+    assert set(extra("relay")) == {"cryptography"}
+    assert extra("relay")["cryptography"].contains("48.0") and "cryptography" in extra("aggregator")
+
+
 def test_one_console_script(built):
     with zipfile.ZipFile(built["wheel"]) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
@@ -146,9 +158,11 @@ def only(built: dict[str, Path], names: list[str]) -> Path:
 
 def test_the_client_imports_with_requests_alone(built):
     only_requests = only(built, REQUESTS_AND_ITS_DEPENDENCIES)
-    out = in_fresh_venv(built, "import sys, ldp_telemetry.client, ldp_telemetry.shared\n"
+    # shared.ohttp too: the client imports it whether or not it has a relay; cryptography (the relay
+    # extra) is imported only when something is encapsulated.
+    out = in_fresh_venv(built, "import sys, ldp_telemetry.client, ldp_telemetry.shared, ldp_telemetry.shared.ohttp\n"
                                "from ldp_telemetry.client import TelemetryClient, randomize\n"
-                               "print(sorted({'flask', 'numpy', 'sqlite_utils', 'apscheduler', 'click'} "
+                               "print(sorted({'flask', 'numpy', 'sqlite_utils', 'apscheduler', 'click', 'cryptography'} "
                                "& set(sys.modules)))\n"
                                "print(ldp_telemetry.client.__file__)", [only_requests])
     heavy, client_file = out.splitlines()

@@ -27,7 +27,7 @@ from typing import Any
 
 from ldp_telemetry.aggregator.estimation.refresh import estimate_rows
 from ldp_telemetry.aggregator.store import WindowCounters
-from ldp_telemetry.shared import breakdowns, windows
+from ldp_telemetry.shared import breakdowns, ohttp, windows
 from ldp_telemetry.shared.attribute_types import prepare_text
 from ldp_telemetry.shared.mechanisms import olh
 from ldp_telemetry.shared.mechanisms.randomness import FixedBytes, HmacStream, bernoulli, randbelow
@@ -229,6 +229,25 @@ def run_breakdown(schema: Schema, case: Mapping[str, Any]) -> JSON:
     return [{"value": r.value, "by_value": r.by_value, "estimate": r.estimate, "estimate_clipped": r.estimate_clipped,
              "ci_low": r.ci_low, "ci_high": r.ci_high, "by_share": r.by_share, "n": r.n, "reason": r.reason}
             for r in rows]
+
+
+def run_relay_request(schema: Schema, case: Mapping[str, Any]) -> JSON:
+    """A relayed report's bytes: the content, padded message and encapsulated request that
+    ``case``'s report makes under ``schema``, to the key configuration ``case["key_config"]``, with
+    the case's fixed ephemeral key (its public half too: a client checks its X25519 on it)."""
+    config = ohttp.choose_key_config(bytes.fromhex(case["key_configs"]))
+    ephemeral = bytes.fromhex(case["ephemeral_private_key"])
+    content = ohttp.report_content(case["report"])
+    size = ohttp.padded_size(schema)
+    message = ohttp.bhttp_request(content, size)
+    return {"key_id": config.key_id, "ephemeral_public_key": ohttp.public_key_of(ephemeral).hex(),
+            "content": content.hex(), "padded_size": size, "message": message.hex(),
+            "request": ohttp.encapsulate(config, message, ephemeral_private=ephemeral).hex()}
+
+
+def run_relay_size(schema: Schema) -> JSON:
+    """A schema's padded message size, and whether its requests are too big for a relay."""
+    return {"padded_size": ohttp.padded_size(schema), "refused": ohttp.relay_refusal(schema) is not None}
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -1086,6 +1105,49 @@ def estimates_vectors() -> JSON:
     return {"tolerance": TOLERANCE, "schemas": schemas, "cases": cases, "breakdowns": rows}
 
 
+# The aggregator's keys in relay.json: the usable one second, after one of a KEM a client does not
+# know (its public key of another length, skipped by its length prefix).
+RELAY_KEY_ID = 7
+RELAY_PRIVATE_KEY = stream("relay receiver key", 32)
+RELAY_OTHER_KEM = bytes([3]) + (0x0010).to_bytes(2, "big") + stream("relay P-256 key", 65) + bytes.fromhex("000400010001")
+# Reports of reports.json, one of each kind of schema, each carried alone through the relay.
+RELAY_REPORTS = ["boolean-and-grr", "oue-bits", "sample-carries-one", "means", "memoised", "id-64-characters",
+                 "string-supports", "string-discover-level-0-counted"]
+# A schema of its own whose reports take more than one PAD_UNIT (OUE: 3 characters a bit), and one
+# of its reports; and the shape of one whose padded requests pass 64 KiB (too big to list here).
+RELAY_WIDE = {"name": "wide", "version": 1, "epsilon": 2.0,
+              "attributes": [{"name": "page", "type": "categorical", "mechanism": "oue",
+                              "categories": [f"p{j}" for j in range(400)]}]}
+RELAY_WIDE_REPORT = _report("wide", 1, "2026-11-21", 2.0, {"page": [int(j % 7 == 0) for j in range(400)]})
+RELAY_TOO_BIG = {"attributes": 21, "mechanism": "oue", "categories": 1024, "epsilon": 2.0}
+
+
+def _too_big_schema() -> Schema:
+    """The schema RELAY_TOO_BIG describes: attributes a0, a1, ... of categories "0", "1", ..."""
+    shape = RELAY_TOO_BIG
+    return parse_schema({"name": "too-big", "version": 1, "epsilon": shape["epsilon"], "attributes": [
+        {"name": f"a{i}", "type": "categorical", "mechanism": shape["mechanism"],
+         "categories": [str(j) for j in range(shape["categories"])]} for i in range(shape["attributes"])]})
+
+
+def relay_vectors() -> JSON:
+    schemas = [*derived_schemas(), parse_schema(RELAY_WIDE).to_dict()]
+    parsed = schemas_by_name(schemas)
+    config = ohttp.KeyConfig(RELAY_KEY_ID, ohttp.public_key_of(RELAY_PRIVATE_KEY))
+    key_configs = (len(RELAY_OTHER_KEM).to_bytes(2, "big") + RELAY_OTHER_KEM + ohttp.encode_key_configs([config]))
+    reports = {**dict(VALID_REPORTS), "wide": RELAY_WIDE_REPORT}
+    cases = []
+    for name in [*RELAY_REPORTS, "wide"]:
+        validate_report(reports[name], _lookup(parsed))
+        case = {"name": name, "schema": reports[name]["schema"], "report": reports[name],
+                "key_configs": key_configs.hex(), "receiver_private_key": RELAY_PRIVATE_KEY.hex(),
+                "ephemeral_private_key": stream(f"relay ephemeral {name}", 32).hex()}
+        cases.append({**case, **run_relay_request(parsed[case["schema"]], case)})
+    sizes = [{"name": name, "schema": name, **run_relay_size(schema)} for name, schema in parsed.items()]
+    return {"schemas": schemas, "cases": cases, "sizes": sizes,
+            "too_big": {**RELAY_TOO_BIG, **run_relay_size(_too_big_schema())}}
+
+
 FILES: dict[str, Callable[[], JSON]] = {
     "randomness.json": randomness,
     "schemas.json": schemas,
@@ -1095,6 +1157,7 @@ FILES: dict[str, Callable[[], JSON]] = {
     "report_validation.json": report_validation,
     "windows.json": windows_vectors,
     "estimates.json": estimates_vectors,
+    "relay.json": relay_vectors,
 }
 
 
