@@ -48,7 +48,7 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
 export class Route implements RelayRoute {
   private keys: KeyConfig | undefined;
   private keysFetched = -Infinity;
-  private aggregatorAsked = -Infinity; // when the aggregator's keys were last asked for
+  private aggregatorAsked = -Infinity; // when the aggregator last answered (or failed) a key fetch
   private lastSent = -Infinity; // when a report was last sent to the relay
   private readonly x25519 = hasX25519();
   private readonly said = new Set<string>(); // what the log was told once
@@ -140,8 +140,9 @@ export class Route implements RelayRoute {
     const fromAggregator = `${s.endpoint}/api/v1/ohttp-keys`;
     const relayKeys = await this.get(fromRelay);
     if (typeof relayKeys === "string") return relayKeys;
-    this.aggregatorAsked = Date.now();
-    const aggregatorKeys = await this.get(fromAggregator);
+    // The minute runs from the aggregator's answer: whatever the network's delays, the aggregator
+    // sees the next report no sooner than a minute after this request.
+    const aggregatorKeys = await this.get(fromAggregator).finally(() => (this.aggregatorAsked = Date.now()));
     if (typeof aggregatorKeys === "string") return aggregatorKeys;
     if (!sameBytes(relayKeys, aggregatorKeys)) {
       return `GET ${fromRelay} and GET ${fromAggregator} serve different key configurations: nothing goes through the relay until they agree`;
