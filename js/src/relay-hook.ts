@@ -10,7 +10,7 @@
 import type { Settings } from "./options.js";
 import type { Report } from "./reports.js";
 import type { Schema } from "./schema.js";
-import type { Row } from "./storage.js";
+import type { Row, Store } from "./storage.js";
 
 /** What the sender does with a report after a try: remove it (`settled`: delivered, or dropped with
  * a warning the route logged), or try again: after backoff, `after` ms at least, saying `retry`
@@ -30,10 +30,12 @@ export interface RelayRoute {
   send(row: Row, keepalive: boolean): Promise<Verdict>;
 }
 
-/** What a route needs of its client: the settings, and the schema version a report was made under
- * (undefined when it is no longer known), against which it is checked and from which its padding follows. */
+/** What a route needs of its client: the settings, the store (whose cache keeps the keys between
+ * starts), and the schema version a report was made under (undefined when it is no longer known),
+ * against which it is checked and from which its padding follows. */
 export interface RelayContext {
   settings: Settings;
+  store: Promise<Store>;
   schemaOf(report: Report): Schema | undefined;
 }
 

@@ -84,6 +84,7 @@ export class Sender {
     this.schemaDue = source.fetched ? 0 : Infinity;
     // Through a relay each report goes alone: two in one request would tell the aggregator they come from one device.
     this.batchLimit = s.relay ? 1 : s.maxBatch;
+    if (s.relay) this.relayRoute(); // now: it reads its keys from the store before a closing page needs them
     this.reportsUrl = `${s.endpoint}/api/v1/reports`;
   }
 
@@ -326,7 +327,7 @@ export class Sender {
 
   /** The relay module's route for this client, once the module is loaded (src/relay-hook.ts). */
   private relayRoute(): RelayRoute | undefined {
-    return (this.route ??= relayModule()?.({ settings: this.s, schemaOf: (report) => this.source.ofVersion(report.version) }));
+    return (this.route ??= relayModule()?.({ settings: this.s, store: this.store, schemaOf: (report) => this.source.ofVersion(report.version) }));
   }
 
   /** Send one report through the relay and act on the route's verdict. Without the relay module the

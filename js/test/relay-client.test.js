@@ -312,3 +312,43 @@ test("a report that is not valid under its schema is dropped before it is encaps
     await rel.close();
   }
 });
+
+test("the keys are kept in the store: the next start (a page's next visit) sends at once, a closing page with keepalive", async () => {
+  const keys = keyPair();
+  const agg = await aggregator(() => keys);
+  const rel = await relay(() => keys, accepted);
+  const store = new MemoryStore();
+  const page = new EventTarget();
+  try {
+    const first = client(agg.url, rel.url, { store });
+    assert.equal(await first.t.waitForSchema(5000), true);
+    assert.equal(first.t.record({ flag: true }).queued, true);
+    assert.equal(await first.t.flush(5000), true, first.logger.lines.join("\n"));
+    await first.t.close(0);
+
+    // The next visit, an hour later: the page records and closes at once; its sender lingers.
+    Object.assign(globalThis, { addEventListener: page.addEventListener.bind(page), removeEventListener: page.removeEventListener.bind(page),
+      document: Object.assign(new EventTarget(), { hidden: false }) });
+    const realNow = Date.now;
+    Date.now = () => realNow() + 3_600_000;
+    try {
+      const second = client(agg.url, rel.url, { store, lingerMs: 60_000 });
+      assert.equal(await second.t.waitForSchema(5000), true);
+      assert.equal(second.t.record({ flag: false }).queued, true);
+      await sleep(50); // stored (milliseconds)
+      page.dispatchEvent(new Event("pagehide"));
+      assert.ok(await until(() => rel.requests.filter((r) => r.method === "POST").length === 2), second.logger.lines.join("\n"));
+      await second.t.close(0);
+    } finally {
+      Date.now = realNow;
+    }
+    assert.equal(agg.requests.length, 1, "the aggregator's keys fetched once");
+    assert.equal(rel.requests.filter((r) => r.url === "/ohttp-keys").length, 1);
+  } finally {
+    delete globalThis.addEventListener;
+    delete globalThis.removeEventListener;
+    delete globalThis.document;
+    await agg.close();
+    await rel.close();
+  }
+});

@@ -41,6 +41,17 @@ export interface RouteTimes {
 }
 const TEXT = new TextEncoder();
 
+/** The keys both parties served, as kept in the store's cache between starts: their bytes (hex),
+ * when they were taken, and when the aggregator answered. */
+interface KeptKeys {
+  keys: string;
+  fetched: number;
+  asked: number;
+}
+
+const hex = (bytes: Uint8Array) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+const unhex = (text: string) => Uint8Array.from(text.match(/../g) ?? [], (b) => parseInt(b, 16));
+
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
@@ -53,6 +64,9 @@ export class Route implements RelayRoute {
   private readonly x25519 = hasX25519();
   private readonly said = new Set<string>(); // what the log was told once
   private readonly relayUrl: string;
+  // The store's cache name of the keys: with a space, which no schema name has.
+  private readonly cacheName: string;
+  private readonly loaded: Promise<void>;
   private readonly keyGapMs: number;
   private readonly keysMaxAgeMs: number;
 
@@ -60,6 +74,26 @@ export class Route implements RelayRoute {
     this.relayUrl = `${c.settings.relay}/relay`;
     this.keyGapMs = keyGapMs;
     this.keysMaxAgeMs = keysMaxAgeMs;
+    this.cacheName = `ohttp-keys ${c.settings.relay} ${c.settings.endpoint}`;
+    this.loaded = this.load();
+  }
+
+  /** The keys kept from an earlier start (a page's earlier visit), so its reports go at once, a
+   * closing page's too. Kept keys mean reports may have been sent just now: if they are stale, the
+   * next fetch from the aggregator waits its minute as after a send. */
+  private async load(): Promise<void> {
+    try {
+      const text = await (await this.c.store).cachedSchema(this.cacheName);
+      if (typeof text !== "string") return;
+      const kept = JSON.parse(text) as KeptKeys;
+      if (!(kept.fetched <= Date.now() && kept.asked <= Date.now())) return; // a clock set back: fetched again
+      this.lastSent = Date.now();
+      this.keys = chooseKeyConfig(unhex(kept.keys));
+      this.keysFetched = kept.fetched;
+      this.aggregatorAsked = kept.asked;
+    } catch {
+      // Damaged: the keys are fetched again.
+    }
   }
 
   bytes(row: Row): number {
@@ -70,6 +104,7 @@ export class Route implements RelayRoute {
 
   async send(row: Row, keepalive: boolean): Promise<Verdict> {
     const s = this.c.settings;
+    await this.loaded;
     if (!(await this.x25519)) {
       this.once("warn", "this platform's Web Crypto has no X25519 (an insecure page, or an older browser): reports wait in the outbox; they are never sent around the relay");
       return { after: s.backoffCapMs };
@@ -153,6 +188,9 @@ export class Route implements RelayRoute {
       return `the keys of GET ${fromRelay} cannot be used: ${(e as Error).message}`;
     }
     this.keysFetched = Date.now();
+    const kept: KeptKeys = { keys: hex(relayKeys), fetched: this.keysFetched, asked: this.aggregatorAsked };
+    // Not kept (a full disk, say): they are fetched again at the next start.
+    await (await this.c.store).cacheSchema(this.cacheName, JSON.stringify(kept)).catch(() => undefined);
     return undefined;
   }
 
