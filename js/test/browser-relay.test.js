@@ -12,7 +12,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { windowOf } from "../dist/index.js";
-import { counts, freePort, haveRelay, publish, RELAY_TOKEN, startRelay, startServer, tempDir } from "./helpers.js";
+import { byteServer as server, counts, freePort, haveRelay, publish, RELAY_TOKEN, startRelay, startServer, tempDir } from "./helpers.js";
 import { bhttpFields, decapsulate, keyPair } from "./ohttp-receiver.js";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -30,21 +30,6 @@ try {
 const why = !existsSync(CHROMIUM) ? `${CHROMIUM} is absent (apt-get install chromium)` : !playwright ? "no playwright-core (npm ci)" : false;
 
 const CORS = { "Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Retry-After" };
-
-/** A server that keeps every request (body as bytes) and answers with `handle`. */
-async function server(handle) {
-  const requests = [];
-  const s = createServer((req, res) => {
-    const chunks = [];
-    req.on("data", (d) => chunks.push(d));
-    req.on("end", () => {
-      requests.push({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks), at: Date.now() });
-      handle(req, res);
-    });
-  });
-  await new Promise((r) => s.listen(0, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${s.address().port}`, requests, close: () => new Promise((r) => { s.closeAllConnections(); s.close(r); }) };
-}
 
 /** A site on localhost (another origin than the servers on 127.0.0.1; a secure context) whose page
  * loads both <script> files, records once with the relay and waits until it is delivered. */

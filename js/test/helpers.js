@@ -3,6 +3,7 @@
 // it answers. Nothing of ours is mocked.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -113,4 +114,21 @@ export async function counts(url, schema) {
 export function quietLogger() {
   const lines = [];
   return { lines, warn: (m) => lines.push(m), error: (m) => lines.push(m), info: (m) => lines.push(m) };
+}
+
+/** A stand-in server on 127.0.0.1 that keeps every request ({method, url, headers, body as bytes, at})
+ * and answers it with `handle(req, res, body)`. */
+export async function byteServer(handle) {
+  const requests = [];
+  const s = createHttpServer((req, res) => {
+    const chunks = [];
+    req.on("data", (d) => chunks.push(d));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      requests.push({ method: req.method, url: req.url, headers: req.headers, body, at: Date.now() });
+      handle(req, res, body);
+    });
+  });
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${s.address().port}`, requests, close: () => new Promise((r) => { s.closeAllConnections(); s.close(r); }) };
 }
