@@ -31,12 +31,14 @@ export interface RelayRoute {
 }
 
 /** What a route needs of its client: the settings, the store (whose cache keeps the keys between
- * starts), and the schema version a report was made under (undefined when it is no longer known),
- * against which it is checked and from which its padding follows. */
+ * starts), the schema version a report was made under (undefined when the client no longer knows
+ * it), against which it is checked and from which its padding follows, and the client's reader of
+ * a served schema (for a version the route fetches itself; so the relay module carries no copy). */
 export interface RelayContext {
   settings: Settings;
   store: Promise<Store>;
   schemaOf(report: Report): Schema | undefined;
+  parseSchema(served: unknown): Schema;
 }
 
 export type RelayModule = (context: RelayContext) => RelayRoute;

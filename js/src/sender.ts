@@ -24,6 +24,7 @@ import type { Settings } from "./options.js";
 import type { Report } from "./reports.js";
 import { relayModule, type RelayRoute } from "./relay-hook.js";
 import { backoff, isRetryable, retryAfter } from "./retry.js";
+import { parseSchema } from "./schema.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Row, Store } from "./storage.js";
 
@@ -327,7 +328,7 @@ export class Sender {
 
   /** The relay module's route for this client, once the module is loaded (src/relay-hook.ts). */
   private relayRoute(): RelayRoute | undefined {
-    return (this.route ??= relayModule()?.({ settings: this.s, store: this.store, schemaOf: (report) => this.source.ofVersion(report.version) }));
+    return (this.route ??= relayModule()?.({ settings: this.s, store: this.store, schemaOf: (report) => this.source.ofVersion(report.version), parseSchema }));
   }
 
   /** Send one report through the relay and act on the route's verdict. Without the relay module the

@@ -33,14 +33,23 @@ const aggregator = (keys) => server((req, res) => {
   res.writeHead(500).end();
 });
 
-/** A stand-in relay: the schema and `keys()`, and `answer(res, request, n)` for the n-th POST /relay. */
-function relay(keys, answer) {
+/** SCHEMA as served (derived) at `version`; version 2 adds an attribute. */
+const served = (version) => ({ ...SCHEMA, version, attributes: [
+  { ...SCHEMA.attributes[0], epsilon: 1.0, mechanism: "rr", p: 0.7310585786300049, q: 0.2689414213699951 },
+  ...(version === 2 ? [{ name: "dark", type: "boolean", epsilon: 1.0, mechanism: "rr", p: 0.7310585786300049, q: 0.2689414213699951 }] : [])],
+  ...(version === 2 && { epsilon: 2 }) });
+
+/** A stand-in relay: `keys()`, the schema (`versions` of it; the last is the latest), and
+ * `answer(res, request, n)` for the n-th POST /relay. */
+function relay(keys, answer, versions = [1]) {
   let n = 0;
   return server((req, res, body) => {
     if (req.url === "/ohttp-keys") return keysAnswer(res, keys());
-    if (req.url === `/api/v1/schemas/${SCHEMA.name}`) {
+    const [, version] = req.url.match(new RegExp(`^/api/v1/schemas/${SCHEMA.name}(?:/(\\d+))?$`)) ?? [];
+    const wanted = version === undefined ? versions.at(-1) : Number(version);
+    if (req.url.startsWith("/api/v1/schemas/") && versions.includes(wanted)) {
       res.writeHead(200, { "Content-Type": "application/json" });
-      return res.end(JSON.stringify({ ...SCHEMA, attributes: [{ ...SCHEMA.attributes[0], epsilon: 1.0, mechanism: "rr", p: 0.7310585786300049, q: 0.2689414213699951 }] }));
+      return res.end(JSON.stringify(served(wanted)));
     }
     if (req.method === "POST" && req.url === "/relay") return answer(res, body, n++);
     res.writeHead(404).end();
@@ -50,9 +59,9 @@ const accepted = (res) => res.writeHead(202).end();
 
 /** A stand-in aggregator and relay serving `keys` (the relay `relayKeys`, when given), the relay
  * answering POST /relay with `answer`; both closed when test `t` ends. */
-async function standIns(t, { keys = keyPair(), relayKeys, answer = accepted } = {}) {
+async function standIns(t, { keys = keyPair(), relayKeys, answer = accepted, versions } = {}) {
   const agg = await aggregator(() => keys);
-  const rel = await relay(() => relayKeys ?? keys, answer);
+  const rel = await relay(() => relayKeys ?? keys, answer, versions);
   t.after(() => Promise.all([agg.close(), rel.close()]));
   return { keys, agg, rel, posts: () => rel.requests.filter((r) => r.method === "POST") };
 }
@@ -277,4 +286,23 @@ test("the keys are kept in the store: the next start (a page's next visit) sends
   await second.t.close(0);
   assert.equal(agg.requests.length, 1, "the aggregator's keys fetched once");
   assert.equal(rel.requests.filter((r) => r.url === "/ohttp-keys").length, 1);
+});
+
+test("a report of a version the client no longer knows is checked and padded by that version, fetched from the relay; one not served is dropped", async (t) => {
+  const { keys, rel, agg, posts } = await standIns(t, { versions: [1, 2] });
+  const store = new MemoryStore();
+  // Reports made before a restart under version 1 (and one under a version nobody serves); the relay now serves version 2.
+  const window = new Date(Date.now() - 7_200_000).toISOString().slice(0, 13);
+  await store.append([{ id: "B".repeat(32), schema: SCHEMA.name, version: 1, window, epsilon: 1, values: { flag: true } },
+    { id: "C".repeat(32), schema: SCHEMA.name, version: 7, window: new Date(Date.now() - 3_600_000).toISOString().slice(0, 13), epsilon: 1, values: { flag: true } }],
+  { maxReports: 10, maxBytes: 1 << 20, perDay: 10 });
+  const { t: c, logger } = client(agg.url, rel.url, { store, maxEpsilon: 2 });
+  assert.equal(await c.waitForSchema(5000), true);
+  assert.equal(c.schema.version, 2);
+  assert.equal(await c.flush(5000), true, logger.lines.join("\n"));
+  await c.close(0);
+  assert.equal(posts().length, 1);
+  assert.deepEqual(bhttpFields(decapsulate(posts()[0].body, keys)).content.reports[0].id, "B".repeat(32));
+  assert.ok(rel.requests.some((r) => r.url === `/api/v1/schemas/${SCHEMA.name}/1`));
+  assert.ok(logger.lines.includes(`the schema ${SCHEMA.name} version 7 is not served any more: its reports are dropped`), logger.lines.join("\n"));
 });

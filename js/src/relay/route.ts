@@ -23,7 +23,7 @@ import { answerSaid, request, shown, type Answer } from "../http.js";
 import type { RelayContext, RelayRoute, Verdict } from "../relay-hook.js";
 import { maxReportBytes } from "../reports.js";
 import { isRetryable, retryAfter } from "../retry.js";
-import type { Schema } from "../schema.js";
+import { isObject, type Schema } from "../schema.js";
 import type { Row } from "../storage.js";
 import { validateReport } from "../validate.js";
 import { hasX25519 } from "./hpke.js";
@@ -63,6 +63,8 @@ export class Route implements RelayRoute {
   private lastSent = -Infinity; // when a report was last sent to the relay
   private readonly x25519 = hasX25519();
   private readonly said = new Set<string>(); // what the log was told once
+  // Versions fetched from the relay for reports made under them (the client knows two at most).
+  private readonly versions = new Map<number, Schema>();
   private readonly relayUrl: string;
   // The store's cache name of the keys: with a space, which no schema name has.
   private readonly cacheName: string;
@@ -97,7 +99,7 @@ export class Route implements RelayRoute {
   }
 
   bytes(row: Row): number {
-    const schema = this.c.schemaOf(row.report);
+    const schema = this.knownSchema(row);
     const ready = this.fresh() && this.gapLeft() <= 0 && schema !== undefined && !this.refusal(schema);
     return ready ? REQUEST_OVERHEAD + paddedSize(maxReportBytes(schema)) : Infinity;
   }
@@ -109,16 +111,20 @@ export class Route implements RelayRoute {
       this.once("warn", "this platform's Web Crypto has no X25519 (an insecure page, or an older browser): reports wait in the outbox; they are never sent around the relay");
       return { after: s.backoffCapMs };
     }
-    const schema = this.c.schemaOf(row.report);
-    const refusal = schema ? this.refusal(schema)
-      : `the schema ${row.report.schema} version ${row.report.version} is no longer known, so neither is its requests' size`;
+    const schema = this.knownSchema(row) ?? (keepalive ? "" : await this.fetchVersion(row));
+    if (typeof schema === "string") return schema ? { retry: schema } : {};
+    if (!schema) {
+      this.once("error", `the schema ${row.report.schema} version ${row.report.version} is not served any more: its reports are dropped`);
+      return { settled: true };
+    }
+    const refusal = this.refusal(schema);
     if (refusal) {
       this.once("error", `${refusal}: its reports are dropped`);
       return { settled: true };
     }
     // The aggregator's verdict on a report never comes back through the relay: it is judged here.
     try {
-      validateReport(row.report, schema!);
+      validateReport(row.report, schema);
     } catch (e) {
       this.c.settings.logger.warn(`dropped 1 report(s): invalid (${shown((e as Error).message)}), and no relay answer would say so`);
       return { settled: true };
@@ -133,7 +139,7 @@ export class Route implements RelayRoute {
     const wait = this.gapLeft();
     if (wait > 0) return keepalive ? {} : { after: wait };
     const content = TEXT.encode(JSON.stringify({ reports: [row.report] }));
-    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema!))));
+    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema))));
     const post = (withKeepalive: boolean) => request(this.relayUrl, {
       method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
     });
@@ -145,6 +151,40 @@ export class Route implements RelayRoute {
       return { retry: (e as Error).message };
     }
     return this.verdict(answer);
+  }
+
+  /** The schema version `row`'s report was made under, if known here. */
+  private knownSchema(row: Row): Schema | undefined {
+    return this.c.schemaOf(row.report) ?? this.versions.get(row.report.version);
+  }
+
+  /** A version the client no longer knows (reports made before a restart, under the version before),
+   * from the relay (`GET <relay>/api/v1/schemas/<name>/<version>`), as the Python client does: to
+   * check and pad its reports. Undefined when it is not served; why, when it is to be asked again. */
+  private async fetchVersion(row: Row): Promise<Schema | string | undefined> {
+    const { schema: name, version } = row.report;
+    const url = `${this.c.settings.relay}/api/v1/schemas/${encodeURIComponent(name)}/${version}`;
+    let answer: Answer;
+    try {
+      answer = await request(url, { method: "GET", timeoutMs: this.c.settings.requestTimeoutMs, fetch: this.c.settings.fetch });
+    } catch (e) {
+      return `no schema for a report: ${(e as Error).message}`;
+    }
+    if (answer.status === 200 && isObject(answer.body)) {
+      try {
+        const schema = this.c.parseSchema(answer.body);
+        if (schema.name === name && schema.version === version) {
+          this.versions.set(version, schema);
+          return schema;
+        }
+      } catch {
+        // not that version's schema: asked again below
+      }
+    }
+    // A 404 or another final refusal says it is not served; anything else (a 5xx, a 2xx that is not
+    // the schema, from a captive portal, say) is asked again after backoff.
+    if (answer.status === 404 || !isRetryable(answer.status)) return undefined;
+    return `no schema for a report: GET ${url} answered ${answerSaid(answer)}${answer.status === 200 ? " without that version's schema" : ""}`;
   }
 
   /** Why reports of `schema` cannot go through a relay, if they cannot. */
