@@ -16,6 +16,10 @@
  * so never a second report of a window another tab spent) goes out with fetch keepalive (a text/plain
  * body: no preflight), each batch under 60 KiB less what is in flight (the page's 64 KiB keepalive
  * quota), a plain fetch as fallback; a batch stays in storage until an answer is read.
+ *
+ * With a relay (the `relay` option), each report goes alone, by the relay module's route
+ * (src/relay-hook.ts, src/relay/route.ts), which says what becomes of it; the schema comes from the
+ * relay. Nothing is posted to the aggregator: without the module, reports wait.
  */
 
 import { answerSaid, request, shown, type Answer } from "./http.js";
