@@ -3,9 +3,11 @@
 // `relay` option. First against a stand-in relay (a Node server answering CORS as the relay does),
 // which opens what arrives: one padded request encapsulated with the browser's own Web Crypto
 // X25519, posted as text/plain (no preflight), while the stand-in aggregator gets the key fetch
-// and nothing else. Then end to end: a real `ldp-telemetry relay` forwards it to a real aggregator,
-// which counts it as relayed. The route waits its minute between the aggregator's key fetch and
-// the first report, so each test takes a minute.
+// and nothing else. Then end to end, through a real `ldp-telemetry relay` to a real aggregator: a
+// first visit's report waits at the relay for a second to fill its batch; the next visit records
+// and is closed at once, its report sent with keepalive under the keys kept from the first; the
+// aggregator counts both as relayed. The route waits its minute between the aggregator's key fetch
+// and the first report, so each test takes a minute.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
@@ -32,20 +34,34 @@ const why = !existsSync(CHROMIUM) ? `${CHROMIUM} is absent (apt-get install chro
 const CORS = { "Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Retry-After" };
 
 /** A site on localhost (another origin than the servers on 127.0.0.1; a secure context) whose page
- * loads both <script> files, records once with the relay and waits until it is delivered. */
-async function appSite(endpoint, relayUrl) {
+ * loads both <script> files and records once with the relay. `/app.html` then waits until the
+ * report is delivered; `/closing.html` only until it is stored (its sender lingers a minute), for
+ * the test to close the page; `?hoursAgo=1` records as if an hour ago (the page's clock set back). */
+async function appSite(endpoint, relayUrl, schema) {
   const site = createServer((req, res) => {
     const file = { "/ldp-telemetry.min.js": "ldp-telemetry.min.js", "/ldp-telemetry-relay.min.js": "ldp-telemetry-relay.min.js" }[req.url];
     if (file) return res.writeHead(200, { "Content-Type": "text/javascript" }).end(readFileSync(new URL(file, DIST)));
     res.writeHead(200, { "Content-Type": "text/html" }).end(`<!doctype html><meta charset="utf-8">
+<script>
+  const hoursAgo = Number(new URLSearchParams(location.search).get("hoursAgo") ?? 0);
+  const realNow = Date.now;
+  Date.now = () => realNow() - hoursAgo * 3600000;
+</script>
 <script src="/ldp-telemetry.min.js"></script><script src="/ldp-telemetry-relay.min.js"></script>
 <script>
+  const closing = location.pathname === "/closing.html";
   window.result = (async () => {
     const t = new LdpTelemetry.TelemetryClient({ endpoint: ${JSON.stringify(endpoint)}, relay: ${JSON.stringify(relayUrl)},
-      schema: ${JSON.stringify(SCHEMA.name)}, maxEpsilon: 4, lingerMs: 0 });
+      schema: ${JSON.stringify(schema)}, maxEpsilon: 4, lingerMs: closing ? 60000 : 0 });
     if (!(await t.waitForSchema(15000))) return { error: "no schema" };
     const r = t.record({ dark_mode: true });
-    return { queued: r.queued, reason: r.reason, delivered: await t.flush(90000) };
+    if (!closing) return { queued: r.queued, reason: r.reason, delivered: await t.flush(90000) };
+    // Until the report is in IndexedDB (milliseconds): a closing page sends only what is stored.
+    const db = await new Promise((ok) => { const q = indexedDB.open("ldp-telemetry"); q.onsuccess = () => ok(q.result); });
+    const stored = () => new Promise((ok) => { const q = db.transaction("outbox").objectStore("outbox").count(); q.onsuccess = () => ok(q.result); });
+    for (let i = 0; i < 500 && !(await stored()); i++) await new Promise((ok) => setTimeout(ok, 2));
+    db.close();
+    return { queued: r.queued, reason: r.reason };
   })().catch((e) => ({ error: String(e) }));
 </script>`);
   });
@@ -53,16 +69,17 @@ async function appSite(endpoint, relayUrl) {
   return { site, origin: `http://localhost:${site.address().port}` };
 }
 
-/** Opens the app's page in a fresh tab, checks its report was queued and delivered, closes the tab. */
-async function recordInPage(browser, origin) {
-  const tab = await browser.newPage();
+/** Opens `url` in a fresh tab of `context`, checks its result is `expected`, and closes the tab
+ * (as a user closes it: pagehide). */
+async function recordInPage(context, url, expected) {
+  const tab = await context.newPage();
   const said = [];
   tab.on("pageerror", (e) => said.push(String(e)));
   tab.on("console", (m) => said.push(m.text()));
-  await tab.goto(`${origin}/app.html`);
+  await tab.goto(url);
   const result = await tab.evaluate(() => window.result);
-  assert.deepEqual(result, { queued: true, reason: "queued", delivered: true }, `${JSON.stringify(result)}\n${said.join("\n")}`);
-  await tab.close();
+  assert.deepEqual(result, expected, `${JSON.stringify(result)}\n${said.join("\n")}`);
+  await tab.close({ runBeforeUnload: true });
 }
 
 test("browser: a page on another origin sends its report through the relay, encrypted by Chromium's Web Crypto, without a preflight", { skip: why }, async () => {
@@ -76,10 +93,10 @@ test("browser: a page on another origin sends its report through the relay, encr
     if (req.url === "/relay" && req.method === "POST") return res.writeHead(202, CORS).end();
     res.writeHead(404, CORS).end();
   });
-  const { site, origin } = await appSite(aggregator.url, relay.url);
+  const { site, origin } = await appSite(aggregator.url, relay.url, SCHEMA.name);
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
   try {
-    await recordInPage(browser, origin);
+    await recordInPage(browser, `${origin}/app.html`, { queued: true, reason: "queued", delivered: true });
 
     assert.deepEqual(aggregator.requests.map((r) => `${r.method} ${r.url}`), ["GET /api/v1/ohttp-keys"]);
     assert.equal(aggregator.requests[0].headers.origin, origin);
@@ -103,27 +120,34 @@ test("browser: a page on another origin sends its report through the relay, encr
   }
 });
 
-test("browser e2e: a page on another origin, a real relay (--min-batch 1) and a real aggregator: the report is counted as relayed", { skip: why || (!haveRelay() && "no `ldp-telemetry relay` in .venv (make install)") }, async () => {
+test("browser e2e: through a real relay (--min-batch 2) to a real aggregator; a page's next visit records and is closed at once", { skip: why || (!haveRelay() && "no `ldp-telemetry relay` in .venv (make install)") }, async () => {
   const dir = tempDir();
   const aggregator = await startServer({ db: join(dir, "aggregator.db"), port: await freePort(), env: { LDP_RELAY_TOKENS: RELAY_TOKEN } });
+  const schema = "js-relayed-hourly";
   let relay;
   let site;
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
   try {
-    await publish(aggregator.url, { name: SCHEMA.name, version: 1, epsilon: 2, window: "day", attributes: [{ name: "dark_mode", type: "boolean" }] });
-    relay = await startRelay({ db: join(dir, "relay.db"), port: await freePort(), aggregator: aggregator.url, flags: ["--min-batch", "1"] });
+    await publish(aggregator.url, { name: schema, version: 1, epsilon: 2, window: "hour", attributes: [{ name: "dark_mode", type: "boolean" }] });
+    relay = await startRelay({ db: join(dir, "relay.db"), port: await freePort(), aggregator: aggregator.url, flags: ["--min-batch", "2"] });
     let origin;
-    ({ site, origin } = await appSite(aggregator.url, relay.url));
-    await recordInPage(browser, origin);
-    const key = `${windowOf(Date.now(), "day")} dark_mode`;
+    ({ site, origin } = await appSite(aggregator.url, relay.url, schema));
+    const context = await browser.newContext(); // one browser storage for both visits
+    // The first visit (an hour ago, by the page's clock): the keys are fetched, and a minute later
+    // its report goes to the relay, which holds it: the batch is not full.
+    await recordInPage(context, `${origin}/app.html?hoursAgo=1`, { queued: true, reason: "queued", delivered: true });
+    assert.deepEqual(await counts(aggregator.url, schema), {}, "nothing before the batch fills");
+    // The next visit: the keys are kept in IndexedDB, so its report leaves the closing page at once.
+    await recordInPage(context, `${origin}/closing.html`, { queued: true, reason: "queued" });
+    const windows = [windowOf(Date.now() - 3_600_000, "hour"), windowOf(Date.now(), "hour")];
     let n = {};
-    for (let i = 0; i < 100 && !n[key]; i++) {
+    for (let i = 0; i < 100 && !windows.every((w) => n[`${w} dark_mode`] === 1); i++) {
       await new Promise((r) => setTimeout(r, 200));
-      n = await counts(aggregator.url, SCHEMA.name);
+      n = await counts(aggregator.url, schema);
     }
-    assert.equal(n[key], 1, JSON.stringify(n));
-    const rows = (await (await fetch(`${aggregator.url}/api/v1/estimates?schema=${SCHEMA.name}`)).json()).estimates;
-    assert.ok(rows.every((row) => row.relayed === 1), JSON.stringify(rows));
+    for (const w of windows) assert.equal(n[`${w} dark_mode`], 1, JSON.stringify(n));
+    const rows = (await (await fetch(`${aggregator.url}/api/v1/estimates?schema=${schema}`)).json()).estimates;
+    assert.ok(rows.length && rows.every((row) => row.relayed === 1 && row.crowd !== null), JSON.stringify(rows));
   } finally {
     await browser.close();
     if (site) await new Promise((r) => site.close(r));
