@@ -32,7 +32,7 @@ test: typecheck
 TYPED := $(VENV)/typecheck/ldp_telemetry
 typecheck: $(STAMP)
 	mkdir -p $(TYPED)
-	for p in shared client aggregator tools; do ln -sfn $(CURDIR)/$$p $(TYPED)/$$p; done
+	for p in shared client aggregator tools relay; do ln -sfn $(CURDIR)/$$p $(TYPED)/$$p; done
 	$(VENV)/bin/mypy
 
 test-js: $(STAMP)

@@ -24,9 +24,10 @@ except ModuleNotFoundError as exc:  # a client-only install running `ldp-telemet
 from . import errors, settings
 from .catalog import Catalog
 from .cells import Limit
+from . import context
 from .context import system_clock
 from .dashboard.pagecache import PageCache
-from . import jobs
+from . import jobs, ohttp_keys
 from .http import cors, headers, logs
 from .ingest.counting import Counting
 from .ingest.writer import ReportWriter
@@ -99,6 +100,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     metrics = Metrics()
     database = migrated_database(values, metrics)
+    # The first Oblivious HTTP key, made once whoever starts first (DESIGN.md, "Keys").
+    ohttp_keys.ensure_key(database.store, int(context.now(app).timestamp()), values["LDP_RELAY_KEY_GRACE"])
     for sentence in database.catalog.over(Limit.of(values)):
         log.warning("%s (published under other settings: kept, and served)", sentence)
     app.extensions["ldp"] = {"store": database.store, "catalog": database.catalog, "writer": database.writer,

@@ -1,4 +1,4 @@
-"""Bearer-token checks for admin calls and (when ``LDP_READ_TOKEN`` is set) reads.
+"""Bearer-token checks for admin calls, relays' batches and (when ``LDP_READ_TOKEN`` is set) reads.
 
 No token: 401 with ``WWW-Authenticate``. A token that is not the right one: 403. Tokens are
 compared in constant time (``hmac.compare_digest``) so response times leak nothing about them.
@@ -7,7 +7,7 @@ compared in constant time (``hmac.compare_digest``) so response times leak nothi
 from __future__ import annotations
 
 import hmac
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import quote, urlencode
 
 from flask import current_app, redirect, request
@@ -24,8 +24,13 @@ _PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 def bearer_token() -> str | None:
-    """The token of an ``Authorization: Bearer`` header, if any."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    """The token of the request's ``Authorization: Bearer`` header, if any."""
+    return bearer_of(request.headers.get("Authorization"))
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """The token of an ``Authorization`` header's value, if it is ``Bearer <token>``."""
+    scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
 
@@ -63,14 +68,39 @@ def without_token(path: str, args: Mapping[str, str]) -> Response:
     return redirect(location + (f"?{urlencode(query)}" if query else ""))
 
 
-def require_admin() -> None:
-    """Raise 401/403 unless the request carries the admin token."""
+def _require(accepts: Callable[[str], bool], needs: str, wrong: str) -> None:
+    """Raise 401 (saying what the call ``needs``) without a bearer token, 403 (``wrong``) unless
+    ``accepts`` it."""
     token = bearer_token()
     if token is None:
-        raise ApiError(401, "this call needs the admin token: Authorization: Bearer <LDP_ADMIN_TOKEN>",
-                       headers=_CHALLENGE)
-    if not matches(token, current_app.config["LDP_ADMIN_TOKEN"]):
-        raise ApiError(403, "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
+        raise ApiError(401, f"this call needs {needs}", headers=_CHALLENGE)
+    if not accepts(token):
+        raise ApiError(403, wrong)
+
+
+def require_admin() -> None:
+    """Raise 401/403 unless the request carries the admin token."""
+    _require(lambda token: matches(token, current_app.config["LDP_ADMIN_TOKEN"]),
+             "the admin token: Authorization: Bearer <LDP_ADMIN_TOKEN>",
+             "the admin token is wrong (or LDP_ADMIN_TOKEN is not set on this server)")
+
+
+def is_relay(token: str | None, tokens: tuple[str, ...]) -> bool:
+    """Whether ``token`` is one of the relays' ``tokens`` (``LDP_RELAY_TOKENS``): each compared in
+    constant time, and all of them, so the time tells neither which nor how close."""
+    if token is None:
+        return False
+    found = False
+    for expected in tokens:
+        found |= matches(token, expected)
+    return found
+
+
+def require_relay() -> None:
+    """Raise 401/403 unless the request carries one of the relays' tokens."""
+    _require(lambda token: is_relay(token, current_app.config["LDP_RELAY_TOKENS"]),
+             "a relay's token: Authorization: Bearer <one of LDP_RELAY_TOKENS>",
+             "the relay token is wrong (or LDP_RELAY_TOKENS is not set on this server)")
 
 
 def require_reader() -> None:

@@ -1,6 +1,7 @@
 """Background jobs: the estimate refresh every ``LDP_ESTIMATE_INTERVAL`` s, retention hourly, and
-the back-fill of added candidates every few seconds (and at once after an add, :func:`soon`), and
-the discovery of strings hourly.
+the back-fill of added candidates every few seconds (and at once after an add, :func:`soon`),
+the discovery of strings hourly, and hourly the deletion of the private halves of Oblivious HTTP
+keys past their grace (:func:`.ohttp_keys.forget_expired`).
 
 APScheduler 3 runs them in a thread of each worker process, started only when
 ``LDP_SCHEDULER`` is on (tests build the app without threads and call the job functions).
@@ -20,7 +21,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
-from . import context, retention
+from . import context, ohttp_keys, retention
 from .estimation import refresh
 from .questions import backfill, discovery
 
@@ -46,6 +47,8 @@ def init_app(app: Flask) -> None:
                       args=(app, refresh.scheduled), id="refresh", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, retention.expire),
                       id="retention", next_run_time=context.system_clock(), **common)
+    scheduler.add_job(run_if_leader, "interval", seconds=RETENTION_INTERVAL, args=(app, ohttp_keys.forget_expired),
+                      id="ohttp_keys", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=backfill.BACKFILL_INTERVAL, args=(app, backfill.backfill),
                       id="backfill", next_run_time=context.system_clock(), **common)
     scheduler.add_job(run_if_leader, "interval", seconds=discovery.DISCOVERY_INTERVAL, args=(app, discover),

@@ -14,6 +14,8 @@ import os
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import multiprocess, values
 
+# Why a request of a relay batch is refused (:mod:`.http.gateway`), in the order its steps run.
+RELAY_REASONS = ("key", "decrypt", "request", "report")
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
@@ -36,6 +38,13 @@ class Metrics:
                                         registry=self.registry)
         self.batch_size = Histogram("ldp_batch_size", "Reports per accepted batch.", buckets=BATCH_BUCKETS,
                                     registry=self.registry)
+        self.relay_refused = Counter(
+            "ldp_relay_refused", "Requests of relay batches refused alone, by the first step they failed: key (no "
+            "accepted key of that id), decrypt (HPKE opening failed), request (not the one Binary HTTP request, "
+            "or over LDP_MAX_BODY), report (not what POST /api/v1/reports accepts).", ["reason"],
+            registry=self.registry)
+        for reason in RELAY_REASONS:
+            self.relay_refused.labels(reason)  # every reason shown, at 0 until one is refused
         self.discovery_left_out = Counter(
             "ldp_discovery_left_out", "Strings discovery found and did not add as candidates: no room within the "
             "10,000 candidates an attribute or LDP_MAX_CELLS.", registry=self.registry)

@@ -91,13 +91,19 @@ def _choice(*options: str) -> Callable[[Any], str]:
     return parse
 
 
-def _addresses(value: Any) -> tuple[str, ...]:
-    """Comma-separated IP addresses, or ``*`` for every peer."""
+def _parts(value: Any, what: str) -> tuple[str, ...]:
+    """The non-empty parts of a comma-separated text (or of a list of them); ``what`` the text must
+    be, for the message."""
     if isinstance(value, (tuple, list)):
         value = ",".join(value)
     if not isinstance(value, str):
-        raise ValueError(f"must be comma-separated IP addresses or *, got {value!r}")
-    addresses = tuple(part.strip() for part in value.split(",") if part.strip())
+        raise ValueError(f"must be {what}, got {value!r}")
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _addresses(value: Any) -> tuple[str, ...]:
+    """Comma-separated IP addresses, or ``*`` for every peer."""
+    addresses = _parts(value, "comma-separated IP addresses or *")
     for address in addresses:
         if address != "*":
             try:
@@ -110,11 +116,7 @@ def _addresses(value: Any) -> tuple[str, ...]:
 def _origins(value: Any) -> tuple[str, ...]:
     """``*``, or comma-separated web origins (``scheme://host[:port]``, no path); never ``null``,
     which sandboxed frames and local files share, so allowing it would allow any of them."""
-    if isinstance(value, (tuple, list)):
-        value = ",".join(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be * or comma-separated origins, got {value!r}")
-    origins = tuple(part.strip() for part in value.split(",") if part.strip())
+    origins = _parts(value, "* or comma-separated origins")
     if origins == ("*",):
         return origins
     for origin in origins:
@@ -124,6 +126,28 @@ def _origins(value: Any) -> tuple[str, ...]:
     if not origins:
         raise ValueError("must be * or at least one origin")
     return origins
+
+
+def _relay_tokens(value: Any) -> tuple[str, ...]:
+    """Comma-separated bearer tokens, one per relay, each of at least :data:`MIN_RELAY_TOKEN`
+    printable characters without spaces (a relay's token is all that stands between a stranger
+    and a 128 MiB body); empty: no relay may post."""
+    tokens = _parts(value, "comma-separated tokens")
+    for token in tokens:
+        if len(token) < MIN_RELAY_TOKEN or not token.isprintable() or " " in token:
+            raise ValueError(f"must be comma-separated tokens of at least {MIN_RELAY_TOKEN} printable characters "
+                             f"without spaces, got one of {len(token)} characters")
+    return tokens
+
+
+def _key_grace(value: Any) -> float:
+    """Seconds a retired relay key is still accepted: more than a relay may hold a request
+    (:data:`RELAY_MAX_AGE`) plus a day, so no request a relay still forwards meets a forgotten key."""
+    seconds = _number(0)(value)
+    if seconds <= RELAY_MAX_AGE + DAY:
+        raise ValueError(f"must exceed the relays' --max-age ({RELAY_MAX_AGE:g} s, 7 days) plus one day "
+                         f"({RELAY_MAX_AGE + DAY:g} s), got {value!r}")
+    return seconds
 
 
 def _boolean(value: Any) -> bool:
@@ -136,6 +160,14 @@ def _boolean(value: Any) -> bool:
         return False
     raise ValueError(f"must be true or false (1/0, yes/no, on/off), got {value!r}")
 
+
+DAY = 86400.0
+# The relays' default --max-age (DESIGN.md, "Relay"): the oldest request a relay forwards. A key's
+# grace must outlast it by a day (LDP_RELAY_KEY_GRACE); the aggregator cannot see a relay's own setting.
+RELAY_MAX_AGE = 7 * DAY
+MIN_RELAY_TOKEN = 16
+# Above this, the (epsilon, delta) guarantee of a shuffled crowd says little: delta is the chance it fails.
+MAX_SHUFFLE_DELTA = 1e-4
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_DB", "ldp-telemetry.db", "Path of the SQLite database file (created if missing), or a postgresql:// URL "
@@ -180,6 +212,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LDP_WORKER_MAX_RSS", 1024,
             "MiB of resident memory past which `serve` replaces a worker (gracefully: a new one starts, the old "
             "one finishes its requests), checked every 5 s, twice in a row; 0 never replaces one.", _integer(0)),
+    Setting("LDP_RELAY_TOKENS", (),
+            "Bearer tokens of the relays that may post batches to POST /api/v1/relay/batches, comma-separated, one "
+            f"per relay, each at least {MIN_RELAY_TOKEN} characters; unset: no relay may post.", _relay_tokens),
+    Setting("LDP_RELAY_KEY_GRACE", 14 * DAY,
+            "Seconds a retired Oblivious HTTP key is still accepted before its private half is deleted; must exceed "
+            "the relays' --max-age (7 days) plus one day.", _key_grace),
+    Setting("LDP_MAX_RELAY_BODY", 128 << 20,
+            "Largest relay batch in bytes (POST /api/v1/relay/batches, the one route exempt from LDP_MAX_BODY; "
+            "only for a request that carries a relay's token); larger gets 413.", _integer(4096)),
+    Setting("LDP_SHUFFLE_DELTA", 1e-8,
+            "The delta of the central (epsilon, delta) guarantee a relay's shuffled crowd gives each report "
+            f"(epsilon_shuffled); in (0, {MAX_SHUFFLE_DELTA:g}), far below one over the reports a window gets.",
+            _number(0, MAX_SHUFFLE_DELTA, open_low=True, open_high=True)),
     Setting("LDP_SCHEDULER", True,
             "Run the scheduled jobs (estimate refresh, retention, the back-fill of added candidates, the "
             "discovery of strings) in this process; tests turn it off.",

@@ -34,7 +34,7 @@ from ldp_telemetry.aggregator import open_database
 from ldp_telemetry.aggregator.settings import BY_NAME
 from ldp_telemetry.shared import parse_schema
 
-from . import breakdowns, bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
+from . import amplification, breakdowns, bulkload, discovery, encoders, hostile, ingest, olh_reference, refresh_million, send, servers, strings
 
 REFRESH_SCHEMA = parse_schema({
     "name": "refresh-bench", "version": 1, "epsilon": 10.0,
@@ -46,7 +46,7 @@ REFRESH_SCHEMA = parse_schema({
 
 STEPS = ("record", "send", "encoders", "js-bundle", "js-record", "refresh", "refresh-million", "ingest", "nodes",
          "estimates", "estimates-postgres", "hostile", "olh-reference", "backfill", "backfill-postgres",
-         "ingest-strings", "discovery", "discovery-job", "backfill-breakdown", "ingest-breakdowns")
+         "ingest-strings", "discovery", "discovery-job", "backfill-breakdown", "ingest-breakdowns", "amplification")
 JS = Path(__file__).resolve().parent.parent / "js"
 JS_RECORD_TARGET_US = 50  # issue 20: record() in Node; DESIGN.md: "well under a millisecond" anywhere
 CONNECTIONS = 4  # keep-alive connections of the load generator: two per worker
@@ -564,6 +564,17 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         aimed = (job["n"], job["epsilon"]) == (1_000_000, 4.0)  # the target's point; --quick stores 100,000
         row(f"  top-{discovery.TOP} recall", job["recall"], ".2f", f">= {discovery.RECALL_TARGET}" if aimed else "-",
             job["recall"] >= discovery.RECALL_TARGET if aimed else None)
+    amp = results.get("amplification")
+    if amp:
+        for eps0, point in amp["points"].items():
+            row(f"shuffle_epsilon, crowd {amp['crowd']:,}, eps0 {float(eps0):g}, delta {amp['delta']:g}: first call, ms",
+                point["first_ms"], ".1f", f"<= {amp['target_ms']:g}", point["first_ms"] <= amp["target_ms"])
+            row("  epsilon", point["epsilon"], ".4f", "-", None)
+            row("  cached call, us", point["cached_us"], ".2f", "-", None)
+        m, eps0, delta = amp["issue_point"]
+        row(f"shuffle_epsilon, crowd {m:,}, eps0 {eps0:g}, delta {delta:g} (issue 30: Wang et al.)",
+            amp["issue_point_epsilon"], ".4f", f"~ {amp['issue_epsilon']:g}",
+            abs(amp["issue_point_epsilon"] - amp["issue_epsilon"]) <= 0.005)
     return rows
 
 
@@ -606,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         "discovery-job": lambda: discovery.job(100_000 if args.quick else 1_000_000),
         "backfill-breakdown": lambda: breakdowns.backfill(100_000 if args.quick else 1_000_000),
         "ingest-breakdowns": lambda: breakdowns.ingest(args.seconds, args.runs),
+        "amplification": amplification.run,
     }
     if args.step:  # one step, in this process: print its figures as JSON for the parent
         print(json.dumps(steps[args.step](), default=str))

@@ -238,7 +238,7 @@ def db_state(app: Any) -> dict[str, list[tuple]]:
 
 
 STATE_TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills",
-                "breakdowns", "breakdown_counters", "breakdown_estimates")
+                "breakdowns", "breakdown_counters", "breakdown_estimates", "crowds", "ohttp_keys")
 
 
 def settle(where: Any) -> None:

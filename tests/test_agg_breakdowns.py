@@ -285,7 +285,8 @@ def test_every_row_of_get_breakdowns_is_the_shared_cores_estimate_over_the_same_
     body = answer.get_json()
     assert (body["schema"], body["version"], body["confidence"], body["next"]) == ("crashes", 1, 0.95, None)
     assert all(list(r) == ["window", "of", "value", "by", "by_value", "estimate", "estimate_clipped", "ci_low",
-                           "ci_high", "by_share", "n", "reason", "computed_at"] for r in body["breakdowns"])
+                           "ci_high", "by_share", "n", "reason", "computed_at", "relayed", "crowd", "epsilon_shuffled",
+                           "delta"] for r in body["breakdowns"])
     assert_rows_equal(keyed(body["breakdowns"]), expected_rows(derived, reports))
     # the order: windows in time, the rollup last; breakdowns as listed; by each value of by, each of of
     windows = [r["window"] for r in body["breakdowns"]]

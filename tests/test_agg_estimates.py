@@ -153,13 +153,16 @@ def test_csv_has_the_same_columns_and_numbers(client):
     assert response.status_code == 200 and response.mimetype == "text/csv"
     rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
     assert list(rows[0]) == ["window", "attribute", "value", "estimate", "estimate_clipped", "ci_low", "ci_high",
-                             "n", "epsilon", "computed_at"]
+                             "n", "epsilon", "computed_at", "relayed", "crowd", "epsilon_shuffled", "delta"]
     assert len(rows) == len(data)
     for row, e in zip(rows, data):
         assert row["value"] == ("true" if e["value"] is True else e["value"])
         assert [float(row[c]) for c in ("estimate", "estimate_clipped", "ci_low", "ci_high", "epsilon")] == \
                [e[c] for c in ("estimate", "estimate_clipped", "ci_low", "ci_high", "epsilon")]
         assert (int(row["n"]), row["window"], row["computed_at"]) == (e["n"], e["window"], e["computed_at"])
+        # Reports posted directly: none relayed, no crowd, no central guarantee claimed.
+        assert (float(row["relayed"]), row["crowd"], row["epsilon_shuffled"], row["delta"]) == (0.0, "", "", "")
+        assert (e["relayed"], e["crowd"], e["epsilon_shuffled"], e["delta"]) == (0.0, None, None, None)
 
 
 def test_since_after_until_is_a_clear_400(client, publish_schema):

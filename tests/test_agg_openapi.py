@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -33,5 +34,6 @@ def test_schemathesis_finds_no_server_error(live_server, tmp_path: Path):
          "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
          "--max-examples", "25", "--seed", "2017", "--generation-database", "none",
          "--header", f"Authorization: Bearer {live_server.admin_token}", "--request-timeout", "20"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "PYTHONPATH": str(Path(__file__).parent)})
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

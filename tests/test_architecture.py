@@ -10,7 +10,7 @@ from pathlib import Path
 from ldp_telemetry.shared import attribute_types, mechanisms
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("aggregator", "client", "shared", "tools")
+PACKAGES = ("aggregator", "client", "shared", "tools", "relay")
 
 
 def sources(suffix: str) -> list[Path]:
@@ -82,6 +82,9 @@ ALLOWED = {
     "aggregator/estimation": {"aggregator", "aggregator/estimation", "aggregator/store", "shared"},
     "aggregator/store": {"aggregator/store", "shared"},
     "client": {"client", "shared"},
+    # The relay is a service of its own, run by another party: it reads the shared wire format and
+    # nothing of the aggregator (its store, ingest, catalog) or of the client.
+    "relay": {"relay", "shared"},
     "shared": {"shared", "shared/mechanisms"},
     "shared/mechanisms": {"shared", "shared/mechanisms"},
 }
@@ -102,15 +105,27 @@ def test_the_service_imports_no_client_and_no_tool():
     assert found == []
 
 
+def test_the_relay_imports_nothing_of_the_aggregator_or_the_client():
+    # By module name too: ``ldp_telemetry.aggregator...`` written out is no relative import.
+    found = [f"{path.relative_to(ROOT)}: {module}"
+             for path in sorted((ROOT / "relay").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, (ast.Import, ast.ImportFrom))
+             for module in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+             if module.startswith(("ldp_telemetry.aggregator", "ldp_telemetry.client"))]
+    assert found == []
+
+
 def test_only_the_store_imports_a_database_driver():
     # The aggregator's database sits behind aggregator/store/; the client's outbox is the client's
     # own store (its file on the device) and keeps its sqlite3, and so does the benchmark's naive
     # durable app (bench/naive.py), a separate app with its own database that ours is compared with.
+    # The relay's one file is its own too, behind relay/store.py.
     drivers = {"sqlite3", "sqlite_utils", "psycopg", "psycopg_pool"}
-    store, naive = ROOT / "aggregator" / "store", ROOT / "bench" / "naive.py"
+    store, naive, relay_store = ROOT / "aggregator" / "store", ROOT / "bench" / "naive.py", ROOT / "relay" / "store.py"
     found = [f"{path.relative_to(ROOT)}: {sorted(imported_modules(path) & drivers)}"
-             for folder in ("aggregator", "shared", "bench") for path in sorted((ROOT / folder).rglob("*.py"))
-             if store not in path.parents and path != naive and imported_modules(path) & drivers]
+             for folder in ("aggregator", "shared", "bench", "relay") for path in sorted((ROOT / folder).rglob("*.py"))
+             if store not in path.parents and path not in (naive, relay_store) and imported_modules(path) & drivers]
     assert found == []
 
 

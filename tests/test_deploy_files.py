@@ -14,11 +14,13 @@ from pathlib import Path
 import yaml
 
 from ldp_telemetry.aggregator.settings import BY_NAME
+from ldp_telemetry.relay.settings import SETTINGS as RELAY_SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 # Read by docker-compose.yml itself (its `serve --workers`), not by the aggregator's settings.
 COMPOSE_VARIABLES = {"LDP_WORKERS"}
+RELAY_VARIABLES = {setting.variable for setting in RELAY_SETTINGS}
 
 
 def test_compose_keeps_the_database_on_a_volume_and_checks_health():
@@ -64,7 +66,8 @@ def test_deploy_files_name_only_real_settings():
     for path in DEPLOY.iterdir():
         names |= set(re.findall(r"\bLDP_[A-Z_]+[A-Z]\b", path.read_text()))
     assert names
-    assert names <= set(BY_NAME) | COMPOSE_VARIABLES, names - set(BY_NAME) - COMPOSE_VARIABLES
+    known = set(BY_NAME) | COMPOSE_VARIABLES | RELAY_VARIABLES
+    assert names <= known, names - known
     readme = (DEPLOY / "README.md").read_text()
     for name in COMPOSE_VARIABLES:  # the compose file's own: documented here, nowhere else
         assert f"`{name}`" in readme, name
@@ -101,3 +104,34 @@ def test_the_postgresql_compose_runs_three_nodes_on_one_database_behind_nginx():
     assert re.findall(r"^\s*server (node\d):8000", conf, re.M) == ["node1", "node2", "node3"]
     assert "./nginx-nodes.conf:/etc/nginx/conf.d/default.conf:ro" in services["nginx"]["volumes"]
     assert "$remote_addr" not in conf and 'X-Forwarded-For ""' in conf
+
+
+def test_the_relay_has_its_compose_service_unit_and_page():
+    service = yaml.safe_load((DEPLOY / "docker-compose.relay.yml").read_text())["services"]["relay"]
+    assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+    assert service["command"][:2] == ["ldp-telemetry", "relay"]
+    assert service["command"][service["command"].index("--host") + 1] == "0.0.0.0"
+    assert service["environment"]["LDP_RELAY_DB"].startswith("/data/") and "relay-data:/data" in service["volumes"]
+    assert set(service["environment"]) <= RELAY_VARIABLES
+    assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+    assert "8001/healthz" in " ".join(service["healthcheck"]["test"])
+    assert re.search(r"^COPY relay \./relay$", (DEPLOY / "Dockerfile").read_text(), re.M)
+    unit = (DEPLOY / "ldp-telemetry-relay.service").read_text()
+    assert "ExecStart=/opt/ldp-telemetry/venv/bin/ldp-telemetry relay --host 127.0.0.1 --port 8001" in unit
+    assert "Environment=LDP_RELAY_DB=/var/lib/ldp-telemetry-relay/relay.db" in unit
+    assert "StateDirectory=ldp-telemetry-relay" in unit
+    page = (DEPLOY / "RELAY.md").read_text()
+    for setting in RELAY_SETTINGS:  # every setting in the table, with its flag and its default
+        default = "required" if setting.default is None else str(setting.default)
+        assert f"| `{setting.flag}` | `{setting.variable}` | {default} |" in page, setting.variable
+
+
+def test_the_relays_proxy_keeps_and_forwards_no_client_address():
+    conf = (DEPLOY / "nginx-relay.conf").read_text()
+    log_format = re.search(r"^log_format relay_private (.*);$", conf, re.M).group(1)
+    assert "$remote_addr" not in log_format and "$http_" not in log_format and "$time" not in log_format
+    assert re.search(r"^\s*access_log \S+ relay_private;", conf, re.M)
+    assert "proxy_pass http://127.0.0.1:8001;" in conf and "client_max_body_size 64k;" in conf
+    assert 'X-Forwarded-For ""' in conf and 'X-Real-IP ""' in conf and 'Forwarded ""' in conf
+    # the slow-down is keyed by address in nginx's memory: never a file
+    assert re.search(r"^limit_req_zone \$binary_remote_addr zone=relay_posts:\d+m", conf, re.M)

@@ -23,8 +23,9 @@ import pytest
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "client", "aggregator", "shared", "tools"]
-PACKAGES = ["ldp_telemetry.client", "ldp_telemetry.aggregator", "ldp_telemetry.shared", "ldp_telemetry.tools"]
+SOURCES = ["pyproject.toml", "README.md", "client", "aggregator", "shared", "tools", "relay"]
+PACKAGES = ["ldp_telemetry.client", "ldp_telemetry.aggregator", "ldp_telemetry.shared", "ldp_telemetry.tools",
+            "ldp_telemetry.relay"]
 REQUESTS_AND_ITS_DEPENDENCIES = ["requests", "urllib3", "idna", "charset_normalizer", "certifi"]
 
 pytestmark = pytest.mark.timeout(600)

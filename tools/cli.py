@@ -194,7 +194,7 @@ def _setting_options(command: Command) -> Command:
     """One ``serve`` flag per setting (``LDP_MAX_BATCH`` -> ``--max-batch``); unset flags defer to the env."""
     for setting in reversed(SETTINGS):
         default = setting.default
-        default = "unset" if default is None else ",".join(default) if isinstance(default, tuple) else default
+        default = "unset" if default in (None, ()) else ",".join(default) if isinstance(default, tuple) else default
         command = click.option(setting.flag, setting.name.lower(), default=None, metavar="VALUE",
                                help=f"{setting.help} [env {setting.name}; default: {default}]")(command)
     return command
@@ -232,6 +232,42 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     finally:
         # Count what the stopped workers acknowledged and had not counted yet (migrated_database settles).
         migrated_database(values).store.close()
+
+
+def _relay_options(command: Command) -> Command:
+    """One ``relay`` flag per relay setting (``LDP_RELAY_MIN_BATCH`` -> ``--min-batch``)."""
+    from ..relay.settings import SETTINGS as RELAY_SETTINGS
+
+    for setting in reversed(RELAY_SETTINGS):
+        default = "required" if setting.default is None else f"default: {setting.default}"
+        command = click.option(setting.flag, setting.variable.lower(), default=None, metavar="VALUE",
+                               help=f"{setting.help} [env {setting.variable}; {default}]")(command)
+    return command
+
+
+@main.command()
+@_relay_options
+def relay(**flags: str | None) -> None:
+    """Run a relay: it takes each client's encrypted report, stores it with the hour it came, and
+    hands the aggregator shuffled batches, so the aggregator sees each report only in a crowd.
+
+    Run it apart from the aggregator's operator (DESIGN.md, "Relay and amplification"). Every
+    setting comes from its flag, else its LDP_RELAY_* variable, else its default. Prefer the
+    environment for the token: flags show up in the process list.
+    """
+    import os
+
+    from ..relay.server import serve as run_relay
+    from ..relay.settings import RelaySettingsError, load
+    from ..relay.store import RelayStore, StoreUnusable, Usage
+
+    given = {name.upper(): value for name, value in flags.items() if value is not None}
+    try:
+        settings = load(os.environ, source=given)
+        RelayStore(settings.db, Usage()).close()  # a file that cannot be used stops start-up here
+    except (RelaySettingsError, StoreUnusable) as exc:
+        raise click.ClickException(str(exc)) from None
+    run_relay(settings, os.environ)
 
 
 TCP_MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
@@ -422,6 +458,40 @@ def add_breakdown(schema_name: str, schema_version: int | None, of: str, by: str
                 body={"of": of, "by": by})
     what = "added (back-filled by a job)" if answer["added"] else "already there"
     click.echo(f"breakdown of {of} by {by} in {schema_name} version {version}: {what}")
+
+
+@main.group("relay-key")
+def relay_key() -> None:
+    """The aggregator's Oblivious HTTP keys, which relayed reports are encrypted to."""
+
+
+@relay_key.command("rotate")
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="The aggregator's database (a file, or a postgresql:// URL) [env LDP_DB].")
+def relay_key_rotate(db: str | None) -> None:
+    """Make a new key (under the smallest key id not accepted now) and retire the current one: it
+    stays accepted for LDP_RELAY_KEY_GRACE seconds, then its private half is deleted. Clients and
+    relays take the new key within a day (they refetch the keys then); every node reads it from the
+    database."""
+    from ..aggregator import migrated_database, ohttp_keys
+    from ..aggregator.settings import SettingsError, load
+
+    try:
+        values = load({"LDP_DB": db} if db is not None else {}, config_source="command line")
+        database = migrated_database(values)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        now, grace = int(time.time()), values["LDP_RELAY_KEY_GRACE"]
+        key = ohttp_keys.rotate(database.store, now, grace)
+        others = [k for k in ohttp_keys.accepted(database.store.run_tx("ohttp_keys", lambda tx: tx.ohttp_keys(),
+                                                                       write=False), now, grace) if k != key]
+    finally:
+        database.store.close()
+    click.echo(f"new key id {key.key_id} (public key {key.public_key.hex()})")
+    for k in others:
+        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((k.retired or now) + grace))
+        click.echo(f"key id {k.key_id} retired: accepted until {until}")
 
 
 @main.command()

@@ -22,14 +22,18 @@ through one client.
 - The first ``clients`` devices each run a whole :class:`TelemetryClient` (own data folder,
   ledger, outbox on disk, background sender): the path an app takes.
 - The rest call the client's :func:`randomize` (the same on-device randomisation, without the
-  ledger and outbox) and their reports go out in batches through the client's HTTP transport,
-  as a gateway carrying reports for many devices would send them. A full client per device (its
-  own data folder, outbox and sender thread) would take minutes for 20,000.
+  ledger and outbox). Those of ``demo-app`` send each report alone, padded and encrypted to the
+  aggregator, through a relay the demo starts (``ldp-telemetry relay``), which hands them to the
+  aggregator in one shuffled batch: the page then shows each window's crowd and the central ε
+  beside the local one. Those of the other schemas go out in batches through the client's HTTP
+  transport, as a gateway carrying reports for many devices would send them. A full client per
+  device (its own data folder, outbox and sender thread) would take minutes for 20,000.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -37,6 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,6 +52,7 @@ import numpy as np
 import requests
 
 from ..client import RequestsTransport, TelemetryClient, randomize
+from ..shared import ohttp
 from ..shared.breakdowns import Row, values_of
 from ..shared.display import label, most_frequent_first, style_of
 from ..shared.schema import Schema, parse_schema
@@ -62,6 +68,8 @@ SERVER_START_TIMEOUT = 60.0
 # Home pages come from 10 times as many devices as the other schemas: discovery spreads half of the
 # reports over its levels (11 here), and needs thousands a level to find more than the top few.
 HOMEPAGE_DEVICES_PER_DEVICE = 10
+RELAY_SENDERS = 16  # devices posting to the relay at once, each its own report in its own request
+RELAY_TIMEOUT = 120.0  # seconds to wait for the relay's batches to reach the aggregator
 BACKFILL_TIMEOUT = 120.0  # seconds to wait for the back-fill of the added and discovered sites, and of a breakdown
 
 
@@ -135,12 +143,13 @@ class DemoServer(ServerProcess):
 
     def __init__(self, data_dir: Path, port: int):
         self.admin_token = secrets.token_urlsafe(24)
+        self.relay_token = secrets.token_urlsafe(24)  # the demo's relay's, one of LDP_RELAY_TOKENS
         db_path = data_dir / "aggregator.db"
         serve = [sys.executable, "-m", "ldp_telemetry.tools.cli", "serve", "--host", "127.0.0.1",
                  "--port", "{port}", "--workers", "2", "--db", _literal(str(db_path))]
         super().__init__(db_path, workers=2, log_path=data_dir / "server.log",
                          env={"LDP_ADMIN_TOKEN": self.admin_token, "LDP_ESTIMATE_INTERVAL": "10",
-                              "LDP_READ_TOKEN": None, "LDP_SCHEDULER": "true"},
+                              "LDP_READ_TOKEN": None, "LDP_SCHEDULER": "true", "LDP_RELAY_TOKENS": self.relay_token},
                          command=[sys.executable, "-c", _literal(WATCHDOG), str(os.getpid()), *serve])
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -156,6 +165,75 @@ class DemoServer(ServerProcess):
         """Block until the server exits or Ctrl-C."""
         assert self.process is not None
         self.process.wait()
+
+
+class DemoRelay(ServerProcess):
+    """``ldp-telemetry relay`` in front of the demo's aggregator, under :data:`WATCHDOG` too. Its
+    batches are exactly ``batch`` requests (``--min-batch`` = ``--max-batch``): the demo sends that
+    many, so all of them reach the aggregator without waiting for ``--max-wait``."""
+
+    def __init__(self, data_dir: Path, server: DemoServer, batch: int):
+        relay = [sys.executable, "-m", "ldp_telemetry.tools.cli", "relay", "--aggregator", server.url,
+                 "--port", "{port}", "--db", _literal(str(data_dir / "relay.db")),
+                 "--min-batch", str(batch), "--max-batch", str(batch)]
+        super().__init__(data_dir / "relay.db", workers=1, log_path=data_dir / "relay.log",
+                         env={"LDP_RELAY_TOKEN": server.relay_token},
+                         command=[sys.executable, "-c", _literal(WATCHDOG), str(os.getpid()), *relay])
+
+    def forwarded(self) -> int:
+        """Requests in the batches the aggregator acknowledged (the relay's own count)."""
+        text = requests.get(self.url + "/metrics", timeout=10).text
+        found = re.search(r"^ldp_relay_forwarded_requests_total (\S+)$", text, re.M)
+        return int(float(found.group(1))) if found else 0
+
+
+def send_through_relay(server: DemoServer, relay: DemoRelay, schema: Schema, devices: list[Device],
+                       progress: Callable[[int], None], done: int) -> None:
+    """Each device randomises with the client's ``randomize`` and sends its report alone, padded and
+    encrypted to the aggregator (Oblivious HTTP), to the relay, as a client with ``relay=`` does;
+    returns once the relay's batches have reached the aggregator. The key configuration is taken
+    only where the relay and the aggregator serve the same bytes, as a client takes it (a client
+    also lets a minute pass between the two; these devices are simulated, so they do not wait)."""
+    keys = requests.get(relay.url + "/ohttp-keys", timeout=60).content
+    if keys != requests.get(server.url + "/api/v1/ohttp-keys", timeout=60).content:
+        raise RuntimeError("the relay and the aggregator serve different Oblivious HTTP keys")
+    config, size = ohttp.choose_key_config(keys), ohttp.padded_size(schema)
+    local = threading.local()
+
+    def send(device: Device) -> None:
+        report = randomize(schema, device.record, window=device.window, device_secret=device.secret or None)
+        request = ohttp.encapsulate(config, ohttp.bhttp_request(ohttp.report_content(report), size))
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        answer = local.session.post(relay.url + "/relay", data=request, timeout=60,
+                                    headers={"Content-Type": ohttp.REQUEST_MEDIA_TYPE})
+        if answer.status_code != 202:
+            raise RuntimeError(f"the relay refused a report: {answer.status_code} {answer.text[:300]}")
+
+    with ThreadPoolExecutor(RELAY_SENDERS) as senders:
+        for sent, _ in enumerate(senders.map(send, devices), 1):
+            if sent % BATCH == 0 or sent == len(devices):
+                progress(done + sent)
+    deadline = time.monotonic() + RELAY_TIMEOUT
+    while relay.forwarded() < len(devices):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the relay did not hand its batches over within {RELAY_TIMEOUT:.0f} s; "
+                               f"see {relay.log_path}")
+        time.sleep(0.2)
+
+
+def relay_lines(schema: Schema, estimates: list[dict[str, Any]]) -> list[str]:
+    """What the relay did for ``schema``'s reports, from its estimate rows' relay fields: per window
+    its crowd and central ε, and the rollup's (the dashboard's privacy panel says the same)."""
+    crowds = {r["window"]: r for r in estimates if r["crowd"] is not None}
+    if ROLLUP not in crowds:
+        return []
+    rollup = crowds.pop(ROLLUP)
+    windows = ", ".join(f"{w} {r['crowd']:,} (ε {r['epsilon_shuffled']:.2f})" for w, r in sorted(crowds.items()))
+    return [f"Through the relay: {rollup['relayed']:.1%} of {schema.name}'s reports. Each is ε = {schema.epsilon:g} "
+            f"private on its own, and against the aggregator, which saw it only in its window's shuffled crowd, "
+            f"(ε, δ = {rollup['delta']:g})-private with ε = {rollup['epsilon_shuffled']:.2f} in the smallest crowd "
+            f"({rollup['crowd']:,} reports). Smallest crowd per window: {windows}."]
 
 
 def send_through_clients(server: DemoServer, schema: dict[str, Any], devices: list[Device], folder: Path,
@@ -361,6 +439,7 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
     if options.port and port != options.port:
         say(f"port {options.port} is busy; using {port}")
     server = DemoServer(data_dir, port)
+    stoppable: list[ServerProcess] = [server]  # the relay joins once started; stopped last first
     # SIGTERM (a script, a service manager) and SIGHUP (the terminal closed) stop the server too,
     # as Ctrl-C does, at any stage; the watchdog covers what no handler can (SIGKILL).
     restore = _handle_stop_signals()
@@ -375,13 +454,20 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
         rng = np.random.default_rng(options.seed)
         devices = population(schema, options.devices, options.days, datetime.now(timezone.utc), rng)
         full = min(options.clients, len(devices))
+        # The others go through a relay the demo starts, in one shuffled batch: the largest crowds it can make.
+        relayed = devices[full:]
         say(f"Simulating {len(devices):,} devices over {options.days} {schema.window} windows: "
-            f"{full:,} run a whole TelemetryClient, {len(devices) - full:,} randomise with the client's "
-            f"randomize() and post in batches of {BATCH}.")
+            f"{full:,} run a whole TelemetryClient and post to the aggregator; {len(relayed):,} randomise with "
+            f"the client's randomize() and send each report alone, encrypted to the aggregator, through a relay "
+            f"that hands them over in one shuffled batch.")
         progress = Progress(len(devices), "devices", out)
         started = time.perf_counter()
         send_through_clients(server, published, devices[:full], data_dir / "devices", progress.update)
-        send_in_batches(server, schema, devices[full:], progress.update, full)
+        if relayed:
+            relay = DemoRelay(data_dir, server, len(relayed))
+            relay.start(timeout=SERVER_START_TIMEOUT)
+            stoppable.append(relay)
+            send_through_relay(server, relay, schema, relayed, progress.update, full)
         sent = time.perf_counter() - started
         server.admin("POST", f"/api/v1/schemas/{schema.name}/{schema.version}/breakdowns", ADDED_BREAKDOWN)
         say(f"Added the breakdown {ADDED_BREAKDOWN['of']} by {ADDED_BREAKDOWN['by']} to {schema.name} after its "
@@ -409,6 +495,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
             for line in truth_table(table, summary=f" (about {answer['confidence']:.0%} should; the population "
                                                     f"is fixed, so a little more do)."):
                 say(line)
+            for line in relay_lines(each, answer["estimates"]):
+                say(line)
             rows += table
         say()
         for line in homepage_lines(server, *homes):
@@ -431,8 +519,9 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
         _stopped(say, " before it finished")
         return []
     finally:
-        with _stop_signals_ignored():  # a second Ctrl-C or SIGTERM must not break off the server's stop
-            server.stop()
+        with _stop_signals_ignored():  # a second Ctrl-C or SIGTERM must not break off the servers' stop
+            for process in reversed(stoppable):
+                process.stop()
         restore()
 
 
@@ -485,10 +574,11 @@ def _fresh(data_dir: Path) -> None:
     """Start from an empty demo database: a previous run's reports would blur the comparison.
 
     Everything the server keeps beside its database goes too: ``aggregator.db`` with its WAL and
-    lock files, and the ``aggregator.db-inbox`` folder of segments not yet folded.
+    lock files, and the ``aggregator.db-inbox`` folder of segments not yet folded; and the relay's
+    ``relay.db``.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    for path in data_dir.glob("aggregator.db*"):
+    for path in [*data_dir.glob("aggregator.db*"), *data_dir.glob("relay.db*")]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:

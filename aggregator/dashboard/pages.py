@@ -16,8 +16,9 @@ from ...shared.planner import Plan, plan
 from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from . import charts
+from ..estimation.crowds import relay_fields
 from ..questions.discovery import MAX_READ
-from ..store import EstimateRow
+from ..store import CrowdRow, EstimateRow
 
 # A categorical chart draws the largest categories only; the table and the CSV have them all.
 MAX_CHART_CATEGORIES = charts.PALETTE_SIZE
@@ -158,12 +159,47 @@ class SchemaPrivacy:
 
 
 @dataclass(frozen=True)
+class CrowdFigures:
+    """The relay fields of one window, or of the ``all`` rollup, as the API's rows carry them
+    (:func:`..estimation.crowds.relay_fields`)."""
+
+    window: str
+    relayed: float | None  # the share of its reports that came through a relay
+    crowd: int | None  # the smallest crowd of a relay batch there
+    epsilon_shuffled: float | None  # ε(crowd) against the aggregator, at ``delta``
+    delta: float | None
+
+
+@dataclass(frozen=True)
+class RelayPrivacy:
+    """What the privacy panel says of the reports that came through relays (DESIGN.md, "Relay and
+    amplification"): the latest window's figures and the rollup's."""
+
+    latest: CrowdFigures | None  # the latest window shown that holds reports
+    rollup: CrowdFigures
+
+
+def relay_privacy(schema: Schema, crowds: Mapping[str, CrowdRow], windows: Sequence[str],
+                  delta: float) -> RelayPrivacy | None:
+    """The relay's figures for the privacy panel from the schema version's crowd rows (``windows``:
+    the page's, oldest first); None while no report came through a relay."""
+    def figures(window: str) -> CrowdFigures:
+        return CrowdFigures(window, **relay_fields(crowds[window], schema.epsilon, delta))
+
+    if ROLLUP not in crowds or not crowds[ROLLUP].relayed:
+        return None
+    shown = [w for w in windows if w in crowds]
+    return RelayPrivacy(figures(shown[-1]) if shown else None, figures(ROLLUP))
+
+
+@dataclass(frozen=True)
 class SchemaPage:
     schema: Schema
     attributes: list[AttributeView]
     windows: list[str]  # windows in range that have estimates, oldest first
     computed_at: str | None
     privacy: SchemaPrivacy
+    relay: RelayPrivacy | None = None  # set where reports came through a relay
 
     @property
     def empty(self) -> bool:
@@ -175,9 +211,12 @@ def cell(row: EstimateRow) -> Cell:
 
 
 def schema_page(schema: Schema, rows: Sequence[EstimateRow], confidence: float,
-                added: Mapping[tuple[str, str], str] | None = None) -> SchemaPage:
+                added: Mapping[tuple[str, str], str] | None = None, crowds: Mapping[str, CrowdRow] | None = None,
+                delta: float = 0.0) -> SchemaPage:
     """Everything the schema page shows, from the estimate rows of one schema version; ``added``:
-    the sources of candidates stored beyond the listed ones (``(attribute, value) -> source``)."""
+    the sources of candidates stored beyond the listed ones (``(attribute, value) -> source``);
+    ``crowds``: how each window's reports arrived, with ``delta`` the shuffle's δ
+    (``LDP_SHUFFLE_DELTA``)."""
     by_attribute: dict[str, dict[str, dict[str, Cell]]] = {a.name: {} for a in schema.attributes}
     for row in rows:
         if row.attribute in by_attribute:
@@ -185,7 +224,8 @@ def schema_page(schema: Schema, rows: Sequence[EstimateRow], confidence: float,
     windows = sorted({r.window for r in rows if r.window != ROLLUP})
     computed = max((r.computed_at for r in rows), default=None)
     views = [attribute_view(a, by_attribute[a.name], confidence, added or {}) for a in schema.attributes]
-    return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views))
+    return SchemaPage(schema, views, windows, computed, schema_privacy(schema, views),
+                      relay_privacy(schema, crowds or {}, windows, delta))
 
 
 def attribute_view(attribute: Attribute, cells: dict[str, dict[str, Cell]], confidence: float,

@@ -216,7 +216,9 @@ def _view(schema: Schema, since: str, until: str | None) -> View:
         tx.breakdowns(schema.name, schema.version),
         tx.window_breakdown_estimates(schema.name, schema.version, [ROLLUP])[ROLLUP].values(),
         tx.window_counters(schema.name, schema.version, [ROLLUP])[ROLLUP].breakdowns), write=False)
-    return View(pages.schema_page(schema, readout.rows, readout.confidence, added), readout.next is not None,
+    page = pages.schema_page(schema, readout.rows, readout.confidence, added, readout.crowds,
+                             current_app.config["LDP_SHUFFLE_DELTA"])
+    return View(page, readout.next is not None,
                 readout.confidence,
                 breakdowns.breakdown_views(schema, stored, sorted(rollup, key=lambda r: r.rank), sums,
                                            readout.confidence))

@@ -17,7 +17,7 @@ from ...shared.checks import parse_digits
 from ...shared.schema import Schema
 from ...shared.windows import ROLLUP, window_start
 from .. import context
-from ..store import BreakdownEstimateRow, BreakdownsQuery, EstimateRow, EstimatesQuery, Tx
+from ..store import BreakdownEstimateRow, BreakdownsQuery, CrowdRow, EstimateRow, EstimatesQuery, Tx
 
 DEFAULT_LIMIT = 10_000
 MAX_LIMIT = 100_000
@@ -42,6 +42,9 @@ class Readout(Generic[Row]):
     rows: list[Row]  # windows in time order, the rollup last, then by rank (values in schema order)
     confidence: float
     next: str | None  # the cursor of the next page, if there is more
+    # How each window's reports arrived (the rollup's too), read in the same snapshot: what the
+    # rows' relay fields are made of (:func:`.crowds.relay_fields`).
+    crowds: dict[str, CrowdRow]
 
 
 def window_bound(schema: Schema, field: str, name: str) -> str:
@@ -92,7 +95,7 @@ def read(app: Flask, schema: Schema, *, attribute: str | None = None, since: str
     most ``limit`` rows from after the position ``after``."""
     check_range(since, until)
     query = EstimatesQuery(schema.name, schema.version, attribute, since, until, limit + 1, after)
-    return _page(app, "estimates", lambda tx: tx.estimates(query), limit)
+    return _page(app, schema, "estimates", lambda tx: tx.estimates(query), limit)
 
 
 def read_breakdowns(app: Flask, schema: Schema, *, breakdowns: tuple[int, ...] | None = None,
@@ -102,15 +105,17 @@ def read_breakdowns(app: Flask, schema: Schema, *, breakdowns: tuple[int, ...] |
     as :func:`read` pages estimates."""
     check_range(since, until)
     query = BreakdownsQuery(schema.name, schema.version, breakdowns, since, until, limit + 1, after)
-    return _page(app, "breakdown_estimates", lambda tx: tx.breakdown_estimates(query), limit)
+    return _page(app, schema, "breakdown_estimates", lambda tx: tx.breakdown_estimates(query), limit)
 
 
-def _page(app: Flask, name: str, fetch: Callable[[Tx], list[Row]], limit: int) -> Readout[Row]:
+def _page(app: Flask, schema: Schema, name: str, fetch: Callable[[Tx], list[Row]], limit: int) -> Readout[Row]:
     """The page ``fetch`` reads (at most ``limit`` + 1 rows: one more tells there is a next page),
-    with the confidence level its rows were computed at and the cursor of the next page."""
-    rows = context.store(app).run_tx(name, fetch, write=False)
+    with the confidence level its rows were computed at, the cursor of the next page and how the
+    schema version's windows' reports arrived (a row per window)."""
+    rows, crowds = context.store(app).run_tx(name, lambda tx: (fetch(tx), tx.crowds(schema.name, schema.version)),
+                                             write=False)
     more = len(rows) > limit
     rows = rows[:limit]
     levels = {r.confidence for r in rows}
     confidence = levels.pop() if len(levels) == 1 else app.config["LDP_CONFIDENCE"]
-    return Readout(rows, confidence, f"{rows[-1].window}:{rows[-1].rank}" if more else None)
+    return Readout(rows, confidence, f"{rows[-1].window}:{rows[-1].rank}" if more else None, crowds)

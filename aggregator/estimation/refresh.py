@@ -1,7 +1,8 @@
 """The estimation job: turn changed counters into debiased estimates with their intervals.
 
 Each window's breakdown rows are computed beside its estimates, from its breakdown sums
-(:mod:`.breakdowns`), and written in the same transactions under the same rule.
+(:mod:`.breakdowns`), and written in the same transactions under the same rule. First, the
+central epsilon of each crowd a relay batch changed is computed and kept (:mod:`.crowds`).
 
 Only windows whose counters changed since the last refresh are recomputed (the dirty marks
 ingest leaves, the ``all`` rollup among them), and every window whose estimates are at another
@@ -54,7 +55,7 @@ from ...shared.schema import Attribute, Schema
 from ...shared.windows import ROLLUP
 from .. import cells, context
 from ..store import BreakdownEstimateRow, CandidateRow, EstimateRow, Stale, WindowCounters
-from . import breakdowns
+from . import breakdowns, crowds
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ def refresh(app: Flask, seconds: float | None = None, *,
     written = windows = unfinished = 0
     with context.metrics(app).refresh_seconds.time():
         context.writer(app).settle()  # first, what was acknowledged is counted
+        crowds.save_epsilons(app)  # a crowd's central epsilon, computed once here rather than at each read
         due: dict[Version, list[Stale]] = {}
         for s in store.run_tx("stale_windows", lambda tx: tx.stale_windows(confidence), write=False):
             due.setdefault((s.schema, s.version), []).append(s)

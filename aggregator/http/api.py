@@ -8,16 +8,20 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
+from ...shared import ohttp
 from ...shared.checks import parse_digits
 from ...shared.schema import VERSION_DIGITS, Schema, SchemaError
 from .. import context
 from ..questions import breakdowns, candidates, discovery
 from .. import jobs
-from ..estimation import breakdowns as breakdown_rows, readout, refresh
-from ..auth import identified_reader, require_admin, require_reader
+from ..estimation import breakdowns as breakdown_rows, crowds, readout, refresh
+from ..auth import identified_reader, require_admin, require_reader, require_relay
 from ..catalog import TooManyCells, version_number
 from ..cells import Limit
-from .body import json_object
+from .body import json_object, read_body
+from . import gateway
+from .headers import cacheable
+from .. import ohttp_keys
 from ..errors import ApiError, detail, refuse_unknown
 from ..ingest.batch import parse_batch, store_batch, window_policy
 from .openapi import openapi_document
@@ -25,8 +29,10 @@ from ..store import EstimateRow
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-ESTIMATE_COLUMNS = ("window", "attribute", "value", "estimate", "estimate_clipped", "ci_low", "ci_high", "n",
-                    "epsilon", "computed_at")
+# A stored estimate's columns the API shows, then each row's relay fields (:mod:`..estimation.crowds`).
+STORED_ESTIMATE_COLUMNS = ("window", "attribute", "value", "estimate", "estimate_clipped", "ci_low", "ci_high", "n",
+                           "epsilon", "computed_at")
+ESTIMATE_COLUMNS = STORED_ESTIMATE_COLUMNS + crowds.FIELDS
 # What makes a spreadsheet read a cell as a formula (OWASP, "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@")
 # Rows of one page for a caller without the read or admin token, whatever its ``limit``: about 2 MB
@@ -37,7 +43,7 @@ FORMULA_STARTS = ("=", "+", "-", "@")
 ANONYMOUS_ROWS = readout.DEFAULT_LIMIT
 ESTIMATE_PARAMETERS = ("schema", "version", "attribute", "since", "until", "limit", "next", "format")
 BREAKDOWN_COLUMNS = ("window", "of", "value", "by", "by_value", "estimate", "estimate_clipped", "ci_low", "ci_high",
-                     "by_share", "n", "reason", "computed_at")
+                     "by_share", "n", "reason", "computed_at") + crowds.FIELDS
 BREAKDOWN_PARAMETERS = ("schema", "version", "of", "by", "since", "until", "limit", "next", "format")
 
 
@@ -187,6 +193,44 @@ def post_reports() -> tuple[Response, int]:
     return jsonify({"accepted": outcome.accepted, "duplicates": outcome.duplicates}), 202
 
 
+# -- the relay ---------------------------------------------------------------------------------
+
+# Seconds a client or a relay may keep the key configurations (DESIGN.md, "Keys").
+KEYS_MAX_AGE = 3600
+
+
+@bp.get("/ohttp-keys")
+def get_ohttp_keys() -> Response:
+    """The Oblivious HTTP keys still accepted, newest first (RFC 9458 section 3.2)."""
+    configs = ohttp_keys.key_configs(ohttp_keys.accepted_keys(current_app))
+    return cacheable(Response(configs, mimetype=ohttp.KEYS_MEDIA_TYPE), KEYS_MAX_AGE)
+
+
+@bp.post("/relay/batches")
+def post_relay_batch() -> tuple[Response, int]:
+    """A relay's shuffled batch (:mod:`.gateway`): 200 with the reports newly stored, those already
+    stored and the requests refused."""
+    require_relay()
+    if request.mimetype != ohttp.BATCH_MEDIA_TYPE:
+        raise ApiError(415, f"Content-Type must be {ohttp.BATCH_MEDIA_TYPE}",
+                       [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
+    request.max_content_length = current_app.config["LDP_MAX_RELAY_BODY"]  # the one route past LDP_MAX_BODY
+    body = read_body()
+    try:
+        requests = ohttp.split_batch(body, max_requests=gateway.MAX_REQUESTS)
+    except ValueError as exc:
+        raise ApiError(400, f"the batch is not application/ohttp-batch of at most {gateway.MAX_REQUESTS:,} "
+                            f"requests: {exc}", [detail("body", str(exc)[:200])]) from None
+    received = gateway.receive(current_app, requests)
+    metrics = context.metrics()
+    metrics.accepted.inc(received.accepted)
+    metrics.duplicates.inc(received.duplicates)
+    for reason, count in received.refused.items():
+        metrics.relay_refused.labels(reason).inc(count)
+    return jsonify({"accepted": received.accepted, "duplicates": received.duplicates,
+                    "refused": sum(received.refused.values())}), 200
+
+
 # -- estimates ---------------------------------------------------------------------------------
 
 @bp.post("/estimates/refresh")
@@ -212,7 +256,8 @@ def get_estimates() -> Response | tuple[Response, int, dict[str, str]]:
     stored = sourced and any(row.rank >= refresh.ADDED_RANK for row in page.rows)
     added = candidates.sources(context.store().run_tx(
         "candidates", lambda tx: tx.candidates(schema.name, schema.version), write=False)) if stored else {}
-    estimates = [_estimate(schema, row, added) for row in page.rows]
+    relay = _relay_fields(schema, page)
+    estimates = [_estimate(schema, row, added, relay[row.window]) for row in page.rows]
     headers = {}
     if page.next is not None:
         following: dict[str, Any] = {**query, "next": page.next}
@@ -243,7 +288,8 @@ def get_breakdown_rows() -> Response | tuple[Response, int, dict[str, str]]:
     except readout.ReadError as exc:
         raise ApiError(400, exc.message, [detail(exc.field, exc.message)]) from None
     by_number = {b.id: b for b in stored}
-    rows = [breakdown_rows.shown(schema, by_number[r.breakdown], r) for r in page.rows]
+    relay = _relay_fields(schema, page)
+    rows = [{**breakdown_rows.shown(schema, by_number[r.breakdown], r), **relay[r.window]} for r in page.rows]
     headers = {}
     if page.next is not None:
         following: dict[str, Any] = {**query, "next": page.next}
@@ -252,6 +298,12 @@ def get_breakdown_rows() -> Response | tuple[Response, int, dict[str, str]]:
         return _csv(rows, BREAKDOWN_COLUMNS, headers)
     return jsonify({"schema": schema.name, "version": schema.version, "confidence": page.confidence,
                     "breakdowns": rows, "next": page.next}), 200, headers
+
+
+def _relay_fields(schema: Schema, page: readout.Readout[Any]) -> dict[str, dict[str, Any]]:
+    """The relay fields of each window the page's rows are of (:func:`..estimation.crowds.relay_fields`)."""
+    delta = current_app.config["LDP_SHUFFLE_DELTA"]
+    return {w: crowds.relay_fields(page.crowds.get(w), schema.epsilon, delta) for w in {r.window for r in page.rows}}
 
 
 def _attribute_asked(schema: Schema, query: dict[str, str], parameter: str) -> str | None:
@@ -293,12 +345,14 @@ def _rows_query(parameters: tuple[str, ...], path: str) -> dict[str, str]:
     return query
 
 
-def _estimate(schema: Schema, row: EstimateRow, added: dict[tuple[str, str], str]) -> dict[str, Any]:
-    """A row as the API shows it; a string attribute's candidate with its ``source`` (``added``:
-    the stored candidates' sources)."""
+def _estimate(schema: Schema, row: EstimateRow, added: dict[tuple[str, str], str],
+              relay: dict[str, Any]) -> dict[str, Any]:
+    """A row as the API shows it, with its window's ``relay`` fields; a string attribute's candidate
+    with its ``source`` (``added``: the stored candidates' sources)."""
     attribute = schema.attribute(row.attribute)
     value = attribute.value_of(row.value)
-    out = {column: value if column == "value" else getattr(row, column) for column in ESTIMATE_COLUMNS}
+    out = {column: value if column == "value" else getattr(row, column) for column in STORED_ESTIMATE_COLUMNS}
+    out.update(relay)
     source = added.get((row.attribute, row.value)) or attribute.kind.source(attribute, row.value)
     if source is not None:
         out["source"] = source

@@ -48,8 +48,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _read_body() -> bytes:
-    """The raw body, at most ``request.max_content_length`` bytes, else 413."""
+def read_body() -> bytes:
+    """The raw body, at most ``request.max_content_length`` bytes, else 413 (a route with a limit of
+    its own sets that first: the relay's batches)."""
     if request.content_length is not None:
         data = request.get_data(cache=False)  # Werkzeug refuses a Content-Length over the limit
         if len(data) != request.content_length:  # a WSGI server may end the stream at EOF without a word
@@ -86,7 +87,12 @@ def json_object(*, text_plain: bool = False) -> dict[str, Any]:
     if not (request.is_json or (text_plain and _plain_utf8())):
         raise ApiError(415, "Content-Type must be application/json" + (" or text/plain;charset=UTF-8" if text_plain else ""),
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
-    data = _read_body()
+    return strict_json_object(read_body())
+
+
+def strict_json_object(data: bytes) -> dict[str, Any]:
+    """``data`` as one strict JSON object (see the module), or an :class:`ApiError` (400): a direct
+    post's body, or the content of a request a relay forwarded."""
     try:
         # JSON between systems is UTF-8 (RFC 8259 8.1), decoded strictly: json.loads(bytes) would
         # also take UTF-16 or UTF-32, and UTF-8-encoded lone surrogates. A leading BOM is ignored.

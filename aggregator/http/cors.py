@@ -1,7 +1,8 @@
 """CORS for web pages that embed the JavaScript client (DESIGN.md, "HTTP API", "Browsers").
 
-Only the routes a page needs are open to other origins: ``POST /api/v1/reports`` and the schema
-GETs. They answer every request, errors included, with ``Access-Control-Allow-Origin`` and
+Only the routes a page needs are open to other origins: ``POST /api/v1/reports``, the schema
+GETs and ``GET /api/v1/ohttp-keys`` (a page that sends through a relay checks the relay's keys
+against the aggregator's). They answer every request, errors included, with ``Access-Control-Allow-Origin`` and
 expose ``Retry-After``, so a page can tell "retry later" from "dropped". Their preflight
 ``OPTIONS`` is answered here, before any content-type or token rule, with 204. No admin route
 and no route behind the read token ever allows another origin. Requests carry no cookies and the
@@ -19,7 +20,8 @@ from flask import Flask, Response, current_app, request
 
 # The paths open to other origins, and the methods each allows there.
 _OPEN = ((re.compile(r"/api/v1/reports"), "POST"),
-         (re.compile(r"/api/v1/schemas(/[^/]+(/[^/]+)?)?"), "GET"))
+         (re.compile(r"/api/v1/schemas(/[^/]+(/[^/]+)?)?"), "GET"),
+         (re.compile(r"/api/v1/ohttp-keys"), "GET"))
 # Browsers cap it (Chromium at 2 hours); longer would only be ignored.
 MAX_AGE = "7200"
 

@@ -1,5 +1,6 @@
-"""Response headers every answer carries: nothing is cached, and a page cannot be framed, sniffed
-or made to run script it did not ship.
+"""Response headers every answer carries: nothing is cached (but what :func:`cacheable` marks, the
+same for everyone and no secret), and a page cannot be framed, sniffed or made to run script it
+did not ship.
 
 The dashboard's one inline script (the reload in ``base.html``) runs under a per-response nonce;
 everything else it loads is its own stylesheet and icon. Estimates and schemas can be read
@@ -34,12 +35,21 @@ def script_nonce() -> str:
     return nonce
 
 
+def cacheable(response: Response, seconds: int) -> Response:
+    """Let browsers and shared caches keep ``response`` for ``seconds``: only for an answer that is
+    the same for everyone, public, and behind no token (the Oblivious HTTP keys)."""
+    response.headers["Cache-Control"] = f"max-age={seconds}"
+    g.cacheable = True
+    return response
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["script_nonce"] = script_nonce
 
     @app.after_request
     def secure(response: Response) -> Response:
-        response.headers.update(_ALWAYS)
+        response.headers.update({k: v for k, v in _ALWAYS.items()
+                                 if not (k == "Cache-Control" and g.get("cacheable", False))})
         response.headers["Content-Security-Policy"] = (_POLICY.format(nonce=script_nonce())
                                                        if response.mimetype == "text/html" else _NOT_A_PAGE)
         return response

@@ -21,6 +21,8 @@ from ...shared.schema import (MAX_ATTRIBUTES, MAX_BUCKETS, MAX_CATEGORIES, MAX_C
                               MIN_CATEGORIES, MIN_EPSILON, NAME_RE, SPLITS, TYPES, WINDOWS)
 from ...shared.windows import NAME_PATTERN
 from ..estimation.readout import DEFAULT_LIMIT, MAX_LIMIT
+from ..metrics import RELAY_REASONS
+from .gateway import MAX_REQUESTS
 
 NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 VERSION = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
@@ -59,6 +61,23 @@ STRING_FIELDS = {
 }
 
 
+# The relay fields of every estimate and breakdown row (:mod:`..estimation.crowds`).
+RELAY_FIELDS: dict[str, Any] = {
+    "relayed": {"type": "number", "minimum": 0, "maximum": 1, "nullable": True,
+                "description": "the share of the window's reports that came through a relay (over every window for "
+                               "'all')"},
+    "crowd": {"type": "integer", "minimum": 1, "nullable": True,
+              "description": "the smallest number of the window's reports one relay batch stored for the first time "
+                             "(the smallest over the windows for 'all'); null: none came through a relay"},
+    "epsilon_shuffled": {"type": "number", "nullable": True,
+                         "description": "the central epsilon of a relayed report against the aggregator: "
+                                        "shuffle_epsilon(crowd, the schema's epsilon, delta), at most the schema's "
+                                        "epsilon; null without a crowd"},
+    "delta": {"type": "number", "nullable": True,
+              "description": "the delta of that guarantee (LDP_SHUFFLE_DELTA); null without a crowd"},
+}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -77,7 +96,8 @@ ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
 
 COMPONENTS: dict[str, Any] = {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                   "description": "LDP_ADMIN_TOKEN for admin calls; LDP_READ_TOKEN for reads when set"}},
+                                   "description": "LDP_ADMIN_TOKEN for admin calls; LDP_READ_TOKEN for reads when set; "
+                                                  "one of LDP_RELAY_TOKENS for a relay's batches"}},
     "schemas": {
         "Error": {"type": "object", "required": ["error", "details"], "properties": {
             "error": {"type": "string"},
@@ -142,7 +162,8 @@ COMPONENTS: dict[str, Any] = {
         "Ingested": {"type": "object", "required": ["accepted", "duplicates"], "properties": {
             "accepted": {"type": "integer", "minimum": 0}, "duplicates": {"type": "integer", "minimum": 0}}},
         "Estimate": {"type": "object", "required": ["window", "attribute", "value", "estimate", "estimate_clipped",
-                                                    "ci_low", "ci_high", "n", "epsilon", "computed_at"], "properties": {
+                                                    "ci_low", "ci_high", "n", "epsilon", "computed_at",
+                                                    *RELAY_FIELDS], "properties": {
             "window": {"type": "string", "description": "a window start, or 'all' for the rollup over every window "
                        "(for a memoised schema its interval is no narrower than a single window's: a device's reports "
                        "in several windows repeat one permanent response, so they are not independent)"},
@@ -154,7 +175,7 @@ COMPONENTS: dict[str, Any] = {
             "estimate_clipped": {"type": "number", "description": "clipped to [0, 1], or to a numeric attribute's range"},
             "ci_low": {"type": "number"}, "ci_high": {"type": "number"},
             "n": {"type": "integer", "minimum": 1}, "epsilon": {"type": "number"},
-            "computed_at": {"type": "string", "format": "date-time"}}},
+            "computed_at": {"type": "string", "format": "date-time"}, **RELAY_FIELDS}},
         "Candidates": {"type": "object", "required": ["schema", "version", "candidates"], "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"},
             "candidates": {"type": "array", "items": {"type": "object", "required": [
@@ -179,7 +200,7 @@ COMPONENTS: dict[str, Any] = {
                                           "schema version within LDP_MAX_CELLS cells"}}},
         "BreakdownRow": {"type": "object", "required": ["window", "of", "value", "by", "by_value", "estimate",
                                                         "estimate_clipped", "ci_low", "ci_high", "by_share", "n",
-                                                        "reason", "computed_at"], "properties": {
+                                                        "reason", "computed_at", *RELAY_FIELDS], "properties": {
             "window": {"type": "string", "description": "a window start, or 'all' for the rollup over every window"},
             "of": {"type": "string"}, "by": {"type": "string"},
             "value": {"oneOf": [{"type": "string"}, {"type": "boolean", "enum": [True]}],
@@ -198,7 +219,7 @@ COMPONENTS: dict[str, Any] = {
             "reason": {"type": "string", "nullable": True,
                        "enum": [BY_SHARE_NOT_DISTINCT_FROM_0, MEMOISED_ROLLUP, TOO_FEW_REPORTS, None],
                        "description": "why the fields it voids are null"},
-            "computed_at": {"type": "string", "format": "date-time"}}},
+            "computed_at": {"type": "string", "format": "date-time"}, **RELAY_FIELDS}},
         "BreakdownRows": {"type": "object", "required": ["schema", "version", "confidence", "breakdowns"],
                           "properties": {
             "schema": {"type": "string"}, "version": {"type": "integer"}, "confidence": {"type": "number"},
@@ -288,6 +309,26 @@ def _paths() -> dict[str, Any]:
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Batch")},
                                                           "text/plain": {"schema": _ref("Batch")}}},
             "responses": {"202": _json(_ref("Ingested"), "stored and counted"), **_errors(400, 413, 415)}}},
+        "/api/v1/ohttp-keys": {"get": {
+            "summary": "The Oblivious HTTP key configurations still accepted, newest first (RFC 9458 section 3.2: "
+                       "each preceded by its length, 2 bytes big-endian); cacheable for an hour",
+            "responses": {"200": {"description": "the key configurations", "content": {
+                "application/ohttp-keys": {"schema": {"type": "string", "format": "binary"}}}}}}},
+        "/api/v1/relay/batches": {"post": {
+            "summary": "A relay's shuffled batch of encapsulated requests (each preceded by its length, 4 bytes "
+                       f"big-endian; at most {MAX_REQUESTS:,} and LDP_MAX_RELAY_BODY bytes). A request that fails (unknown key, "
+                       "bad tag, not the one Binary HTTP request, an invalid report) is refused alone",
+            "security": [{"bearer": []}],
+            "requestBody": {"required": True, "content": {
+                "application/ohttp-batch": {"schema": {"type": "string", "format": "binary"}}}},
+            "responses": {"200": _json({"type": "object", "required": ["accepted", "duplicates", "refused"],
+                                        "properties": {
+                "accepted": {"type": "integer", "minimum": 0, "description": "reports newly stored"},
+                "duplicates": {"type": "integer", "minimum": 0, "description": "reports already stored (or repeated)"},
+                "refused": {"type": "integer", "minimum": 0,
+                            "description": "requests refused, each counted in ldp_relay_refused_total{reason} "
+                                           f"({', '.join(RELAY_REASONS)})"}}}, "stored"),
+                **_errors(400, 401, 403, 413, 415)}}},
         "/api/v1/estimates": {"get": {
             "summary": "Latest estimates per window and the 'all' rollup", "parameters": query,
             "responses": {"200": {"description": "the estimates", "content": {

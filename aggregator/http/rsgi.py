@@ -4,8 +4,9 @@ A WSGI server gives each request a thread (or a process) from the first byte of 
 the last byte of its body, so a few connections that send half a request and then wait hold every
 thread: two such connections stopped all ingest under gunicorn's sync workers. Here granian's
 Rust front end reads the headers, and :class:`BufferedWSGI` has the body read on the event loop,
-bounded in size (one byte past the app's ``MAX_CONTENT_LENGTH``, which is ``LDP_MAX_BODY``) and in
-time (:data:`BODY_SECONDS` for the whole body), and only then hands the complete request to the
+bounded in size (one byte past the app's ``MAX_CONTENT_LENGTH``, which is ``LDP_MAX_BODY``; a relay's
+batch with a relay's token: ``LDP_MAX_RELAY_BODY``) and in time (:data:`BODY_SECONDS` for the whole
+body; :data:`LARGER_BODY_SECONDS` for a relay's batch), and only then hands the complete request to the
 Flask app in one of a few threads (several requests in flight let the store's group commit share
 one transaction between them); reads whose answers grow with the data run in a lane of their own
 (:data:`HEAVY_THREADS`). Responses are collected and sent whole: granian's RSGI stream has no
@@ -39,12 +40,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ...shared.checks import parse_digits
 from .cors import headers_for
+from .gateway import larger_body
 
 if TYPE_CHECKING:  # granian's types; the bridge itself never imports granian
     from granian.rsgi import HTTPProtocol, Scope
 
 # Seconds a client has to deliver a whole request body once its headers are in.
 BODY_SECONDS = 10.0
+# Seconds a relay has to deliver a batch of up to LDP_MAX_RELAY_BODY (128 MiB: about 3.6 Mbit/s).
+LARGER_BODY_SECONDS = 300.0
 # Bytes of request line and headers a request may carry: what ``serve`` lets granian's HTTP/1.1
 # parser buffer (more is a 431 there), and what the bridge itself accepts from any front end.
 HEADER_BYTES = 64 * 1024
@@ -67,8 +71,12 @@ class BufferedWSGI:
     def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], *, max_body: int, threads: int = THREADS,
                  body_seconds: float = BODY_SECONDS, trusted_proxies: Iterable[str] = (),
                  cors_origins: tuple[str, ...] = ("*",),
-                 heavy: Callable[[str, str], bool] = lambda method, path: False, heavy_threads: int = HEAVY_THREADS):
-        """``heavy(method, path)`` says whether a request's answer can be large (see :data:`HEAVY_THREADS`)."""
+                 heavy: Callable[[str, str], bool] = lambda method, path: False, heavy_threads: int = HEAVY_THREADS,
+                 larger_body: Callable[[str, str, str | None], int | None] = lambda method, path, authorization: None,
+                 larger_body_seconds: float = LARGER_BODY_SECONDS):
+        """``heavy(method, path)`` says whether a request's answer can be large (see :data:`HEAVY_THREADS`);
+        ``larger_body(method, path, Authorization)`` the larger body a request may have (a relay's
+        batch: :func:`.gateway.larger_body`), read within ``larger_body_seconds``, or None."""
         self.wsgi_app = wsgi_app
         self.max_body = max_body
         # The errors answered here, before the app runs, carry CORS headers as the app's own do.
@@ -78,6 +86,8 @@ class BufferedWSGI:
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="ldp-request")
         self.heavy = heavy
         self.heavy_executor = ThreadPoolExecutor(heavy_threads, thread_name_prefix="ldp-read")
+        self.larger_body = larger_body
+        self.larger_body_seconds = larger_body_seconds
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         if scope.proto != "http":
@@ -95,21 +105,23 @@ class BufferedWSGI:
             _error(proto, cors, 400, "Content-Length must be a whole number")
             return
         complete = True  # whether the whole body was read (else the connection cannot be reused)
-        if declared is not None and declared > self.max_body:
+        larger = self.larger_body(scope.method, scope.path, headers.get("AUTHORIZATION"))
+        max_body, seconds = (self.max_body, self.body_seconds) if larger is None else (larger, self.larger_body_seconds)
+        if declared is not None and declared > max_body:
             # Not read at all: the app sees the declared length and refuses it (413).
             body, length, complete = b"", declared, False
         else:
             try:
-                body = await asyncio.wait_for(self._body(proto, declared is not None), self.body_seconds)
+                body = await asyncio.wait_for(self._body(proto, declared is not None, max_body), seconds)
             except asyncio.TimeoutError:
-                _error(proto, cors, 408, f"the request body did not arrive within {self.body_seconds:g} s")
+                _error(proto, cors, 408, f"the request body did not arrive within {seconds:g} s")
                 return
             except Exception:  # granian's protocol error: a malformed chunk, or a body cut off
                 _error(proto, cors, 400, "the request body could not be read: it ended early or its chunked "
                                    "encoding is malformed")
                 return
             length = len(body)
-            complete = length <= self.max_body
+            complete = length <= max_body
         environ = self._environ(scope, headers, body, length)
         lane = self.heavy_executor if self.heavy(scope.method, scope.path) else self.executor
         loop = asyncio.get_running_loop()
@@ -118,7 +130,7 @@ class BufferedWSGI:
             response_headers = [*response_headers, ("Connection", "close")]
         proto.response_bytes(status, response_headers, content)
 
-    async def _body(self, proto: HTTPProtocol, length_known: bool) -> bytes:
+    async def _body(self, proto: HTTPProtocol, length_known: bool, max_body: int) -> bytes:
         """The body; at most ``max_body + 1`` bytes of it (enough for the app to see it is too large)."""
         if length_known:  # already checked against max_body: Rust reads it in one go
             return await proto()
@@ -134,8 +146,8 @@ class BufferedWSGI:
                 raise _Broken
             else:
                 body += chunk
-                if len(body) > self.max_body:
-                    return bytes(body[:self.max_body + 1])
+                if len(body) > max_body:
+                    return bytes(body[:max_body + 1])
         if empty > 1:
             raise _Broken
         return bytes(body)
@@ -230,7 +242,8 @@ def create_rsgi_app() -> BufferedWSGI:
 
     app = create_app()
     return BufferedWSGI(app, max_body=app.config["MAX_CONTENT_LENGTH"], trusted_proxies=app.config["LDP_PROXY_IPS"],
-                        cors_origins=app.config["LDP_CORS_ORIGINS"], heavy=large_answer)
+                        cors_origins=app.config["LDP_CORS_ORIGINS"], heavy=large_answer,
+                        larger_body=larger_body(app.config))
 
 
 def large_answer(method: str, path: str) -> bool:

@@ -15,10 +15,15 @@ what the database can afford:
   (most batches hold no stored id and no candidate moved meanwhile) and counted again inside it
   only when that was not so.
 
+A relay's batch (:meth:`ReportWriter.write_relayed`) takes neither way: one transaction of its
+own, on either store, since its answer says how many reports were new and its crowds must be
+written with them (DESIGN.md, "Relay and amplification").
+
 Either way, inside the transaction: the reports of windows retention erased are left out, the new
 ids are inserted, the schema versions' candidates are read with their rows locked against a
 back-fill moving a watermark (:meth:`..store.Tx.known`, with the versions' breakdowns), and what
-the new reports count is added: to the counters, and to each breakdown's sums.
+the new reports count is added: to the counters, to each breakdown's sums, and to how the
+window's reports arrived (:class:`..store.CrowdRow`: one row per window and batch, not per report).
 
 *Settling* (:meth:`ReportWriter.settle`) is the explicit first step of the jobs that read the
 counters: fold everything acknowledged so far, and take arrival order out of what was stored.
@@ -28,9 +33,10 @@ No read of the store does it behind a caller's back.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Callable, NamedTuple, Sequence
 
-from ..store import Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
+from ..store import CrowdRow, Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
 from .counting import Counting
 from .groupcommit import GroupCommit
 from .inbox import SETTLE_SECONDS, FoldProgress, Inbox
@@ -51,7 +57,7 @@ class _Batch(NamedTuple):
     rows: Sequence[ReportRow]
     counted: Increments | None  # None: not counted yet
     marks: dict[tuple[str, int], int]
-
+    relayed: bool = False  # a relay's batch: its new reports of each window are a crowd
 
 class ReportWriter:
     """Stores and counts reports exactly once (see the module). ``on_late_duplicates(n)`` is told
@@ -75,6 +81,18 @@ class ReportWriter:
         self._look_up_schemas(rows)
         known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
         return int(self._group.run(_Batch(rows, self.counting(rows, known), {k: v.mark for k, v in known.items()})))
+
+    def write_relayed(self, rows: Sequence[ReportRow]) -> int:
+        """Store a relay batch's ``rows`` (ids distinct, validated) in one transaction of their own,
+        with the batch's crowd per window (its reports stored for the first time there): how many
+        were new. No inbox and no group commit: the answer must know what is new, and a crowd is one
+        batch's. Through an inbox, what was acknowledged before is folded in first (waiting for live
+        processes as :meth:`settle` does), so a report posted directly too is a duplicate here, not
+        part of the crowd."""
+        if self._inbox is not None:  # what was acknowledged directly is stored first: found as duplicates here
+            self._inbox.settle(SETTLE_SECONDS)
+        self._look_up_schemas(rows)
+        return int(self.store.run_tx("relay_batch", lambda tx: self._store_new(tx, [_Batch(rows, None, {}, True)])[0]))
 
     def settle(self, *, wait: bool = True) -> None:
         """Count every report acknowledged before this call (in this process or another) and take
@@ -122,6 +140,7 @@ class ReportWriter:
             increments.totals += counted.totals
             increments.amounts += counted.amounts
             increments.breakdowns += counted.breakdowns
+            increments.crowds += _arrivals(new, b.relayed)
             news.append(len(new))
         tx.add(with_rollup(increments))
         return news
@@ -144,3 +163,10 @@ class ReportWriter:
             new = self.store.run_tx("fold", lambda tx: self._store_new(tx, [_Batch(chunk, None, {})])[0])
             progress.stored.update(r.id for r in chunk)
             progress.duplicates += len(chunk) - new
+
+
+def _arrivals(new: Sequence[ReportRow], relayed: bool) -> list[CrowdRow]:
+    """How ``new`` reports (one batch's, stored for the first time) arrived, per window: through a
+    relay (then they are that batch's crowd there) or directly."""
+    windows = Counter((r.schema, r.version, r.window) for r in new)
+    return [CrowdRow(*key, n, 0, n) if relayed else CrowdRow(*key, 0, n, None) for key, n in sorted(windows.items())]

@@ -20,9 +20,9 @@ from .tx import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .rollup import with_rollup
 from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BreakdownAmountRow, BreakdownEstimateRow,
-                   BreakdownsQuery, CandidateBatch, CandidateRow, EstimateRow, EstimatesQuery, Expired, Increments,
-                   Known, ReportRow, Retention, Stale, StoredBreakdown, TotalRow, WindowCounters, WireColumns,
-                   first_of_each_id)
+                   BreakdownsQuery, CandidateBatch, CandidateRow, CrowdRow, EstimateRow, EstimatesQuery, Expired,
+                   Increments, Known, ReportRow, Retention, Stale, StoredBreakdown, StoredKey, TotalRow, WindowCounters,
+                   WireColumns, first_of_each_id)
 from .sqlite import SQLiteBackend
 from .store import Backend, Store
 
@@ -53,7 +53,7 @@ def open_store(location: str, synchronous: str = "full",
 
 
 __all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow",
-           "BreakdownsQuery", "CandidateBatch", "CandidateRow", "StoredBreakdown",
+           "BreakdownsQuery", "CandidateBatch", "CandidateRow", "CrowdRow", "StoredBreakdown", "StoredKey",
            "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "ReportRow", "Retention",
            "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
            "WireColumns", "first_of_each_id", "is_postgres", "open_store", "with_rollup"]

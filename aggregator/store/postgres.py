@@ -58,14 +58,15 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .tx import Tx
+from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
-from .rows import NOT_READ, Increments, ReportRow
+from .rows import CROWD_COUNTS, NOT_READ, Increments, ReportRow
 
 if TYPE_CHECKING:
     from .store import Store
@@ -122,6 +123,9 @@ _ADD_BREAKDOWN_SUMS = """
                          %s::double precision[])
     ON CONFLICT (schema, version, "window", breakdown, of_key, by_key)
     DO UPDATE SET amount = breakdown_counters.amount + excluded.amount"""
+_ADD_CROWDS = """
+    INSERT INTO crowds (schema, version, "window", relayed, direct, crowd)
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[])""" + CROWDS_UPSERT
 _MARK_DIRTY = """
     INSERT INTO dirty (schema, version, "window", mark)
     SELECT s, v, w, nextval('dirty_marks') FROM unnest(%s::text[], %s::integer[], %s::text[]) AS d(s, v, w)
@@ -144,6 +148,8 @@ class PostgresTx(Tx):
     update_lock = " FOR UPDATE"
     new_mark = "nextval('dirty_marks')"
     aggregate = "string_agg"
+    # Two nodes starting at once each find no key: the second waits here, then finds the first's.
+    keys_lock = "LOCK TABLE ohttp_keys IN SHARE ROW EXCLUSIVE MODE"
 
     def insert_new(self, rows: Sequence[ReportRow]) -> set[str]:
         # Each new id is also noted in ``unsettled``: rewritten by the next erase_arrival_order.
@@ -158,6 +164,8 @@ class PostgresTx(Tx):
         if increments.breakdowns:
             sums = [(*b[:6], float(b.amount)) for b in increments.breakdowns]
             self.conn.execute(_ADD_BREAKDOWN_SUMS, _columns(sums, 7))
+        if increments.crowds:
+            self.conn.execute(_ADD_CROWDS, _columns(increments.crowds, CROWD_COUNTS))
         windows = dirty_windows(increments)
         if windows:
             self.conn.execute(_MARK_DIRTY, _columns(windows, 3))
@@ -194,6 +202,13 @@ class PostgresTx(Tx):
         if ids:
             self.conn.execute(_REWRITE_REPORTS, (ids,))
         return ids
+
+
+def _reset(conn: psycopg.Connection) -> None:
+    """A connection goes back to the pool as it came: the next user (a write, the health probe)
+    must not begin a read's read-only snapshot."""
+    conn.isolation_level = None
+    conn.read_only = None
 
 
 class PostgresBackend:
@@ -235,7 +250,7 @@ class PostgresBackend:
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ConnectionPool(self.location, min_size=1, max_size=POOL_SIZE, open=True,
                                             timeout=self.busy_timeout, kwargs=self._kwargs,
-                                            configure=self._configure, name="ldp-telemetry")
+                                            configure=self._configure, reset=_reset, name="ldp-telemetry")
                 self._pool_pid = os.getpid()
             return self._pool
 
@@ -252,7 +267,11 @@ class PostgresBackend:
     def transaction(self, write: bool) -> Iterator[psycopg.Connection]:
         with self._connections().connection() as conn:
             if not write:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # psycopg writes these into the transaction's BEGIN: a read costs no round trip of
+                # its own to say what it is (one snapshot for every statement, no writes); the
+                # pool's reset (_reset) takes them off again.
+                conn.isolation_level = IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
             yield conn
 
     def classify(self, exc: Exception) -> StoreError | None:
@@ -300,7 +319,7 @@ class PostgresBackend:
             conn.execute(f"SET LOCAL statement_timeout = {milliseconds}")
             # The locks ingest takes (another session's EXCLUSIVE or stronger lock waits us out), and
             # a write that changes no row: refused in a read-only transaction or on a standby.
-            conn.execute("LOCK TABLE reports, unsettled, totals, counters, dirty IN ROW EXCLUSIVE MODE")
+            conn.execute("LOCK TABLE reports, unsettled, totals, counters, dirty, crowds IN ROW EXCLUSIVE MODE")
             conn.execute("UPDATE generation SET n = n WHERE false")
             conn.rollback()
 

@@ -11,6 +11,8 @@ they are still in the order of their requests until settling rewrites them (``un
 
 from __future__ import annotations
 
+from ...shared.windows import ROLLUP
+
 REPORT_PARTITIONS = 64
 
 _KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'
@@ -81,5 +83,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             computed_at text NOT NULL, PRIMARY KEY (schema, version, "window", rank));
         -- A back-fill's batch is of candidates (of an attribute) or of a breakdown (no attribute).
         ALTER TABLE backfills ALTER COLUMN attribute DROP NOT NULL;
+    """),
+    # The relay (DESIGN.md, "Relay and amplification"): the Oblivious HTTP keys every node shares (a
+    # one-byte key id, reused once its private half is gone), and per (schema, version, window) the
+    # reports that came through relays and directly, the smallest crowd of a relay batch, and the
+    # central epsilon the refresh computed for a crowd at a delta. The reports stored before came
+    # directly: counted from those retained (the rollup over them too).
+    ("m007_relay", f"""
+        CREATE TABLE ohttp_keys (key_id integer PRIMARY KEY CHECK (key_id BETWEEN 0 AND 255),
+            public_key bytea NOT NULL, private_key bytea, created bigint NOT NULL, retired bigint);
+        CREATE TABLE crowds ({_KEY}, relayed bigint NOT NULL, direct bigint NOT NULL, crowd bigint,
+            epsilon_crowd bigint, epsilon_delta double precision, epsilon_shuffled double precision,
+            PRIMARY KEY (schema, version, "window"));
+        INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, "window", 0, count(*)
+            FROM reports GROUP BY schema, version, "window";
+        INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, '{ROLLUP}', 0, count(*)
+            FROM reports GROUP BY schema, version;
     """),
 )

@@ -1,6 +1,6 @@
 """Increments as a store adds them: summed per counter, with the rollup, in lock order.
 
-Every window's totals, counters and breakdown sums are also added to its schema version's :data:`ROLLUP`
+Every window's totals, counters, breakdown sums and crowds are also added to its schema version's :data:`ROLLUP`
 window when they are stored, so the rollup over every window costs as much to read as one
 window, and stays whole when retention drops old windows. What the increments are is
 :mod:`..ingest.counting`'s to say; this module only arranges them for writing.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...shared.windows import ROLLUP
-from .rows import AmountRow, BreakdownAmountRow, Increments, TotalRow
+from .rows import AmountRow, BreakdownAmountRow, CrowdRow, Increments, TotalRow
 
 
 def with_rollup(increments: Increments) -> Increments:
@@ -35,9 +35,24 @@ def with_rollup(increments: Increments) -> Increments:
         for window in (b.window, ROLLUP):
             key6 = (b.schema, b.version, window, b.breakdown, b.of_key, b.by_key)
             sums[key6] = sums.get(key6, 0) + b.amount
+    crowds: dict[tuple[str, int, str], CrowdRow] = {}
+    for c in increments.crowds:
+        for window in (c.window, ROLLUP):
+            key3 = (c.schema, c.version, window)
+            crowds[key3] = merge_crowds(crowds.get(key3), c._replace(window=window))
     return Increments([TotalRow(*key, totals[key], ends[key]) for key in sorted(totals)],
                       [AmountRow(*key, amounts[key]) for key in sorted(amounts) if amounts[key]],
-                      [BreakdownAmountRow(*key, sums[key]) for key in sorted(sums) if sums[key]])
+                      [BreakdownAmountRow(*key, sums[key]) for key in sorted(sums) if sums[key]],
+                      [crowds[key] for key in sorted(crowds)])
+
+
+def merge_crowds(old: CrowdRow | None, new: CrowdRow) -> CrowdRow:
+    """Two counts of how a window's reports arrived as one: the reports added up, the smaller crowd
+    kept (None is no crowd). The store's upsert does the same (:data:`.tx.CROWDS_UPSERT`)."""
+    if old is None:
+        return new
+    crowd = min((c for c in (old.crowd, new.crowd) if c is not None), default=None)
+    return new._replace(relayed=old.relayed + new.relayed, direct=old.direct + new.direct, crowd=crowd)
 
 
 def dirty_windows(increments: Increments) -> list[tuple[str, int, str]]:

@@ -15,7 +15,10 @@ from (DESIGN.md, "Storage"):
 - breakdowns: a schema version's breakdowns (listed at publish, never in the served schema, or
   added later), each numbered in its version; breakdown_counters: per (schema, version, window,
   breakdown, of key, by key) the sums :class:`...shared.breakdowns.BreakdownSums` holds, only
-  where not zero; breakdown_estimates: the latest rows of each breakdown per window.
+  where not zero; breakdown_estimates: the latest rows of each breakdown per window;
+- crowds: per (schema, version, window) the reports stored through relays and directly, and the
+  smallest crowd of a relay batch (:class:`CrowdRow`);
+- ohttp_keys: the Oblivious HTTP key pairs every node shares (:class:`StoredKey`).
 
 Every window's totals and counters are also added to its schema version's :data:`ROLLUP` window
 when they are stored (:mod:`.rollup`). What a report adds to the counters is not the store's to
@@ -90,14 +93,51 @@ class BreakdownAmountRow(NamedTuple):
     amount: int | float
 
 
+class CrowdRow(NamedTuple):
+    """How the reports of a window arrived (an increment, or what is stored): ``relayed`` through a
+    relay's batch, ``direct`` posted to the aggregator, and ``crowd`` the smallest number of reports
+    of the window any one relay batch stored for the first time (DESIGN.md, "Relay and
+    amplification"); None while no relay batch stored one."""
+
+    schema: str
+    version: int
+    window: str
+    relayed: int
+    direct: int
+    crowd: int | None
+    # What the refresh computed (:mod:`..estimation.crowds`): the central epsilon of a crowd of
+    # ``epsilon_crowd`` at ``epsilon_delta``; stale once the crowd or LDP_SHUFFLE_DELTA moved. Not
+    # part of an increment.
+    epsilon_crowd: int | None = None
+    epsilon_delta: float | None = None
+    epsilon_shuffled: float | None = None
+
+
+# The columns of :class:`CrowdRow` ingest adds (the rest is the refresh's).
+CROWD_COUNTS = 6
+
+
 @dataclass
 class Increments:
     """The counter increments of some reports: per window and attribute ``n``, per value its amount,
-    per breakdown its sums."""
+    per breakdown its sums; per window how they arrived."""
 
     totals: list[TotalRow] = field(default_factory=list)
     amounts: list[AmountRow] = field(default_factory=list)
     breakdowns: list[BreakdownAmountRow] = field(default_factory=list)
+    crowds: list[CrowdRow] = field(default_factory=list)
+
+
+class StoredKey(NamedTuple):
+    """An Oblivious HTTP key pair (X25519, raw 32 bytes each) named by its one-byte ``key_id``;
+    ``private_key`` None once deleted after its grace. ``created`` and ``retired`` (None: the
+    current key) in Unix seconds."""
+
+    key_id: int
+    public_key: bytes
+    private_key: bytes | None
+    created: int
+    retired: int | None
 
 
 class StoredBreakdown(NamedTuple):

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Sequence
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
-from .tx import Tx
+from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreError, StoreUnavailable
 from .rollup import dirty_windows
-from .rows import Increments, ReportRow
+from .rows import CROWD_COUNTS, Increments, ReportRow
 from .sqlite_connection import BUSY_TIMEOUT, Connections, classify
 from .sqlite_migrations import MIGRATIONS
 
@@ -68,6 +68,8 @@ class SQLiteTx(Tx):
         self.conn.executemany('INSERT INTO breakdown_counters (schema, version, "window", breakdown, of_key, by_key, '
                               "amount) VALUES (?, ?, ?, ?, ?, ?, ?) "
                               "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount", increments.breakdowns)
+        self.conn.executemany('INSERT INTO crowds (schema, version, "window", relayed, direct, crowd) '
+                              "VALUES (?, ?, ?, ?, ?, ?)" + CROWDS_UPSERT, [c[:CROWD_COUNTS] for c in increments.crowds])
         # random(): a mark is never reused, so a refresh that read an older mark never clears a newer one.
         self.conn.executemany('INSERT INTO dirty (schema, version, "window", mark) VALUES (?, ?, ?, random()) '
                               "ON CONFLICT DO UPDATE SET mark = excluded.mark", dirty_windows(increments))

@@ -160,3 +160,23 @@ def m007_breakdowns(db: Database) -> None:
         DROP TABLE backfills;
         ALTER TABLE backfills_of_any RENAME TO backfills
     """)
+
+
+@MIGRATIONS()
+def m008_relay(db: Database) -> None:
+    """The relay (DESIGN.md, "Relay and amplification"): the Oblivious HTTP keys every node shares
+    (a one-byte key id, reused once its private half is gone), and per (schema, version, window)
+    the reports that came through relays and directly, the smallest crowd of a relay batch, and the
+    central epsilon the refresh computed for a crowd at a delta. The reports stored before came
+    directly: counted from those retained (the rollup over them too)."""
+    _run(db.conn, """
+        CREATE TABLE ohttp_keys (key_id INTEGER PRIMARY KEY CHECK (key_id BETWEEN 0 AND 255),
+            public_key BLOB NOT NULL, private_key BLOB, created INTEGER NOT NULL, retired INTEGER);
+        CREATE TABLE crowds (schema TEXT NOT NULL, version INTEGER NOT NULL, "window" TEXT NOT NULL,
+            relayed INTEGER NOT NULL, direct INTEGER NOT NULL, crowd INTEGER, epsilon_crowd INTEGER,
+            epsilon_delta REAL, epsilon_shuffled REAL, PRIMARY KEY (schema, version, "window")) WITHOUT ROWID
+    """)
+    db.conn.execute('INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, "window", '
+                    '0, count(*) FROM reports GROUP BY schema, version, "window"')
+    db.conn.execute('INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, ?, 0, '
+                    "count(*) FROM reports GROUP BY schema, version", (ROLLUP,))

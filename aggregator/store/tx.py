@@ -21,16 +21,22 @@ import numpy as np
 
 from ...shared.windows import ROLLUP
 from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch,
-                   CandidateRow, EstimateRow, EstimatesQuery, Increments, Known, ReportRow, Retention, Stale,
-                   StoredBreakdown, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
+                   CandidateRow, CrowdRow, EstimateRow, EstimatesQuery, Increments, Known, ReportRow, Retention, Stale,
+                   StoredBreakdown, StoredKey, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills", "breakdowns",
-          "breakdown_counters", "breakdown_estimates")
+          "breakdown_counters", "breakdown_estimates", "crowds", "ohttp_keys")
 # Ids per "IN (...)" list (SQLite binds at most 32,766 parameters).
 IN_CHUNK = 500
 # Per expired window, the tables whose rows of that window go (the rollup keeps their sums).
-WINDOW_TABLES = ("counters", "totals", "estimates", "dirty", "breakdown_counters", "breakdown_estimates")
+WINDOW_TABLES = ("counters", "totals", "estimates", "dirty", "breakdown_counters", "breakdown_estimates", "crowds")
 ESTIMATE_COLUMNS = EstimateRow._fields
+# Adding how a window's reports arrived (:class:`CrowdRow`, one row per window and batch): the
+# reports added up, the smaller crowd kept (NULL is none: coalesce makes min() skip it), as
+# :func:`.rollup.merge_crowds` does. The VALUES (or SELECT) it follows is each backend's.
+CROWDS_UPSERT = (' ON CONFLICT (schema, version, "window") DO UPDATE SET relayed = crowds.relayed + excluded.relayed, '
+                 "direct = crowds.direct + excluded.direct, crowd = CASE WHEN excluded.crowd IS NULL THEN crowds.crowd "
+                 "WHEN crowds.crowd IS NULL OR excluded.crowd < crowds.crowd THEN excluded.crowd ELSE crowds.crowd END")
 BREAKDOWN_ESTIMATE_COLUMNS = BreakdownEstimateRow._fields
 
 
@@ -41,6 +47,7 @@ class Tx:
     share_lock: ClassVar[str] = ""  # what holds a row read until commit (SQLite's write lock already does)
     update_lock: ClassVar[str] = ""  # what holds a row read until commit against share_lock readers too
     new_mark: ClassVar[str] = "random()"  # a dirty mark never used before
+    keys_lock: ClassVar[str | None] = None  # what keeps the keys from changing until commit (SQLite's write lock does)
     aggregate: ClassVar[str] = "group_concat"  # joins a column's texts, with a separator
 
     def __init__(self, conn: Any):
@@ -225,6 +232,61 @@ class Tx:
         batches = [CandidateBatch(-1, a, tuple(values), None) for a, values in complete.items()]
         batches += [CandidateBatch(b, a, tuple(values), w) for b, (a, w, values) in sorted(filling.items())]
         return Known(mark, tuple(batches), tuple(self.breakdowns(schema, version)))
+
+    def crowds(self, schema: str, version: int) -> dict[str, CrowdRow]:
+        """How the reports of each window of a schema version arrived (the rollup's too), by window:
+        a row per retained window, so reading them all costs as little as a page of estimates."""
+        p = self.param
+        return {row[2]: CrowdRow(*row) for row in self._all(
+            f"SELECT {self._columns(CrowdRow._fields)} FROM crowds WHERE schema = {p} AND version = {p}",
+            (schema, version))}
+
+    def epsilons_due(self, delta: float) -> list[CrowdRow]:
+        """The windows (the rollups among them) whose crowd has no central epsilon computed at
+        ``delta`` for it yet: a relay batch made it smaller, or LDP_SHUFFLE_DELTA changed."""
+        return [CrowdRow(*row) for row in self._all(
+            f"SELECT {self._columns(CrowdRow._fields)} FROM crowds WHERE crowd IS NOT NULL AND (epsilon_crowd IS NULL "
+            f"OR epsilon_crowd != crowd OR epsilon_delta != {self.param}) ORDER BY schema, version, \"window\"",
+            (delta,))]
+
+    def save_epsilons(self, rows: Sequence[CrowdRow]) -> None:
+        """Keep each row's computed ``epsilon_*`` unless its window's crowd changed since it was read;
+        a new generation (what is derived from the rows, the dashboard's pages, is made again)."""
+        p = self.param
+        self.conn.cursor().executemany(
+            f"UPDATE crowds SET epsilon_crowd = {p}, epsilon_delta = {p}, epsilon_shuffled = {p} "
+            f'WHERE schema = {p} AND version = {p} AND "window" = {p} AND crowd = {p}',
+            [(r.epsilon_crowd, r.epsilon_delta, r.epsilon_shuffled, r.schema, r.version, r.window, r.epsilon_crowd)
+             for r in rows])
+        self.next_generation()
+
+    # -- Oblivious HTTP keys ---------------------------------------------------------------------
+
+    def ohttp_keys(self, *, lock: bool = False) -> list[StoredKey]:
+        """Every stored key (those whose private half is gone too), newest first. ``lock``: no other
+        transaction changes them until this one ends (making the first key, rotating)."""
+        if lock and self.keys_lock is not None:
+            self.conn.execute(self.keys_lock)
+        return [StoredKey(i, bytes(pub), None if priv is None else bytes(priv), created, retired)
+                for i, pub, priv, created, retired in self._all(
+                    "SELECT key_id, public_key, private_key, created, retired FROM ohttp_keys "
+                    "ORDER BY created DESC, key_id DESC")]
+
+    def add_ohttp_key(self, key: StoredKey, retire_at: int) -> None:
+        """Store ``key`` as the current one (replacing the key of its id, which the caller found no
+        longer accepted) and retire the current one at ``retire_at``."""
+        p = self.param
+        self.conn.execute(f"UPDATE ohttp_keys SET retired = {p} WHERE retired IS NULL", (retire_at,))
+        self.conn.execute(f"DELETE FROM ohttp_keys WHERE key_id = {p}", (key.key_id,))
+        self.conn.execute("INSERT INTO ohttp_keys (key_id, public_key, private_key, created, retired) "
+                          f"VALUES ({p}, {p}, {p}, {p}, {p})", key)
+
+    def forget_private_keys(self, retired_before: int) -> list[int]:
+        """Delete the private half of the keys retired at or before ``retired_before``: the ids."""
+        p = self.param
+        return sorted(i for (i,) in self._all(
+            f"UPDATE ohttp_keys SET private_key = NULL WHERE retired <= {p} AND private_key IS NOT NULL RETURNING key_id",
+            (retired_before,)))
 
     # -- estimation ------------------------------------------------------------------------------
 
