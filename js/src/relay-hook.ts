@@ -3,8 +3,8 @@
  * relay's answers). The module is its own entry point, so that the <script> bundle keeps within its
  * ceiling, and loading it installs it here: `import "ldp-telemetry/relay"` (ES module), or
  * ldp-telemetry-relay.min.js after ldp-telemetry.min.js (<script>). A client given the `relay`
- * option asks for it when it sends; while it is not there, reports wait in the outbox (and the log
- * says why once): a client with a relay never posts around it.
+ * option asks for it as it starts and, until it has it, whenever it sends; while it is not there,
+ * reports wait in the outbox (and the log says why once): a client with a relay never posts around it.
  */
 
 import type { Settings } from "./options.js";
