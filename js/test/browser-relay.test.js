@@ -8,7 +8,7 @@
 // and is closed at once, its report sent with keepalive under the keys kept from the first; the
 // aggregator counts both as relayed. The route waits its minute between the aggregator's key fetch
 // and the first report, so each test takes a minute.
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -82,76 +82,79 @@ async function recordInPage(context, url, expected) {
   await tab.close({ runBeforeUnload: true });
 }
 
-test("browser: a page on another origin sends its report through the relay, encrypted by Chromium's Web Crypto, without a preflight", { skip: why }, async () => {
-  const keys = keyPair(3);
-  const serveKeys = (res) => res.writeHead(200, { ...CORS, "Content-Type": "application/ohttp-keys" }).end(keys.body);
-  const aggregator = await server((req, res) => (req.url === "/api/v1/ohttp-keys" ? serveKeys(res) : res.writeHead(500, CORS).end()));
-  const relay = await server((req, res) => {
-    if (req.method === "OPTIONS") return res.writeHead(204, { ...CORS, "Access-Control-Allow-Methods": "POST, OPTIONS", "Access-Control-Allow-Headers": "Content-Type" }).end();
-    if (req.url === "/ohttp-keys") return serveKeys(res);
-    if (req.url === `/api/v1/schemas/${SCHEMA.name}`) return res.writeHead(200, { ...CORS, "Content-Type": "application/json" }).end(JSON.stringify(SCHEMA));
-    if (req.url === "/relay" && req.method === "POST") return res.writeHead(202, CORS).end();
-    res.writeHead(404, CORS).end();
-  });
-  const { site, origin } = await appSite(aggregator.url, relay.url, SCHEMA.name);
-  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
-  try {
-    await recordInPage(browser, `${origin}/app.html`, { queued: true, reason: "queued", delivered: true });
+// Both tests wait out the route's minute: side by side, they take one minute, not two.
+describe("the relay module in Chromium", { concurrency: true }, () => {
+  test("browser: a page on another origin sends its report through the relay, encrypted by Chromium's Web Crypto, without a preflight", { skip: why }, async () => {
+    const keys = keyPair(3);
+    const serveKeys = (res) => res.writeHead(200, { ...CORS, "Content-Type": "application/ohttp-keys" }).end(keys.body);
+    const aggregator = await server((req, res) => (req.url === "/api/v1/ohttp-keys" ? serveKeys(res) : res.writeHead(500, CORS).end()));
+    const relay = await server((req, res) => {
+      if (req.method === "OPTIONS") return res.writeHead(204, { ...CORS, "Access-Control-Allow-Methods": "POST, OPTIONS", "Access-Control-Allow-Headers": "Content-Type" }).end();
+      if (req.url === "/ohttp-keys") return serveKeys(res);
+      if (req.url === `/api/v1/schemas/${SCHEMA.name}`) return res.writeHead(200, { ...CORS, "Content-Type": "application/json" }).end(JSON.stringify(SCHEMA));
+      if (req.url === "/relay" && req.method === "POST") return res.writeHead(202, CORS).end();
+      res.writeHead(404, CORS).end();
+    });
+    const { site, origin } = await appSite(aggregator.url, relay.url, SCHEMA.name);
+    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    try {
+      await recordInPage(browser, `${origin}/app.html`, { queued: true, reason: "queued", delivered: true });
 
-    assert.deepEqual(aggregator.requests.map((r) => `${r.method} ${r.url}`), ["GET /api/v1/ohttp-keys"]);
-    assert.equal(aggregator.requests[0].headers.origin, origin);
-    assert.deepEqual(relay.requests.map((r) => `${r.method} ${r.url}`), [`GET /api/v1/schemas/${SCHEMA.name}`, "GET /ohttp-keys", "POST /relay"]);
-    const post = relay.requests[2];
-    assert.equal(post.headers["content-type"], "text/plain", "a CORS-safelisted type: no preflight (no OPTIONS above)");
-    assert.equal(post.headers.cookie, undefined);
-    assert.equal(post.headers.referer, undefined);
-    assert.equal(post.body.length, 55 + 1024);
-    assert.ok(post.at - aggregator.requests[0].at >= 60_000, "a minute between the aggregator's key fetch and the report");
-    const message = bhttpFields(decapsulate(post.body, keys));
-    assert.equal(message.path, "/api/v1/reports");
-    assert.equal(message.content.reports.length, 1);
-    assert.equal(message.content.reports[0].schema, SCHEMA.name);
-    assert.equal(typeof message.content.reports[0].values.dark_mode, "boolean");
-  } finally {
-    await browser.close();
-    await new Promise((r) => site.close(r));
-    await aggregator.close();
-    await relay.close();
-  }
-});
-
-test("browser e2e: through a real relay (--min-batch 2) to a real aggregator; a page's next visit records and is closed at once", { skip: why || (!haveRelay() && "no `ldp-telemetry relay` in .venv (make install)") }, async () => {
-  const dir = tempDir();
-  const aggregator = await startServer({ db: join(dir, "aggregator.db"), port: await freePort(), env: { LDP_RELAY_TOKENS: RELAY_TOKEN } });
-  const schema = "js-relayed-hourly";
-  let relay;
-  let site;
-  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
-  try {
-    await publish(aggregator.url, { name: schema, version: 1, epsilon: 2, window: "hour", attributes: [{ name: "dark_mode", type: "boolean" }] });
-    relay = await startRelay({ db: join(dir, "relay.db"), port: await freePort(), aggregator: aggregator.url, flags: ["--min-batch", "2"] });
-    let origin;
-    ({ site, origin } = await appSite(aggregator.url, relay.url, schema));
-    const context = await browser.newContext(); // one browser storage for both visits
-    // The first visit (an hour ago, by the page's clock): the keys are fetched, and a minute later
-    // its report goes to the relay, which holds it: the batch is not full.
-    await recordInPage(context, `${origin}/app.html?hoursAgo=1`, { queued: true, reason: "queued", delivered: true });
-    assert.deepEqual(await counts(aggregator.url, schema), {}, "nothing before the batch fills");
-    // The next visit: the keys are kept in IndexedDB, so its report leaves the closing page at once.
-    await recordInPage(context, `${origin}/closing.html`, { queued: true, reason: "queued" });
-    const windows = [windowOf(Date.now() - 3_600_000, "hour"), windowOf(Date.now(), "hour")];
-    let n = {};
-    for (let i = 0; i < 100 && !windows.every((w) => n[`${w} dark_mode`] === 1); i++) {
-      await new Promise((r) => setTimeout(r, 200));
-      n = await counts(aggregator.url, schema);
+      assert.deepEqual(aggregator.requests.map((r) => `${r.method} ${r.url}`), ["GET /api/v1/ohttp-keys"]);
+      assert.equal(aggregator.requests[0].headers.origin, origin);
+      assert.deepEqual(relay.requests.map((r) => `${r.method} ${r.url}`), [`GET /api/v1/schemas/${SCHEMA.name}`, "GET /ohttp-keys", "POST /relay"]);
+      const post = relay.requests[2];
+      assert.equal(post.headers["content-type"], "text/plain", "a CORS-safelisted type: no preflight (no OPTIONS above)");
+      assert.equal(post.headers.cookie, undefined);
+      assert.equal(post.headers.referer, undefined);
+      assert.equal(post.body.length, 55 + 1024);
+      assert.ok(post.at - aggregator.requests[0].at >= 60_000, "a minute between the aggregator's key fetch and the report");
+      const message = bhttpFields(decapsulate(post.body, keys));
+      assert.equal(message.path, "/api/v1/reports");
+      assert.equal(message.content.reports.length, 1);
+      assert.equal(message.content.reports[0].schema, SCHEMA.name);
+      assert.equal(typeof message.content.reports[0].values.dark_mode, "boolean");
+    } finally {
+      await browser.close();
+      await new Promise((r) => site.close(r));
+      await aggregator.close();
+      await relay.close();
     }
-    for (const w of windows) assert.equal(n[`${w} dark_mode`], 1, JSON.stringify(n));
-    const rows = (await (await fetch(`${aggregator.url}/api/v1/estimates?schema=${schema}`)).json()).estimates;
-    assert.ok(rows.length && rows.every((row) => row.relayed === 1 && row.crowd !== null), JSON.stringify(rows));
-  } finally {
-    await browser.close();
-    if (site) await new Promise((r) => site.close(r));
-    await relay?.stop();
-    await aggregator.stop();
-  }
+  });
+
+  test("browser e2e: through a real relay (--min-batch 2) to a real aggregator; a page's next visit records and is closed at once", { skip: why || (!haveRelay() && "no `ldp-telemetry relay` in .venv (make install)") }, async () => {
+    const dir = tempDir();
+    const aggregator = await startServer({ db: join(dir, "aggregator.db"), port: await freePort(), env: { LDP_RELAY_TOKENS: RELAY_TOKEN } });
+    const schema = "js-relayed-hourly";
+    let relay;
+    let site;
+    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    try {
+      await publish(aggregator.url, { name: schema, version: 1, epsilon: 2, window: "hour", attributes: [{ name: "dark_mode", type: "boolean" }] });
+      relay = await startRelay({ db: join(dir, "relay.db"), port: await freePort(), aggregator: aggregator.url, flags: ["--min-batch", "2"] });
+      let origin;
+      ({ site, origin } = await appSite(aggregator.url, relay.url, schema));
+      const context = await browser.newContext(); // one browser storage for both visits
+      // The first visit (an hour ago, by the page's clock): the keys are fetched, and a minute later
+      // its report goes to the relay, which holds it: the batch is not full.
+      await recordInPage(context, `${origin}/app.html?hoursAgo=1`, { queued: true, reason: "queued", delivered: true });
+      assert.deepEqual(await counts(aggregator.url, schema), {}, "nothing before the batch fills");
+      // The next visit: the keys are kept in IndexedDB, so its report leaves the closing page at once.
+      await recordInPage(context, `${origin}/closing.html`, { queued: true, reason: "queued" });
+      const windows = [windowOf(Date.now() - 3_600_000, "hour"), windowOf(Date.now(), "hour")];
+      let n = {};
+      for (let i = 0; i < 100 && !windows.every((w) => n[`${w} dark_mode`] === 1); i++) {
+        await new Promise((r) => setTimeout(r, 200));
+        n = await counts(aggregator.url, schema);
+      }
+      for (const w of windows) assert.equal(n[`${w} dark_mode`], 1, JSON.stringify(n));
+      const rows = (await (await fetch(`${aggregator.url}/api/v1/estimates?schema=${schema}`)).json()).estimates;
+      assert.ok(rows.length && rows.every((row) => row.relayed === 1 && row.crowd !== null), JSON.stringify(rows));
+    } finally {
+      await browser.close();
+      if (site) await new Promise((r) => site.close(r));
+      await relay?.stop();
+      await aggregator.stop();
+    }
+  });
 });
