@@ -306,3 +306,17 @@ test("a report of a version the client no longer knows is checked and padded by 
   assert.ok(rel.requests.some((r) => r.url === `/api/v1/schemas/${SCHEMA.name}/1`));
   assert.ok(logger.lines.includes(`the schema ${SCHEMA.name} version 7 is not served any more: its reports are dropped`), logger.lines.join("\n"));
 });
+
+test("two clients of one page (a schema each) share the keys and the minute: the aggregator is asked once", async (t) => {
+  const { agg, rel, posts } = await standIns(t);
+  const clients = [client(agg.url, rel.url), client(agg.url, rel.url)];
+  for (const { t: c } of clients) assert.equal(await c.waitForSchema(5000), true);
+  for (const { t: c } of clients) assert.equal(c.record({ flag: true }).queued, true);
+  const delivered = await Promise.all(clients.map(({ t: c }) => c.flush(5000)));
+  assert.deepEqual(delivered, [true, true], clients.map(({ logger }) => logger.lines.join("\n")).join("\n"));
+  for (const { t: c } of clients) await c.close(0);
+  assert.equal(agg.requests.length, 1);
+  assert.equal(rel.requests.filter((r) => r.url === "/ohttp-keys").length, 1);
+  assert.equal(posts().length, 2);
+  assert.ok(posts().every((p) => p.at - agg.requests[0].at >= GAP_MS));
+});

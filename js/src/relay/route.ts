@@ -8,7 +8,8 @@
  * (`GET <endpoint>/api/v1/ohttp-keys`), and used only when both serve the same bytes, so that
  * neither alone can read reports or hand one client a key of its own; fetched again when a day
  * old, or when the relay says the key is no longer taken. The aggregator's fetch and the sending of
- * reports are never within a minute of each other. The first usable configuration is used.
+ * reports are never within a minute of each other, for all the clients of a page or process that
+ * use the same relay and aggregator. The first usable configuration is used.
  *
  * A report is validated before it is encapsulated (the aggregator's verdict never comes back). The
  * relay's answers: 202, delivered; 400 with the `ohttp-key` problem type (RFC 9458 §5.3), the keys
@@ -52,15 +53,26 @@ interface KeptKeys {
 const hex = (bytes: Uint8Array) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 const unhex = (text: string) => Uint8Array.from(text.match(/../g) ?? [], (b) => parseInt(b, 16));
 
+/** What the routes of one relay and aggregator share in a page or process (an app may have a client
+ * per schema): the keys, and the times of the minute's rule, which holds for the device, not for
+ * one client; and a key fetch under way, which the others wait for rather than fetch again. */
+class Shared {
+  keys: KeyConfig | undefined;
+  keysFetched = -Infinity;
+  aggregatorAsked = -Infinity; // when the aggregator last answered (or failed) a key fetch
+  lastSent = -Infinity; // when a report was last sent to the relay
+  fetching: Promise<string | undefined> | undefined;
+}
+
+/** By cache name (the relay's and the aggregator's URLs). */
+const SHARED = new Map<string, Shared>();
+
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
 
 export class Route implements RelayRoute {
-  private keys: KeyConfig | undefined;
-  private keysFetched = -Infinity;
-  private aggregatorAsked = -Infinity; // when the aggregator last answered (or failed) a key fetch
-  private lastSent = -Infinity; // when a report was last sent to the relay
+  private readonly shared: Shared;
   private readonly x25519 = hasX25519();
   private readonly said = new Set<string>(); // what the log was told once
   // Versions fetched from the relay for reports made under them (the client knows two at most).
@@ -77,6 +89,8 @@ export class Route implements RelayRoute {
     this.keyGapMs = keyGapMs;
     this.keysMaxAgeMs = keysMaxAgeMs;
     this.cacheName = `ohttp-keys ${c.settings.relay} ${c.settings.endpoint}`;
+    this.shared = SHARED.get(this.cacheName) ?? new Shared();
+    SHARED.set(this.cacheName, this.shared);
     this.loaded = this.load();
   }
 
@@ -89,10 +103,12 @@ export class Route implements RelayRoute {
       if (typeof text !== "string") return;
       const kept = JSON.parse(text) as KeptKeys;
       if (!(kept.fetched <= Date.now() && kept.asked <= Date.now())) return; // a clock set back: fetched again
-      this.lastSent = Date.now();
-      this.keys = chooseKeyConfig(unhex(kept.keys));
-      this.keysFetched = kept.fetched;
-      this.aggregatorAsked = kept.asked;
+      const shared = this.shared;
+      shared.lastSent = Math.max(shared.lastSent, Date.now());
+      shared.aggregatorAsked = Math.max(shared.aggregatorAsked, kept.asked);
+      if (kept.fetched <= shared.keysFetched) return; // this page or process has newer ones
+      shared.keys = chooseKeyConfig(unhex(kept.keys));
+      shared.keysFetched = kept.fetched;
     } catch {
       // Damaged: the keys are fetched again.
     }
@@ -131,19 +147,19 @@ export class Route implements RelayRoute {
     }
     if (!this.fresh()) {
       if (keepalive) return {}; // a closing page sends only what it can send at once
-      const wait = this.lastSent + this.keyGapMs - Date.now();
+      const wait = this.shared.lastSent + this.keyGapMs - Date.now();
       if (wait > 0) return { after: wait };
-      const failure = await this.fetchKeys();
+      const failure = await (this.shared.fetching ??= this.fetchKeys().finally(() => (this.shared.fetching = undefined)));
       if (failure) return { retry: failure };
     }
     const wait = this.gapLeft();
     if (wait > 0) return keepalive ? {} : { after: wait };
     const content = TEXT.encode(JSON.stringify({ reports: [row.report] }));
-    const body = await encapsulate(this.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema))));
+    const body = await encapsulate(this.shared.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema))));
     const post = (withKeepalive: boolean) => request(this.relayUrl, {
       method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
     });
-    this.lastSent = Date.now();
+    this.shared.lastSent = Date.now();
     let answer: Answer;
     try {
       answer = await (keepalive ? post(true).catch(() => post(false)) : post(false));
@@ -194,12 +210,12 @@ export class Route implements RelayRoute {
 
   /** The keys are known, agreed and less than a day old. */
   private fresh(): boolean {
-    return this.keys !== undefined && Date.now() - this.keysFetched < this.keysMaxAgeMs;
+    return this.shared.keys !== undefined && Date.now() - this.shared.keysFetched < this.keysMaxAgeMs;
   }
 
   /** How long until a report may be sent: a minute after the aggregator was last asked for keys. */
   private gapLeft(): number {
-    return this.aggregatorAsked + this.keyGapMs - Date.now();
+    return this.shared.aggregatorAsked + this.keyGapMs - Date.now();
   }
 
   private once(level: "warn" | "error", message: string): void {
@@ -217,18 +233,18 @@ export class Route implements RelayRoute {
     if (typeof relayKeys === "string") return relayKeys;
     // The minute runs from the aggregator's answer: whatever the network's delays, the aggregator
     // sees the next report no sooner than a minute after this request.
-    const aggregatorKeys = await this.get(fromAggregator).finally(() => (this.aggregatorAsked = Date.now()));
+    const aggregatorKeys = await this.get(fromAggregator).finally(() => (this.shared.aggregatorAsked = Date.now()));
     if (typeof aggregatorKeys === "string") return aggregatorKeys;
     if (!sameBytes(relayKeys, aggregatorKeys)) {
       return `GET ${fromRelay} and GET ${fromAggregator} serve different key configurations: nothing goes through the relay until they agree`;
     }
     try {
-      this.keys = chooseKeyConfig(relayKeys);
+      this.shared.keys = chooseKeyConfig(relayKeys);
     } catch (e) {
       return `the keys of GET ${fromRelay} cannot be used: ${(e as Error).message}`;
     }
-    this.keysFetched = Date.now();
-    const kept: KeptKeys = { keys: hex(relayKeys), fetched: this.keysFetched, asked: this.aggregatorAsked };
+    this.shared.keysFetched = Date.now();
+    const kept: KeptKeys = { keys: hex(relayKeys), fetched: this.shared.keysFetched, asked: this.shared.aggregatorAsked };
     // Not kept (a full disk, say): they are fetched again at the next start.
     await (await this.c.store).cacheSchema(this.cacheName, JSON.stringify(kept)).catch(() => undefined);
     return undefined;
@@ -251,7 +267,7 @@ export class Route implements RelayRoute {
     const { status } = answer;
     if (status === 202) return { settled: true };
     if (status === 400 && (answer.body as { type?: unknown } | undefined)?.type === KEY_PROBLEM_TYPE) {
-      this.keys = undefined;
+      this.shared.keys = undefined;
       return { retry: `${said}: its key is no longer taken; the keys are fetched again and the report resent` };
     }
     if (isRetryable(status)) return { retry: said, after: retryAfter(answer.headers) };
