@@ -34,6 +34,8 @@ import logging
 import os
 import queue
 import re
+import signal
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -122,6 +124,10 @@ class Writer:
                     self.queue.put(None)  # stop after this commit
                     break
                 items.append(more)
+            # A request whose client went away meanwhile (its future cancelled) is not stored.
+            items = [(body, future) for body, future in items if future.set_running_or_notify_cancel()]
+            if not items:
+                continue
             try:
                 self.store.add([body for body, _ in items], hour_of(time.time()))
             except Exception as exc:  # noqa: BLE001 - a full disk, a lock held too long: each waiting request gets a 503
@@ -136,8 +142,9 @@ class Writer:
 
 
 class RelayApp:
-    """The RSGI application: granian calls :meth:`__rsgi_init__` in the worker before serving,
-    which opens the store and starts the threads, and :meth:`__rsgi_del__` when it stops."""
+    """The RSGI application, built in the worker (the store opened, the aggregator asked once);
+    granian calls :meth:`__rsgi_init__` before serving, which starts the threads, and
+    :meth:`__rsgi_del__` when it stops."""
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
@@ -167,6 +174,10 @@ class RelayApp:
         self.writer.close()
         for thread in self.threads:
             thread.join(timeout=5)
+        # The write-ahead log holds the latest pages in the order they were written: fold it in.
+        last = RelayStore(self.settings.db, Usage())
+        last.checkpoint()
+        last.close()
 
     async def __rsgi__(self, scope: Scope, proto: HTTPProtocol) -> None:
         if scope.proto != "http":
@@ -331,4 +342,18 @@ async def _body(proto: HTTPProtocol, length_known: bool) -> bytes:
 
 def create_rsgi_app() -> RelayApp:
     """The relay from its ``LDP_RELAY_*`` environment (granian's factory, in the worker)."""
+    _die_with_master()
     return RelayApp(load(os.environ))
+
+
+def _die_with_master() -> None:
+    """On Linux, have the kernel kill this worker when granian's master dies (``kill -9``, the OOM
+    killer). An orphaned worker would go on answering on the port beside a restarted relay (granian
+    binds it with SO_REUSEPORT) and keep the forwarder's lock with its old settings, so that a
+    relay restarted with a mended token would never send."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)

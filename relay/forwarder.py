@@ -71,13 +71,11 @@ def retry_after(value: str | None) -> float:
 
 
 class Forwarder:
-    def __init__(self, settings: RelaySettings, store: RelayStore, metrics: RelayMetrics, *,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+    def __init__(self, settings: RelaySettings, store: RelayStore, metrics: RelayMetrics) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        self.clock = clock
-        self.shuffle: Callable[[list[int]], None] = (rng or secrets.SystemRandom()).shuffle
+        self.shuffle: Callable[[list[int]], None] = secrets.SystemRandom().shuffle
         self.session = requests.Session()
         self.url = f"{settings.aggregator}/api/v1/relay/batches"
         self.jitter = random.Random()  # the backoff's jitter: no secret
@@ -90,7 +88,7 @@ class Forwarder:
     def step(self) -> float:
         """One look: discard what is too old, form a batch if it is time, send the batch in
         flight; the seconds to wait before the next look."""
-        now = self.clock()
+        now = time.time()
         discarded = self.store.discard_before(hour_of(now - self.settings.max_age))
         if discarded:
             self.metrics.discarded.inc(discarded)
@@ -140,7 +138,7 @@ class Forwarder:
         if 200 <= status < 300:
             deleted = self.store.delete_formed()
             self.store.checkpoint()
-            self.last_checkpoint = self.clock()
+            self.last_checkpoint = time.time()
             self.metrics.batches_sent.inc()
             self.metrics.forwarded.inc(deleted)
             self.metrics.in_flight.set(0)

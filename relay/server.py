@@ -4,7 +4,8 @@ One worker process serves and forwards: the forwarder is one loop with one batch
 the relay's work per request (a header check and an append) is small. granian's Rust front end
 reads the headers, so slow or idle connections hold no Python thread; a connection has
 :data:`HEADER_READ_MS` to send its headers, HTTP/1.1 only (TLS is a reverse proxy's), and a worker
-that dies is started again (what it answered 202 is on disk). No access log: the relay keeps
+that dies is started again (what it answered 202 is on disk), and on Linux the worker dies with
+the main process (:func:`.app.create_rsgi_app`), so a ``kill -9`` of the relay ends it. No access log: the relay keeps
 nothing of who sent what, and its log says nothing of any request.
 """
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -255,6 +257,8 @@ def test_max_wait_sends_a_small_batch_once_the_oldest_hour_is_old_enough(tmp_pat
     time.sleep(2)
     assert upstream.batches == []  # their hour has not even ended
     relay.stop()
+    wal = tmp_path / "relay.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0  # a stop folds the log of recent writes in
     with_hours = rows(db, "SELECT hour FROM requests")
     assert with_hours == [(hour_of(time.time()),)] * 2 or with_hours == [(hour_of(time.time()) - 1,)] * 2
     # Two hours later, as far as the relay can tell: their hour ended more than --max-wait ago.
@@ -308,6 +312,23 @@ def test_the_file_keeps_the_body_and_the_hour_and_no_order(tmp_path, relays, ups
     wait_for(lambda: metric(relay, "ldp_relay_batches_sent_total") == 1, what="the batch")
     assert rows(db, "SELECT count(*) FROM requests") == [(0,)]
     assert (tmp_path / "relay.db-wal").stat().st_size == 0  # the log of recent writes, truncated
+
+
+def test_a_kill_9_of_the_main_process_takes_the_worker_down_too(tmp_path, relays):
+    # Else the worker would go on answering on the port beside a restarted relay (SO_REUSEPORT),
+    # holding the forwarder's lock with its old settings.
+    relay = relays()
+    os.kill(relay.process.pid, signal.SIGKILL)  # the main process alone, as the OOM killer would
+    relay.process.wait()
+
+    def gone():
+        try:
+            requests.get(relay.url + "/healthz", timeout=1)
+        except requests.ConnectionError:
+            return True
+        return False
+
+    wait_for(gone, timeout=10, what="the worker to die with its master")
 
 
 # --- the batch's order, on the store itself ---------------------------------------------------
