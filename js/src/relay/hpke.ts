@@ -79,8 +79,8 @@ async function publicOf(privateKey: CryptoKey): Promise<Uint8Array> {
   return Uint8Array.from(atob(x!.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
 }
 
-/** True where Web Crypto does X25519 (Node 20, Chromium 133, Firefox 130, Safari 17); not on an
- * insecure page or an older browser. */
+/** True where Web Crypto does X25519 (Node 20, and current browsers: Chrome and Edge since 133);
+ * not on an insecure page (no crypto.subtle) or an older browser. */
 export async function hasX25519(): Promise<boolean> {
   try {
     await subtle().generateKey({ name: "X25519" }, false, ["deriveBits"]);
