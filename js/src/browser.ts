@@ -4,3 +4,5 @@ export { randomize, RecordError } from "./reports.js";
 export { parseSchema, SchemaError } from "./schema.js";
 export { parseJson } from "./pyjson.js";
 export { MemoryStore } from "./storage.js";
+// For ldp-telemetry-relay.min.js, the optional relay module, which installs itself with it.
+export { installRelay } from "./relay-hook.js";

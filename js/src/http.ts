@@ -19,6 +19,7 @@ export interface Answer {
   headers: Headers;
   body: unknown; // the parsed JSON, or undefined
   text: string;
+  bytes: Uint8Array; // the answer as sent (the text is these bytes as UTF-8)
 }
 
 export type Fetch = typeof fetch;
@@ -63,7 +64,7 @@ export function answerSaid(answer: Answer): string {
   return `HTTP ${answer.status}${sentence === undefined ? "" : ` ${shown(sentence, 300)}`}`;
 }
 
-async function readBounded(response: Response, signal: AbortSignal, timeoutMs: number): Promise<string> {
+async function readBounded(response: Response, signal: AbortSignal, timeoutMs: number): Promise<Uint8Array> {
   const reader = response.body?.getReader(); // none for an empty answer
   const parts: Uint8Array[] = [];
   let size = 0;
@@ -82,13 +83,13 @@ async function readBounded(response: Response, signal: AbortSignal, timeoutMs: n
     }
     parts.push(chunk.value);
   }
-  return new Blob(parts as BlobPart[]).text();
+  return new Uint8Array(await new Blob(parts as BlobPart[]).arrayBuffer());
 }
 
 /** fetch's own options (passed on as they are), and the deadline and the fetch to use. */
 export interface RequestOptions {
   method: "GET" | "POST";
-  body?: string;
+  body?: string | BufferSource;
   headers?: Record<string, string>;
   keepalive?: boolean;
   timeoutMs: number;
@@ -121,12 +122,13 @@ async function exchange(url: string, o: RequestOptions): Promise<Answer> {
     target = next;
     response = await o.fetch(target, init);
   }
-  const text = await readBounded(response, signal, o.timeoutMs);
+  const bytes = await readBounded(response, signal, o.timeoutMs);
+  const text = new TextDecoder().decode(bytes);
   let body: unknown; // undefined for an empty or unreadable answer
   try {
     body = parseJson(text); // a float keeps its spelling (a served histogram edge 100.0: see parseJson)
   } catch {}
-  return { status: response.status, headers: response.headers, body, text };
+  return { status: response.status, headers: response.headers, body, text, bytes };
 }
 /** Where a redirect to follow points: a 3xx from `target` with a Location on the origin of `url`
  * (a POST only by the codes that keep its method and body); else undefined. */

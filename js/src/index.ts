@@ -16,3 +16,4 @@ export { MemoryStore, type Store, type Row, type Limits, type Appended } from ".
 export { FileStore, defaultDataDir } from "./store-files.js";
 export { IndexedDbStore } from "./store-idb.js";
 export type { DaySpent } from "./ledger.js";
+export { installRelay, type RelayModule, type RelayRoute, type RelayContext, type Verdict } from "./relay-hook.js";

@@ -17,6 +17,9 @@ export interface Logger {
 export interface ClientOptions {
   /** The aggregator's base URL. */
   endpoint: string;
+  /** A relay's base URL: each report goes through it alone, encrypted to the aggregator (needs the
+   * relay module: `import "ldp-telemetry/relay"`, or ldp-telemetry-relay.min.js). */
+  relay?: string;
   /** A schema name (fetched in the background, then cached) or a schema given in code. */
   schema: string | object;
   /** The most ε per report this app accepts: a greedier schema is refused. */
@@ -52,6 +55,7 @@ export interface ClientOptions {
 /** The settings as the client uses them: every default filled in, the logger contained. */
 export interface Settings {
   endpoint: string;
+  relay?: string;
   schema: string | object;
   maxEpsilon: number;
   maxEpsilonPerDay: number;
@@ -112,7 +116,7 @@ const NUMBERS: Record<string, [Kind, number?]> = {
   lingerMs: ["ms", 50],
   closeTimeoutMs: ["ms", 5000],
 };
-const OTHERS = ["endpoint", "schema", "dataDir", "store", "fetch", "logger"];
+const OTHERS = ["endpoint", "relay", "schema", "dataDir", "store", "fetch", "logger"];
 
 /** `value` as an error message shows it: short, and quoted when it is text. */
 function described(value: unknown): string {
@@ -153,6 +157,9 @@ function isHttpUrl(value: unknown): boolean {
   }
 }
 
+/** A base URL without its trailing slashes. */
+const baseUrl = (url: unknown) => (url as string).replace(/\/+$/, "");
+
 /** The settings: the defaults overridden by what is given, each checked. */
 export function settings(options: ClientOptions): Settings {
   if (!isObject(options)) throw badOption("object", "an object of options", options);
@@ -160,6 +167,7 @@ export function settings(options: ClientOptions): Settings {
   const unknown = Object.keys(o).find((name) => !(name in NUMBERS) && !OTHERS.includes(name));
   if (unknown !== undefined) throw new TypeError(`unknown option ${described(unknown)} (the options are ${[...OTHERS, ...Object.keys(NUMBERS)].join(", ")})`);
   if (!isHttpUrl(o.endpoint)) throw badOption("endpoint", "the aggregator's http:// or https:// URL", o.endpoint);
+  if (o.relay !== undefined && !isHttpUrl(o.relay)) throw badOption("relay", "a relay's http:// or https:// URL", o.relay);
   if (!(typeof o.schema === "string" ? NAME_RE.test(o.schema) : isObject(o.schema))) {
     throw badOption("schema", `a schema name (${NAME_RE}) or a schema object`, o.schema);
   }
@@ -187,7 +195,7 @@ export function settings(options: ClientOptions): Settings {
     throw badOption("store", "a Store (MemoryStore, FileStore, IndexedDbStore or one of their kind)", store);
   }
   return {
-    ...numbers, endpoint: (o.endpoint as string).replace(/\/+$/, ""), schema: o.schema, dataDir, store, fetch,
+    ...numbers, endpoint: baseUrl(o.endpoint), relay: o.relay && baseUrl(o.relay), schema: o.schema, dataDir, store, fetch,
     logger: contained(logger as unknown as Logger),
   } as Settings;
 }

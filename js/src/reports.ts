@@ -5,7 +5,7 @@
  */
 
 import { DEVICE_SECRET_BYTES, hmacKey, hmacStream, isCryptoKey, type DeviceSecret } from "./hmac.js";
-import { pyJson } from "./pyjson.js";
+import { pyJson, PyFloat } from "./pyjson.js";
 import { FixedBytes, randbelow, SYSTEM, type RandomSource } from "./random.js";
 import { attributeDict, bucket, fieldError, isNumber, isObject, parseSchema, type Attribute, type Schema } from "./schema.js";
 import { UTF8 } from "./storage.js";
@@ -145,11 +145,14 @@ export async function randomize(schema: unknown, record: unknown, options: Rando
   return encodeWithPermanent(s, truth, window, options.source ?? SYSTEM, secret);
 }
 
-/** The most characters one report's JSON text can take: a greedy server could otherwise make
- * every report huge (as max_report_bytes in Python). */
+/** The most characters one report's JSON text can take: a greedy server could otherwise make every
+ * report huge. Exactly as max_report_bytes in Python counts them (default separators, the longest
+ * id), since a relayed request is padded to a size that follows from it, the same in both clients:
+ * the compact text, plus a space after each of the skeleton's 6 colons and 5 commas, plus each
+ * attribute's name, ": ", its widest wire value and ", ". */
 export function maxReportBytes(schema: Schema): number {
-  const skeleton = JSON.stringify({ id: "x".repeat(64), schema: schema.name, version: schema.version, window: "0000-00-00T00",
-    epsilon: schema.epsilon, values: {} }).length + 16;
+  const skeleton = pyJson({ id: "x".repeat(64), schema: schema.name, version: schema.version, window: "0000-00-00T00",
+    epsilon: new PyFloat(schema.epsilon), values: {} }).length + 11;
   const widths = schema.attributes.map((a) => pyJson(a.name).length + 4 + a.mech.wireBytes(a));
   return skeleton + (schema.split === "sample" ? Math.max(...widths) : widths.reduce((x, y) => x + y, 0));
 }

@@ -52,6 +52,11 @@ export class SchemaSource {
     }
   }
 
+  /** The schema of `version` in use (the current one, or the one before), if known. */
+  ofVersion(version: number): Schema | undefined {
+    return [this.current, this.previous].find((schema) => schema?.version === version);
+  }
+
   /** Use `definition` (which came `from` there: a log line says it) if it is a valid schema of the
    * right name within the budget; true if taken. */
   offer(definition: unknown, from: string): boolean {

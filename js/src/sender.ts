@@ -16,13 +16,19 @@
  * so never a second report of a window another tab spent) goes out with fetch keepalive (a text/plain
  * body: no preflight), each batch under 60 KiB less what is in flight (the page's 64 KiB keepalive
  * quota), a plain fetch as fallback; a batch stays in storage until an answer is read.
+ *
+ * With a relay (the `relay` option), each report goes alone, by the relay module's route
+ * (src/relay-hook.ts, src/relay/route.ts), which says what becomes of it; the schema comes from the
+ * relay. Nothing is posted to the aggregator: without the module, reports wait.
  */
 
 import { answerSaid, request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
 import type { Settings } from "./options.js";
 import type { Report } from "./reports.js";
+import { relayModule, type RelayRoute } from "./relay-hook.js";
 import { backoff, isRetryable, retryAfter } from "./retry.js";
+import { parseSchema } from "./schema.js";
 import type { SchemaSource } from "./schema-source.js";
 import type { Row, Store } from "./storage.js";
 
@@ -75,11 +81,15 @@ export class Sender {
   private running = false;
   private wakeAt = Infinity; // when a wake() during a turn asked for the next one
   private readonly reportsUrl: string;
+  private route: RelayRoute | undefined; // with a relay, once its module is loaded
+  private routeMissing = false; // the log said the relay module is not loaded
 
   constructor(private readonly s: Settings, private readonly source: SchemaSource, private readonly ledger: Ledger,
     private readonly store: Promise<Store>, private readonly owner: Owner) {
     this.schemaDue = source.fetched ? 0 : Infinity;
-    this.batchLimit = s.maxBatch;
+    // Through a relay each report goes alone: two in one request would tell the aggregator they come from one device.
+    this.batchLimit = s.relay ? 1 : s.maxBatch;
+    if (s.relay) this.relayRoute(); // now: it reads its keys from the store before a closing page needs them
     this.reportsUrl = `${s.endpoint}/api/v1/reports`;
   }
 
@@ -150,8 +160,10 @@ export class Sender {
     if (isOffline()) return; // they wait in storage for the next visit
     const going = this.mirror.filter(({ report: { id } }) => !(this.acked.has(id) || this.inflight.has(id)));
     for (;;) {
-      const [part, size] = this.batch(going, this.keepaliveLeft);
-      if (!part.length || size > this.keepaliveLeft) return; // the quota is spent: the rest waits in storage
+      const [part, jsonSize] = this.batch(going, this.keepaliveLeft);
+      if (!part.length) return;
+      const size = this.s.relay ? this.relayRoute()?.bytes(part[0]) ?? Infinity : jsonSize;
+      if (size > this.keepaliveLeft) return; // the quota is spent (or the relay cannot take it now): the rest waits in storage
       going.splice(0, part.length);
       this.keepaliveLeft -= size;
       part.forEach((r) => this.inflight.add(r.report.id));
@@ -171,7 +183,8 @@ export class Sender {
       this.owner.beforeTurn();
       await this.persisted();
       if (!offline && Date.now() >= this.schemaDueNow()) {
-        const answered = await this.source.refresh(this.s.endpoint, this.s.fetch, this.s.requestTimeoutMs, store);
+        // With a relay, the schema comes from the relay: the aggregator does not see who asks.
+        const answered = await this.source.refresh(this.s.relay ?? this.s.endpoint, this.s.fetch, this.s.requestTimeoutMs, store);
         this.schemaDue = Date.now() + (answered ? this.s.schemaRefreshMs : this.backoff(this.schemaAttempt++));
         if (answered) this.schemaAttempt = 0;
         this.owner.beforeTurn(); // pending records, randomised now, are stored by put()
@@ -288,6 +301,7 @@ export class Sender {
   /** Post one batch and act on the answer. `keepalive`: the page is closing (text/plain, no
    * preflight; a plain fetch if the quota says no; a failure simply leaves the batch in storage). */
   private async send(rows: Row[], keepalive: boolean): Promise<void> {
+    if (this.s.relay) return this.relayed(rows[0], keepalive);
     const body = JSON.stringify({ reports: rows.map((r) => r.report) });
     const post = (withKeepalive: boolean) => request(this.reportsUrl, {
       method: "POST", body, headers: { "Content-Type": keepalive ? "text/plain;charset=UTF-8" : "application/json" },
@@ -314,6 +328,29 @@ export class Sender {
     }
     this.attempt = 0; // the server answered
     await this.settle(rows);
+  }
+
+  /** The relay module's route for this client, once the module is loaded (src/relay-hook.ts). */
+  private relayRoute(): RelayRoute | undefined {
+    return (this.route ??= relayModule()?.({ settings: this.s, store: this.store, schemaOf: (report) => this.source.ofVersion(report.version), parseSchema }));
+  }
+
+  /** Send one report through the relay and act on the route's verdict. Without the relay module the
+   * report waits (said once), checked again after the longest backoff: never posted around the relay. */
+  private async relayed(row: Row, keepalive: boolean): Promise<void> {
+    const route = this.relayRoute();
+    const verdict = route ? await route.send(row, keepalive) : { after: this.s.backoffCapMs };
+    if (!route && !this.routeMissing) {
+      this.routeMissing = true;
+      this.s.logger.warn(`the relay module is not loaded (import "ldp-telemetry/relay", or ldp-telemetry-relay.min.js): reports wait in the outbox`);
+    }
+    if (verdict.settled) {
+      this.attempt = 0;
+      return this.settle([row]);
+    }
+    if (keepalive) return;
+    if (verdict.retry) this.retry(verdict.retry, verdict.after);
+    else this.deliverDue = Date.now() + (verdict.after ?? 0);
   }
 
   /** The rows a final refusal settles (dropped with a warning): those a 400 names in details[].index,

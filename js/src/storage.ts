@@ -36,7 +36,8 @@ export interface Store {
   /** The device's secret, made on first use (32 random bytes; a non-extractable key in a browser). */
   deviceSecret(): Promise<DeviceSecret>;
   /** The JSON text of the schema last served (read back with parseJson, so floats keep their
-   * spelling), or undefined when none was cached. */
+   * spelling), or undefined when none was cached. (The relay module keeps its keys here too, under
+   * a name no schema can have: src/relay/route.ts.) */
   cachedSchema(name: string): Promise<unknown>;
   cacheSchema(name: string, text: string): Promise<void>;
   /** The ledger of `schema`: [window, ε] for every window spent. */

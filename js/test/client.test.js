@@ -484,3 +484,21 @@ test("a record made at pagehide goes out with keepalive as soon as it is stored"
     await s.close();
   }
 });
+
+// The relay module is not loaded in this process (test/relay-client.test.js loads it): a client given
+// a relay keeps its reports and says so once, and never posts them to the aggregator directly.
+test("a client with a relay but without the relay module keeps its reports, warns once, never posts around it", async () => {
+  const s = await server((req, res) => ack(res));
+  try {
+    const { t, logger } = client(s.url, { relay: s.url, lingerMs: 0 });
+    assert.equal(await t.waitForSchema(2000), true);
+    assert.equal(t.record({ flag: true }).queued, true);
+    assert.equal(await t.flush(500), false);
+    await t.close(0);
+    assert.deepEqual(s.requests, []);
+    const said = logger.lines.filter((l) => l.includes("relay module is not loaded"));
+    assert.deepEqual(said, ['the relay module is not loaded (import "ldp-telemetry/relay", or ldp-telemetry-relay.min.js): reports wait in the outbox']);
+  } finally {
+    await s.close();
+  }
+});

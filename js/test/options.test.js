@@ -22,6 +22,8 @@ test("a bad option names what it expected and what it got", () => {
   const cases = [
     [{ endpoint: "ftp://example.org" }, 'option endpoint must be the aggregator\'s http:// or https:// URL, got "ftp://example.org"'],
     [{ endpoint: "telemetry.example.org" }, /option endpoint must be .*, got "telemetry\.example\.org"/],
+    [{ relay: "relay.example.org" }, 'option relay must be a relay\'s http:// or https:// URL, got "relay.example.org"'],
+    [{ relay: "" }, 'option relay must be a relay\'s http:// or https:// URL, got ""'],
     [{ schema: "App Usage" }, /option schema must be a schema name .* or a schema object, got "App Usage"/],
     [{ maxEpsilon: 0 }, "option maxEpsilon must be a finite number above 0, got 0"],
     [{ maxBatch: 2.5 }, "option maxBatch must be an integer of at least 1, got 2.5"],

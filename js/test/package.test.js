@@ -32,7 +32,12 @@ import("ldp-telemetry").then((imported) => {
 });
 `);
   writeFileSync(join(app, "main.mjs"), `import { TelemetryClient, parseJson } from "ldp-telemetry";\nconsole.log(typeof TelemetryClient, typeof parseJson);\n`);
+  // The optional relay module, both ways: it installs itself in the one core module.
+  writeFileSync(join(app, "relay.mjs"), `import "ldp-telemetry/relay";\nimport { encapsulate } from "ldp-telemetry/relay";\nconsole.log(typeof encapsulate);\n`);
+  writeFileSync(join(app, "relay.js"), `const { encapsulate } = require("ldp-telemetry/relay");\nconsole.log(typeof encapsulate);\n`);
   const run = (file) => execFileSync(process.execPath, [file], { cwd: app, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim();
   assert.deepEqual(JSON.parse(run("main.js")), { same: true, instance: true, randomize: "function" });
   assert.equal(run("main.mjs"), "function function");
+  assert.equal(run("relay.mjs"), "function");
+  assert.equal(run("relay.js"), "function");
 });
