@@ -500,6 +500,8 @@ def report(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         row("js: browser bundle (ldp-telemetry.min.js), minified + gzipped, bytes", js["gzipped"], ",d",
             f"<= {js['budget']:,}", js["gzipped"] <= js["budget"])
         row("  minified, bytes", js["minified"], ",d", "-", None)
+        row("js: relay module (ldp-telemetry-relay.min.js, optional), minified + gzipped, bytes",
+            js["relay"]["gzipped"], ",d", "-", None)
     enc = results.get("encoders")
     if enc:
         row("randomize, one report (rr + grr), us", enc["ours_randomize_report"], ".2f", "-", None)
