@@ -349,3 +349,41 @@ def test_breakdowns_read_right_at_desktop_and_phone_width(chromium, live_server)
     page.screenshot(path=str(ARTIFACTS / "dashboard-breakdowns-phone.png"), full_page=True)
     assert errors == []
     page.close()
+
+
+def test_the_relay_part_of_the_privacy_panel_reads_right_at_desktop_and_phone_width(chromium, tmp_path):
+    # Issue 30: where reports came through a relay, the panel puts the central ε beside the local
+    # one, with the rows' numbers, and its table fits a phone.
+    from relay_support import TOKEN, aggregator_for_relays
+
+    from ldp_telemetry.shared import ohttp
+
+    with aggregator_for_relays(tmp_path, SCHEMA) as server:
+        schema = parse_schema(requests.get(f"{server.url}/api/v1/schemas/app-usage", timeout=10).json())
+        config = ohttp.choose_key_config(requests.get(server.url + "/api/v1/ohttp-keys", timeout=10).content)
+        record = {"dark_mode": True, "os": "linux", "plan": "pro"}
+        batch = [ohttp.encapsulate(config, ohttp.bhttp_request(ohttp.report_content(randomize(schema, record)),
+                                                               ohttp.padded_size(schema))) for _ in range(500)]
+        answer = requests.post(server.url + "/api/v1/relay/batches", data=ohttp.frame_batch(batch), timeout=60,
+                               headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": ohttp.BATCH_MEDIA_TYPE})
+        assert answer.json() == {"accepted": 500, "duplicates": 0, "refused": 0}
+        assert requests.post(server.url + "/api/v1/estimates/refresh", headers=ADMIN, timeout=30).status_code == 200
+        rollup = next(r for r in requests.get(server.url + "/api/v1/estimates", params={"schema": "app-usage"},
+                                              timeout=10).json()["estimates"] if r["window"] == "all")
+
+        page = chromium.new_page(viewport={"width": 1100, "height": 900})
+        page.goto(f"{server.url}/schemas/app-usage")
+        table = page.locator("table.relay-table")
+        assert table.locator("tbody tr").count() == 2  # the latest window and the rollup
+        cells = table.locator("tbody tr").nth(1).locator("td").all_inner_texts()
+        assert cells[0] == "all" and cells[2] == "500" and float(cells[4]) == pytest.approx(
+            rollup["epsilon_shuffled"], rel=5e-3)  # as displayed: three significant digits
+        assert float(cells[4]) < float(cells[3]) == schema.epsilon  # the central ε beside the local one
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-relay-desktop.png"), full_page=True)
+        page.set_viewport_size({"width": 375, "height": 800})
+        page.reload()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375
+        assert page.evaluate("(e => e.scrollWidth - e.clientWidth)(document.querySelector('table.relay-table')"
+                             ".closest('.scroll'))") <= 0
+        page.close()
