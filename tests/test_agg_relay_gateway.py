@@ -16,6 +16,7 @@ import requests
 from conftest import (ADMIN, APP_USAGE, LiveServer, db_state, expected_counters, publish, read, settle, sql, store_of,
                       stored_counters)
 
+from ldp_telemetry.aggregator import ohttp_keys
 from ldp_telemetry.aggregator.store import CrowdRow
 from ldp_telemetry.shared import ohttp, parse_schema, randomize
 from ldp_telemetry.shared.amplification import shuffle_epsilon
@@ -94,7 +95,8 @@ def bad_requests(config: ohttp.KeyConfig) -> dict[str, list[bytes]]:
     return {
         "key": [request_of(unknown_key, *reports(1)), bytes(other_suite), b"\x00" * 10],
         "decrypt": [bytes(tampered)],
-        "request": [request_of(config, message=nonzero_padding), request_of(config, message=b"not binary http")],
+        "request": [request_of(config, message=nonzero_padding), request_of(config, message=b"not binary http"),
+                    request_of(config, *reports(2))],  # two reports in one request: one device's, so refused
         "report": [request_of(config, wrong_epsilon), request_of(config, future),
                    request_of(config, message=ohttp.bhttp_request(b"{not json", 1024))],
     }
@@ -135,10 +137,11 @@ def test_ids_repeated_in_a_batch_and_reports_posted_directly_are_no_part_of_the_
     direct = reports(5)
     assert client.post("/api/v1/reports", json={"reports": direct}).status_code == 202
     new = reports(7)
-    # the 5 posted directly (acknowledged, perhaps not yet folded in), one new report twice, one request of two
+    # the 5 posted directly (acknowledged, perhaps not yet folded in), one new report twice, and a
+    # request holding one report twice (refused: a request carries one report)
     batch = [request_of(config, r) for r in direct + new] + [request_of(config, new[0]),
                                                              request_of(config, new[1], new[1])]
-    assert post_batch(client, batch).get_json() == {"accepted": 7, "duplicates": 5 + 1 + 2, "refused": 0}
+    assert post_batch(client, batch).get_json() == {"accepted": 7, "duplicates": 5 + 1, "refused": 1}
     assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, direct + new)
     assert crowds(app) == CrowdRow("app-usage", 1, TODAY, 7, 5, 7)
 
@@ -173,6 +176,24 @@ def test_the_crowd_is_the_smallest_of_any_batch_and_the_rows_carry_it(app, clien
     for row, r in zip(csv.DictReader(io.StringIO(text)), rows, strict=True):
         assert (float(row["relayed"]), int(row["crowd"]), float(row["epsilon_shuffled"]), float(row["delta"])) == \
                (r["relayed"], r["crowd"], r["epsilon_shuffled"], r["delta"])
+
+
+def test_a_crowd_counts_only_requests_that_look_alike_by_key_id_and_size(app, client):
+    # The aggregator reads each request's key id (its first byte) and size: reports under the key a
+    # client held before a rotation, or padded to another size, are crowds of their own.
+    old = key_config(client)
+    batch = [request_of(old, r) for r in reports(20)]
+    batch += [ohttp.encapsulate(old, ohttp.bhttp_request(content(r), ohttp.padded_size(SCHEMA) + ohttp.PAD_UNIT))
+              for r in reports(4)]  # a client that pads to another size
+    assert post_batch(client, batch).get_json() == {"accepted": 24, "duplicates": 0, "refused": 0}
+    assert crowds(app) == CrowdRow("app-usage", 1, TODAY, 24, 0, 4)
+
+    ohttp_keys.rotate(store_of(app), int(NOW.timestamp()), app.config["LDP_RELAY_KEY_GRACE"])
+    new = key_config(client)
+    assert new.key_id != old.key_id
+    batch = [request_of(new, r) for r in reports(30)] + [request_of(old, r) for r in reports(3)]
+    assert post_batch(client, batch).get_json() == {"accepted": 33, "duplicates": 0, "refused": 0}
+    assert crowds(app) == CrowdRow("app-usage", 1, TODAY, 57, 0, 3)  # the three still under the old key
 
 
 def test_breakdown_rows_carry_the_relay_fields_in_json_and_csv(make_app):

@@ -12,14 +12,18 @@ request that carries a relay's token, :func:`larger_body`), a malformed framing 
 - ``key``: its header is not ours, or its key id names no key accepted now;
 - ``decrypt``: HPKE opening fails (a bad tag, another key's request);
 - ``request``: the message is not the one Binary HTTP request of DESIGN.md "Bytes" (non-zero
-  padding included), or its content is longer than ``LDP_MAX_BODY``;
+  padding included), its content is longer than ``LDP_MAX_BODY``, or it holds more than one
+  report (two reports in one request would say they come from one device);
 - ``report``: the content is not what ``POST /api/v1/reports`` accepts (strict JSON, every
   report valid, the server's window policy): the very same checks.
 
 The valid reports of all requests go through the one write path as one relay batch
 (:meth:`..ingest.writer.ReportWriter.write_relayed`): stored once, counted once, with the batch's
-crowd per window written in the same transaction. The order within the batch is the relay's
-shuffle and means nothing; nothing of it is kept: the reports are stored in id order.
+crowd per window written in the same transaction. A crowd counts only reports whose requests
+this server cannot tell apart: a request's key id and size are in the clear, so a report under
+another key (a client that has not yet taken a rotated key) or of another size (a client that pads
+otherwise) is a crowd of its own, and the window keeps the smallest. The order within the batch is
+the relay's shuffle and means nothing; nothing of it is kept: the reports are stored in id order.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ def open_request(request: bytes, private_keys: Mapping[int, bytes], catalog: Cat
         reports, window_ends = parse_batch(strict_json_object(content), catalog, policy, max_batch)
     except ApiError:
         raise Refused("report") from None
+    if len(reports) != 1:  # two reports in one request would say they come from one device
+        raise Refused("request")
     return report_rows(reports, window_ends), len(reports)
 
 
@@ -95,6 +101,7 @@ def receive(app: Flask, requests: Iterable[bytes]) -> Received:
     catalog, policy = context.catalog(app), window_policy(app)
     max_batch, max_body = app.config["LDP_MAX_BATCH"], app.config["LDP_MAX_BODY"]
     rows: list[ReportRow] = []
+    looks: dict[str, tuple[int, int]] = {}
     valid = 0
     refused: Counter[str] = Counter()
     for request in requests:
@@ -105,9 +112,11 @@ def receive(app: Flask, requests: Iterable[bytes]) -> Received:
             continue
         rows += opened
         valid += held
+        for row in opened:  # what this server sees of the request: its key id (byte 0) and size
+            looks.setdefault(row.id, (request[0], len(request)))
     # An id in two requests is one report (the first kept); id order: nothing keeps the batch's order.
     unique = sorted(first_of_each_id(rows))
-    accepted = context.writer(app).write_relayed(unique) if unique else 0
+    accepted = context.writer(app).write_relayed(unique, looks) if unique else 0
     return Received(accepted, valid - accepted, refused)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Hashable, Mapping, NamedTuple, Sequence
 
 from ..store import CrowdRow, Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
 from .counting import Counting
@@ -57,7 +57,9 @@ class _Batch(NamedTuple):
     rows: Sequence[ReportRow]
     counted: Increments | None  # None: not counted yet
     marks: dict[tuple[str, int], int]
-    relayed: bool = False  # a relay's batch: its new reports of each window are a crowd
+    # A relay's batch: what the aggregator can tell apart of each report's request (by id); the new
+    # reports of a window that share it are a crowd. None: posted directly.
+    looks: Mapping[str, Hashable] | None = None
 
 class ReportWriter:
     """Stores and counts reports exactly once (see the module). ``on_late_duplicates(n)`` is told
@@ -82,17 +84,19 @@ class ReportWriter:
         known = {(r.schema, r.version): self._known.get((r.schema, r.version), _UNREAD) for r in rows}
         return int(self._group.run(_Batch(rows, self.counting(rows, known), {k: v.mark for k, v in known.items()})))
 
-    def write_relayed(self, rows: Sequence[ReportRow]) -> int:
+    def write_relayed(self, rows: Sequence[ReportRow], looks: Mapping[str, Hashable]) -> int:
         """Store a relay batch's ``rows`` (ids distinct, validated) in one transaction of their own,
-        with the batch's crowd per window (its reports stored for the first time there): how many
-        were new. No inbox and no group commit: the answer must know what is new, and a crowd is one
+        with the batch's crowd per window: how many were new. ``looks`` gives, by report id, what the
+        aggregator sees of the report's request besides its content (its key id and size): a crowd
+        is the reports stored for the first time there that look alike, and a window keeps the
+        smallest of its crowds. No inbox and no group commit: the answer must know what is new, and a crowd is one
         batch's. Through an inbox, what was acknowledged before is folded in first (waiting for live
         processes as :meth:`settle` does), so a report posted directly too is a duplicate here, not
         part of the crowd."""
         if self._inbox is not None:  # what was acknowledged directly is stored first: found as duplicates here
             self._inbox.settle(SETTLE_SECONDS)
         self._look_up_schemas(rows)
-        return int(self.store.run_tx("relay_batch", lambda tx: self._store_new(tx, [_Batch(rows, None, {}, True)])[0]))
+        return int(self.store.run_tx("relay_batch", lambda tx: self._store_new(tx, [_Batch(rows, None, {}, looks)])[0]))
 
     def settle(self, *, wait: bool = True) -> None:
         """Count every report acknowledged before this call (in this process or another) and take
@@ -140,7 +144,7 @@ class ReportWriter:
             increments.totals += counted.totals
             increments.amounts += counted.amounts
             increments.breakdowns += counted.breakdowns
-            increments.crowds += _arrivals(new, b.relayed)
+            increments.crowds += _arrivals(new, b.looks)
             news.append(len(new))
         tx.add(with_rollup(increments))
         return news
@@ -165,8 +169,17 @@ class ReportWriter:
             progress.duplicates += len(chunk) - new
 
 
-def _arrivals(new: Sequence[ReportRow], relayed: bool) -> list[CrowdRow]:
-    """How ``new`` reports (one batch's, stored for the first time) arrived, per window: through a
-    relay (then they are that batch's crowd there) or directly."""
+def _arrivals(new: Sequence[ReportRow], looks: Mapping[str, Hashable] | None) -> list[CrowdRow]:
+    """How ``new`` reports (one batch's, stored for the first time) arrived, per window: directly
+    (``looks`` None), or through a relay, where the window's crowd is the fewest of them whose
+    requests look alike (the same ``looks``): reports the aggregator can tell apart by their
+    request's key id or size are no crowd for each other."""
     windows = Counter((r.schema, r.version, r.window) for r in new)
-    return [CrowdRow(*key, n, 0, n) if relayed else CrowdRow(*key, 0, n, None) for key, n in sorted(windows.items())]
+    if looks is None:
+        return [CrowdRow(*key, 0, n, None) for key, n in sorted(windows.items())]
+    alike = Counter((r.schema, r.version, r.window, looks[r.id]) for r in new)
+    crowd: dict[tuple[str, int, str], int] = {}
+    for (*key, _), n in alike.items():
+        window = (key[0], key[1], key[2])
+        crowd[window] = min(n, crowd.get(window, n))
+    return [CrowdRow(*key, n, 0, crowd[key]) for key, n in sorted(windows.items())]
