@@ -89,7 +89,9 @@ class Forwarder:
         """One look: discard what is too old, form a batch if it is time, send the batch in
         flight; the seconds to wait before the next look."""
         now = time.time()
-        discarded = self.store.discard_before(hour_of(now - self.settings.max_age))
+        # Only a request's hour is kept: one of hour h may be as old as now minus h's start, so it
+        # goes once that reaches --max-age (up to an hour early, never late).
+        discarded = self.store.discard_before(hour_of(now - self.settings.max_age) + 1)
         if discarded:
             self.metrics.discarded.inc(discarded)
             log.warning("relay: discarded %d request(s) older than --max-age (%d s)", discarded, self.settings.max_age)

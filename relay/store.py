@@ -149,16 +149,17 @@ class RelayStore:
         return int(count)
 
     def discard_before(self, hour: int) -> int:
-        """Delete the requests that arrived before ``hour``; how many. A formed batch holding one
-        goes whole: a batch is sent as formed or not at all (its oldest member's key may be gone)."""
+        """Delete the requests that arrived before ``hour``; how many. A formed batch that held one
+        is formed no more (it cannot be sent as formed): its other members, younger and
+        acknowledged, wait for the next batch and its shuffle. Those the aggregator may have
+        stored already from an earlier send are duplicates there and add to no crowd."""
         with self._transaction():
-            stale_batch = self.db.execute("SELECT 1 FROM requests WHERE position IS NOT NULL AND hour < ? LIMIT 1",
-                                          (hour,)).fetchone()
-            where = "hour < ? OR position IS NOT NULL" if stale_batch else "hour < ?"
-            count, size = self.db.execute(f"SELECT count(*), coalesce(sum(length(body)), 0) FROM requests "
-                                          f"WHERE {where}", (hour,)).fetchone()
+            count, size = self.db.execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM requests "
+                                          "WHERE hour < ?", (hour,)).fetchone()
             if count:
-                self.db.execute(f"DELETE FROM requests WHERE {where}", (hour,))
+                self.db.execute("UPDATE requests SET position = NULL WHERE position IS NOT NULL AND "
+                                "EXISTS (SELECT 1 FROM requests WHERE position IS NOT NULL AND hour < ?)", (hour,))
+                self.db.execute("DELETE FROM requests WHERE hour < ?", (hour,))
         self.usage.change(-count, -size)
         return int(count)
 

@@ -349,6 +349,20 @@ def test_a_batch_takes_the_oldest_hours_first_within_its_limits(tmp_path):
     assert store.usage.requests == 5
 
 
+def test_a_stale_member_goes_alone_and_the_rest_of_its_batch_waits_for_the_next(tmp_path):
+    # The reviewer's finding: --max-age discarded a whole formed batch, younger members with it.
+    store = RelayStore(str(tmp_path / "relay.db"), Usage())
+    old, young = [secrets.token_bytes(1079) for _ in range(2)], [secrets.token_bytes(1079) for _ in range(3)]
+    store.add(old, 100)
+    store.add(young, 150)
+    assert store.form_batch(10, 10**9, lambda ids: None) == 5
+    assert store.discard_before(101) == 2
+    assert store.formed() == []  # no longer formed: it cannot be sent as it was
+    assert store.usage.requests == 3
+    assert store.form_batch(10, 10**9, lambda ids: None) == 3 and sorted(store.formed()) == sorted(young)
+    assert store.discard_before(101) == 0 and len(store.formed()) == 3  # a fresh batch is left as formed
+
+
 def test_the_batch_order_is_uniform(tmp_path):
     store = RelayStore(str(tmp_path / "relay.db"), Usage())
     store.add([b"a", b"b", b"c"], 1)
