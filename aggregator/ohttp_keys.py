@@ -32,13 +32,16 @@ def accepted(keys: Sequence[StoredKey], now: int, grace: float) -> list[StoredKe
     return [k for k in keys if k.private_key is not None and (k.retired is None or now - k.retired < grace)]
 
 
-def _new_key(keys: Sequence[StoredKey], now: int, grace: float) -> StoredKey:
-    """A fresh key pair under the smallest key id that no accepted key of ``keys`` holds."""
-    taken = {k.key_id for k in accepted(keys, now, grace)}
+def _new_key(keys: Sequence[StoredKey], now: int) -> StoredKey:
+    """A fresh key pair under the smallest key id that no key of ``keys`` still holding its
+    private half has: every accepted key's, and a retired one's until the hourly job forgets it,
+    so a rotation run with a shorter LDP_RELAY_KEY_GRACE than the servers' never replaces a key
+    they still accept."""
+    taken = {k.key_id for k in keys if k.private_key is not None}
     key_id = next((i for i in range(KEY_IDS) if i not in taken), None)
     if key_id is None:  # 256 keys within one grace: rotations faster than any relay could follow
-        raise RuntimeError(f"all {KEY_IDS} key ids hold accepted keys; wait for the oldest to pass "
-                           "LDP_RELAY_KEY_GRACE before rotating again")
+        raise RuntimeError(f"all {KEY_IDS} key ids hold keys not yet forgotten; wait for the oldest to pass "
+                           "LDP_RELAY_KEY_GRACE (and the hourly job to forget it) before rotating again")
     private = ohttp.generate_private_key()
     return StoredKey(key_id, ohttp.public_key_of(private), private, now, None)
 
@@ -53,19 +56,19 @@ def ensure_key(store: Store, now: int, grace: float) -> StoredKey | None:
         keys = tx.ohttp_keys(lock=True)  # again, locked: another process may have made it meanwhile
         if accepted(keys, now, grace):
             return None
-        key = _new_key(keys, now, grace)
+        key = _new_key(keys, now)
         tx.add_ohttp_key(key, now)
         return key
 
     return store.run_tx("first_ohttp_key", make)
 
 
-def rotate(store: Store, now: int, grace: float) -> StoredKey:
-    """Make a new current key (under the smallest key id not accepted now) and retire the one
-    before at ``now``: it stays accepted for ``grace`` seconds. The key made."""
+def rotate(store: Store, now: int) -> StoredKey:
+    """Make a new current key (under the smallest key id free: :func:`_new_key`) and retire the one
+    before at ``now``: it stays accepted for ``LDP_RELAY_KEY_GRACE`` seconds. The key made."""
 
     def make(tx: Tx) -> StoredKey:
-        key = _new_key(tx.ohttp_keys(lock=True), now, grace)
+        key = _new_key(tx.ohttp_keys(lock=True), now)
         tx.add_ohttp_key(key, now)
         return key
 

@@ -114,7 +114,7 @@ def test_rotation_keeps_the_retired_key_through_its_grace_then_forgets_it(make_a
     (first,) = served(client)
 
     clock.now = START + timedelta(days=1)
-    second = ohttp_keys.rotate(store, int(clock.now.timestamp()), GRACE)
+    second = ohttp_keys.rotate(store, int(clock.now.timestamp()))
     assert second.key_id == 1
     assert [c.key_id for c in served(client)] == [1, 0]  # newest first
     assert ohttp.choose_key_config(client.get("/api/v1/ohttp-keys").data).key_id == 1
@@ -130,7 +130,7 @@ def test_rotation_keeps_the_retired_key_through_its_grace_then_forgets_it(make_a
     assert [(k.key_id, k.private_key is None) for k in stored_keys(app)] == [(1, False), (0, True)]
 
     # the next rotation takes the smallest id not accepted: 0 again, a new key under it
-    third = ohttp_keys.rotate(store, int(clock.now.timestamp()), GRACE)
+    third = ohttp_keys.rotate(store, int(clock.now.timestamp()))
     assert third.key_id == 0 and third.public_key != first.public_key
     assert [c.key_id for c in served(client)] == [0, 1]
     assert relayed(client, first, clock.now) == {"accepted": 0, "duplicates": 0, "refused": 1}  # the old key 0
@@ -138,12 +138,26 @@ def test_rotation_keeps_the_retired_key_through_its_grace_then_forgets_it(make_a
     assert relayed(client, ohttp.KeyConfig(1, second.public_key), clock.now)["accepted"] == 1  # retired now: in grace
 
 
+def test_a_rotation_never_reuses_the_id_of_a_key_not_yet_forgotten(make_app):
+    # A rotation run where LDP_RELAY_KEY_GRACE is shorter than the servers' must not replace a key
+    # they still accept: an id is free only once its key's private half is gone.
+    clock = Clock()
+    app = make_app(LDP_CLOCK=clock, LDP_RELAY_TOKENS=RELAY_TOKEN)
+    store = store_of(app)
+    clock.now = START + timedelta(days=1)
+    assert ohttp_keys.rotate(store, int(clock.now.timestamp())).key_id == 1
+    clock.now += timedelta(seconds=GRACE)  # key 0 is past its grace, its private half not yet deleted
+    assert ohttp_keys.rotate(store, int(clock.now.timestamp())).key_id == 2
+    assert ohttp_keys.forget_expired(app) == [0]
+    assert ohttp_keys.rotate(store, int(clock.now.timestamp())).key_id == 0
+
+
 def test_the_current_key_is_never_forgotten_and_a_start_makes_none_beside_it(make_app, new_db):
     clock = Clock()
     location = new_db()
     app = make_app(LDP_DB=location, LDP_CLOCK=clock)
     clock.now += timedelta(days=1)
-    ohttp_keys.rotate(store_of(app), int(clock.now.timestamp()), GRACE)
+    ohttp_keys.rotate(store_of(app), int(clock.now.timestamp()))
     clock.now += timedelta(days=15)
     ohttp_keys.forget_expired(app)
     # the current key is never forgotten: a start finds it and makes none

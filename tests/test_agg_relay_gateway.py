@@ -188,7 +188,7 @@ def test_a_crowd_counts_only_requests_that_look_alike_by_key_id_and_size(app, cl
     assert post_batch(client, batch).get_json() == {"accepted": 24, "duplicates": 0, "refused": 0}
     assert crowds(app) == CrowdRow("app-usage", 1, TODAY, 24, 0, 4)
 
-    ohttp_keys.rotate(store_of(app), int(NOW.timestamp()), app.config["LDP_RELAY_KEY_GRACE"])
+    ohttp_keys.rotate(store_of(app), int(NOW.timestamp()))
     new = key_config(client)
     assert new.key_id != old.key_id
     batch = [request_of(new, r) for r in reports(30)] + [request_of(old, r) for r in reports(3)]

@@ -469,7 +469,7 @@ def relay_key() -> None:
 @click.option("--db", type=click.Path(dir_okay=False),
               help="The aggregator's database (a file, or a postgresql:// URL) [env LDP_DB].")
 def relay_key_rotate(db: str | None) -> None:
-    """Make a new key (under the smallest key id not accepted now) and retire the current one: it
+    """Make a new key (under the smallest key id not held by a key still kept) and retire the current one: it
     stays accepted for LDP_RELAY_KEY_GRACE seconds, then its private half is deleted. Clients and
     relays take the new key within a day (they refetch the keys then); every node reads it from the
     database."""
@@ -483,7 +483,7 @@ def relay_key_rotate(db: str | None) -> None:
         raise click.ClickException(str(exc)) from None
     try:
         now, grace = int(time.time()), values["LDP_RELAY_KEY_GRACE"]
-        key = ohttp_keys.rotate(database.store, now, grace)
+        key = ohttp_keys.rotate(database.store, now)
         others = [k for k in ohttp_keys.accepted(database.store.run_tx("ohttp_keys", lambda tx: tx.ohttp_keys(),
                                                                        write=False), now, grace) if k != key]
     finally:

@@ -177,9 +177,8 @@ def _arrivals(new: Sequence[ReportRow], looks: Mapping[str, Hashable] | None) ->
     windows = Counter((r.schema, r.version, r.window) for r in new)
     if looks is None:
         return [CrowdRow(*key, 0, n, None) for key, n in sorted(windows.items())]
-    alike = Counter((r.schema, r.version, r.window, looks[r.id]) for r in new)
+    alike = Counter(((r.schema, r.version, r.window), looks[r.id]) for r in new)
     crowd: dict[tuple[str, int, str], int] = {}
-    for (*key, _), n in alike.items():
-        window = (key[0], key[1], key[2])
+    for (window, _), n in alike.items():
         crowd[window] = min(n, crowd.get(window, n))
     return [CrowdRow(*key, n, 0, crowd[key]) for key, n in sorted(windows.items())]
