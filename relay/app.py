@@ -34,14 +34,13 @@ import logging
 import os
 import queue
 import re
-import signal
-import sys
 import threading
 import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from ..serving.body import read_body
+from ..serving.process import die_with_master
 from ..shared import ohttp
 from ..shared.checks import parse_digits
 from .forwarder import Forwarder, hour_of
@@ -319,18 +318,5 @@ def _digits(text: str, most: int = 19) -> int | None:
 
 def create_rsgi_app() -> RelayApp:
     """The relay from its ``LDP_RELAY_*`` environment (granian's factory, in the worker)."""
-    _die_with_master()
+    die_with_master()
     return RelayApp(load(os.environ))
-
-
-def _die_with_master() -> None:
-    """On Linux, have the kernel kill this worker when granian's master dies (``kill -9``, the OOM
-    killer). An orphaned worker would go on answering on the port beside a restarted relay (granian
-    binds it with SO_REUSEPORT) and keep the forwarder's lock with its old settings, so that a
-    relay restarted with a mended token would never send."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1  # <linux/prctl.h>
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)

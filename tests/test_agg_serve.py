@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,3 +188,41 @@ def test_the_server_outlives_its_workers(tmp_path):
 def test_the_pause_before_a_dead_worker_is_replaced_doubles_up_to_its_cap():
     pauses = [respawn_pause(deaths) for deaths in (1, 2, 3, 10**6)]  # a worker that can never start: for ever
     assert pauses == [RESPAWN_FIRST_SECONDS, 2 * RESPAWN_FIRST_SECONDS, 4 * RESPAWN_FIRST_SECONDS, RESPAWN_MAX_SECONDS]
+
+
+def test_a_kill_9_of_the_master_takes_its_workers_down(tmp_path):
+    # The tester's finding: orphaned workers went on answering on the port (SO_REUSEPORT) with their
+    # old settings beside a restarted server: a revoked relay token still taken, a new one refused.
+    server = LiveServer(tmp_path / "orphans.db")
+    server.start()
+    try:
+        os.kill(server.process.pid, signal.SIGKILL)  # the master alone, as the OOM killer would
+        server.process.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                requests.get(server.url + "/healthz", timeout=1)
+            except requests.ConnectionError:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("a worker still answers after its master was killed")
+    finally:
+        server.kill()
+
+
+def test_a_second_server_on_a_taken_port_stops_with_a_sentence(tmp_path):
+    # granian binds with SO_REUSEPORT: without the check a second server would share the port with
+    # the first, each answering about half of the requests from its own database.
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in (["serve", "--db", str(tmp_path / "second.db")],
+                        ["relay", "--aggregator", "http://127.0.0.1:9", "--token", "t" * 16, "--db",
+                         str(tmp_path / "relay.db")]):
+            done = subprocess.run([sys.executable, "-m", "ldp_telemetry.tools.cli", *command, "--host", "127.0.0.1",
+                                   "--port", str(port)], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 1, done.stderr
+            assert f"cannot listen on 127.0.0.1:{port} (--host, --port): Address already in use" in done.stderr

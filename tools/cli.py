@@ -217,12 +217,15 @@ def serve(host: str, port: int, workers: int, access_log: bool, **flags: str | N
     from ..aggregator.http.server import serve as run_server
     from ..aggregator.settings import SettingsError, load
 
+    from ..serving.process import CannotListen, check_can_listen
+
     config = {name.upper(): value for name, value in flags.items() if value is not None}
     try:
-        # A bad setting or an unusable database stops here, before any worker starts.
+        # A bad setting, an unusable database or a taken port stops here, before any worker starts.
         values = load(config, config_source="command line")
+        check_can_listen(host, port)
         migrated_database(values).store.close()
-    except SettingsError as exc:
+    except (SettingsError, CannotListen) as exc:
         raise click.ClickException(str(exc)) from None
     note = tcp_migrate_note(workers, values["LDP_WORKER_MAX_RSS"])
     if note:
@@ -260,12 +263,14 @@ def relay(**flags: str | None) -> None:
     from ..relay.server import serve as run_relay
     from ..relay.settings import RelaySettingsError, load
     from ..relay.store import RelayStore, StoreUnusable, Usage
+    from ..serving.process import CannotListen, check_can_listen
 
     given = {name.upper(): value for name, value in flags.items() if value is not None}
     try:
         settings = load(os.environ, source=given)
+        check_can_listen(settings.host, settings.port)
         RelayStore(settings.db, Usage()).close()  # a file that cannot be used stops start-up here
-    except (RelaySettingsError, StoreUnusable) as exc:
+    except (RelaySettingsError, StoreUnusable, CannotListen) as exc:
         raise click.ClickException(str(exc)) from None
     run_relay(settings, os.environ)
 

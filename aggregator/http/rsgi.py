@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ...serving.body import read_body
+from ...serving.process import die_with_master
 from ...shared.checks import parse_digits
 from .cors import headers_for
 from .gateway import larger_body
@@ -215,6 +216,7 @@ def create_rsgi_app() -> BufferedWSGI:
     """The aggregator from its ``LDP_*`` environment, behind :class:`BufferedWSGI` (granian's factory)."""
     from .. import create_app
 
+    die_with_master()
     app = create_app()
     return BufferedWSGI(app, max_body=app.config["MAX_CONTENT_LENGTH"], trusted_proxies=app.config["LDP_PROXY_IPS"],
                         cors_origins=app.config["LDP_CORS_ORIGINS"], heavy=large_answer,
