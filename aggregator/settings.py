@@ -133,11 +133,15 @@ def _origins(value: Any) -> tuple[str, ...]:
 def _relay_tokens(value: Any) -> tuple[str, ...]:
     """Comma-separated bearer tokens, one per relay (:func:`...shared.ohttp.relay_token_problem`
     says what a token must be); empty: no relay may post."""
+    if isinstance(value, str) and value.strip() and any(not part.strip() for part in value.split(",")):
+        raise ValueError("must be comma-separated relay tokens, with no empty one between commas")
     tokens = _parts(value, "comma-separated tokens")
     for token in tokens:
         problem = ohttp.relay_token_problem(token)
         if problem:
             raise ValueError(f"must be comma-separated relay tokens: {problem}")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("must be comma-separated relay tokens, one per relay: a token is listed twice")
     return tokens
 
 
@@ -145,7 +149,7 @@ def _key_grace(value: Any) -> float:
     """Seconds a retired relay key is still accepted: more than a relay may hold a request
     (the relays' default --max-age, :data:`...shared.ohttp.RELAY_MAX_AGE`: the aggregator cannot see
     a relay's own setting) plus a day, so no request a relay still forwards meets a forgotten key."""
-    seconds = _number(0)(value)
+    seconds = _number(0, MAX_KEY_GRACE)(value)
     if seconds <= ohttp.RELAY_MAX_AGE + DAY:
         raise ValueError(f"must exceed the relays' --max-age ({ohttp.RELAY_MAX_AGE:g} s, 7 days) plus one day "
                          f"({ohttp.RELAY_MAX_AGE + DAY:g} s), got {value!r}")
@@ -164,6 +168,8 @@ def _boolean(value: Any) -> bool:
 
 
 DAY = 86400.0
+# A retired key's private half is kept at most this long: a year is far past any relay's --max-age.
+MAX_KEY_GRACE = 365 * DAY
 # Above this, the (epsilon, delta) guarantee of a shuffled crowd says little: delta is the chance it fails.
 MAX_SHUFFLE_DELTA = 1e-4
 
@@ -218,7 +224,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the relays' --max-age (7 days) plus one day.", _key_grace),
     Setting("LDP_MAX_RELAY_BODY", 128 << 20,
             "Largest relay batch in bytes (POST /api/v1/relay/batches, the one route exempt from LDP_MAX_BODY; "
-            "only for a request that carries a relay's token); larger gets 413.", _integer(4096)),
+            "only for a request that carries a relay's token); larger gets 413. At least one request of "
+            f"{ohttp.MAX_REQUEST_BYTES} bytes and its length.", _integer(ohttp.MAX_REQUEST_BYTES + 4)),
     Setting("LDP_SHUFFLE_DELTA", 1e-8,
             "The delta of the central (epsilon, delta) guarantee a relay's shuffled crowd gives each report "
             f"(epsilon_shuffled); in (0, {MAX_SHUFFLE_DELTA:g}), far below one over the reports a window gets.",
@@ -261,4 +268,7 @@ def load(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
             values[setting.name] = setting.parse(raw)
         except ValueError as exc:
             raise SettingsError(f"{setting.name} (from the {source}) {exc}") from None
+    if values["LDP_ADMIN_TOKEN"] is not None and values["LDP_ADMIN_TOKEN"] in values["LDP_RELAY_TOKENS"]:
+        # A relay is run by another party: its token must not publish schemas.
+        raise SettingsError("LDP_RELAY_TOKENS holds LDP_ADMIN_TOKEN: a relay's token must not be the admin's")
     return values

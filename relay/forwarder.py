@@ -34,12 +34,11 @@ import requests
 from ..shared import ohttp
 from ..shared.checks import parse_digits
 from .metrics import RelayMetrics
-from .settings import RelaySettings
+from .settings import HOUR, RelaySettings
 from .store import RelayStore
 
 log = logging.getLogger(__name__)
 
-HOUR = 3600
 # Seconds between two looks at the store while nothing is in flight.
 TICK_SECONDS = 1.0
 BACKOFF_FIRST_SECONDS = 1.0

@@ -16,6 +16,7 @@ from ..shared import ohttp
 from ..shared.checks import parse_digits
 
 PREFIX = "LDP_RELAY_"
+HOUR = 3600  # a stored request keeps the hour it arrived in, nothing finer
 _DIGITS = 30  # more digits than any setting's bound has: refused before int() reads them
 
 
@@ -136,9 +137,12 @@ def load(environ: Mapping[str, str], *, source: Mapping[str, str] | None = None)
     if settings.max_batch_bytes < MAX_REQUEST_BYTES + 4:
         raise RelaySettingsError(f"--max-batch-bytes must be at least {MAX_REQUEST_BYTES + 4} (one request of "
                                  f"{MAX_REQUEST_BYTES} bytes and its length), got {settings.max_batch_bytes}")
-    if settings.max_wait >= settings.max_age:
-        raise RelaySettingsError(f"--max-wait ({settings.max_wait} s) must be below --max-age ({settings.max_age} s): "
-                                 "requests would be discarded before they are sent")
+    if settings.max_age <= settings.max_wait + HOUR:
+        # Only a request's hour is kept: a small batch goes --max-wait after its hour ends, and a
+        # request is discarded --max-age after its hour begins.
+        raise RelaySettingsError(f"--max-age ({settings.max_age} s) must exceed --max-wait ({settings.max_wait} s) "
+                                 f"plus an hour ({settings.max_wait + HOUR} s): requests would be discarded "
+                                 "before they are sent")
     if settings.max_stored_bytes < MAX_REQUEST_BYTES:
         raise RelaySettingsError(f"--max-stored-bytes must be at least {MAX_REQUEST_BYTES} (one request), "
                                  f"got {settings.max_stored_bytes}")

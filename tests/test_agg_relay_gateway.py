@@ -28,6 +28,7 @@ TODAY, YESTERDAY = "2026-11-21", "2026-11-20"
 RELAY_TOKEN = "relay-token-0123456789"
 RELAY = {"Authorization": f"Bearer {RELAY_TOKEN}", "Content-Type": ohttp.BATCH_MEDIA_TYPE}
 SCHEMA = parse_schema(APP_USAGE)
+SMALLEST_RELAY_BODY = ohttp.MAX_REQUEST_BYTES + 4  # LDP_MAX_RELAY_BODY's least: one request and its length
 
 
 @pytest.fixture
@@ -246,7 +247,7 @@ def test_nothing_stored_tells_the_order_within_a_batch(make_app):
 
 
 def test_refusals_of_the_whole_batch_change_nothing(make_app):
-    app = make_app(LDP_CLOCK=lambda: NOW, LDP_RELAY_TOKENS=RELAY_TOKEN, LDP_MAX_RELAY_BODY=64 * 1024)
+    app = make_app(LDP_CLOCK=lambda: NOW, LDP_RELAY_TOKENS=RELAY_TOKEN, LDP_MAX_RELAY_BODY=SMALLEST_RELAY_BODY)
     client = app.test_client()
     publish(client)
     config = key_config(client)
@@ -258,12 +259,13 @@ def test_refusals_of_the_whole_batch_change_nothing(make_app):
         client.post(url, data=batch, headers={**RELAY, "Authorization": "Bearer wrong-token-0123456789"}),
         client.post(url, data=batch, headers={**RELAY, "Authorization": f"Bearer {ADMIN['Authorization'][7:]}"}),
         client.post(url, data=batch, headers={**RELAY, "Content-Type": "application/octet-stream"}),
-        client.post(url, data=batch + b"\x00" * (64 * 1024), headers=RELAY),
+        client.post(url, data=batch + b"\x00" * SMALLEST_RELAY_BODY, headers=RELAY),
         client.post(url, data=batch[:-3], headers=RELAY),
         client.post(url, data=b"", headers=RELAY),
     ]
     statuses = [a.status_code for a in answers]
     assert statuses == [401, 403, 403, 415, 413, 400, 400]
+    assert "LDP_MAX_RELAY_BODY" in answers[4].get_json()["error"]  # the setting the relay's operator must ask about
     assert db_state(app) == before
     assert refused_metric(client) == {"key": 0.0, "decrypt": 0.0, "request": 0.0, "report": 0.0}
 
@@ -282,7 +284,7 @@ def test_more_requests_than_a_batch_may_hold_are_refused_whole(make_app):
 def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tmp_path, backend, new_db):
     location = new_db() if backend == "postgres" else str(tmp_path / "live.db")
     server = LiveServer(location, workers=1, log_path=tmp_path / "live.log",
-                        env={"LDP_RELAY_TOKENS": RELAY_TOKEN, "LDP_MAX_BODY": "8192", "LDP_MAX_RELAY_BODY": "65536"})
+                        env={"LDP_RELAY_TOKENS": RELAY_TOKEN, "LDP_MAX_BODY": "8192", "LDP_MAX_RELAY_BODY": str(SMALLEST_RELAY_BODY)})
     server.start()
     try:
         assert requests.post(server.url + "/api/v1/schemas", json=APP_USAGE, headers=ADMIN).status_code == 201
@@ -299,7 +301,7 @@ def test_a_real_server_reads_a_relay_batch_past_ldp_max_body_only_for_a_relay(tm
         assert stranger.status_code == 401
         answer = requests.post(url, data=body, headers=RELAY)
         assert (answer.status_code, answer.json()) == (200, {"accepted": 40, "duplicates": 0, "refused": 0})
-        too_big = requests.post(url, data=b"\x00" * (65536 + 1), headers=RELAY)
+        too_big = requests.post(url, data=b"\x00" * (SMALLEST_RELAY_BODY + 1), headers=RELAY)
         assert too_big.status_code == 413
     finally:
         server.stop()

@@ -38,6 +38,20 @@ def test_a_bad_value_names_the_setting(name, value):
         load({}, environ={name: value})
 
 
+@pytest.mark.parametrize("environ, said", [
+    ({"LDP_RELAY_TOKENS": "relay-token-0123456789,"}, "no empty one"),
+    ({"LDP_RELAY_TOKENS": "relay-token-0123456789,relay-token-0123456789"}, "listed twice"),
+    ({"LDP_RELAY_TOKENS": "short"}, "at least 16"),
+    ({"LDP_ADMIN_TOKEN": "a" * 32, "LDP_RELAY_TOKENS": "a" * 32}, "must not be the admin's"),
+    ({"LDP_RELAY_KEY_GRACE": "1e300"}, "LDP_RELAY_KEY_GRACE"),  # the hourly job could not store it
+    ({"LDP_MAX_RELAY_BODY": "65536"}, "LDP_MAX_RELAY_BODY"),  # below one framed request of 64 KiB
+])
+def test_relay_settings_that_cannot_work_stop_start_up(environ, said):
+    # The tester's findings: each of these started, and failed later or gave a relay admin rights.
+    with pytest.raises(SettingsError, match=said):
+        load({}, environ=environ)
+
+
 def test_an_unknown_setting_is_an_error(tmp_path):
     with pytest.raises(SettingsError, match="LDP_MAX_BATHC"):
         create_app({"LDP_DB": str(tmp_path / "x.db"), "LDP_MAX_BATHC": 5})

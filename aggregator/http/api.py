@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from ...shared import ohttp
 from ...shared.checks import parse_digits
@@ -214,8 +215,11 @@ def post_relay_batch() -> tuple[Response, int]:
     if request.mimetype != ohttp.BATCH_MEDIA_TYPE:
         raise ApiError(415, f"Content-Type must be {ohttp.BATCH_MEDIA_TYPE}",
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
-    request.max_content_length = current_app.config["LDP_MAX_RELAY_BODY"]  # the one route past LDP_MAX_BODY
-    body = read_body()
+    limit = request.max_content_length = current_app.config["LDP_MAX_RELAY_BODY"]  # the one route past LDP_MAX_BODY
+    try:
+        body = read_body()
+    except RequestEntityTooLarge:  # the setting the relay's operator must ask about is this one
+        raise ApiError(413, f"the batch is larger than LDP_MAX_RELAY_BODY ({limit:,} bytes) allows") from None
     try:
         requests = ohttp.split_batch(body, max_requests=ohttp.MAX_BATCH_REQUESTS)
     except ValueError as exc:
