@@ -70,6 +70,10 @@ class StoreUnusable(ValueError):
     """The relay's file cannot be opened or written."""
 
 
+# Tables only an aggregator's database has: a relay refuses such a file.
+AGGREGATOR_TABLES = frozenset({"schemas", "reports", "counters"})
+
+
 class RelayStore:
     """One connection to the relay's SQLite file; each thread that writes opens its own."""
 
@@ -83,6 +87,11 @@ class RelayStore:
                 raise sqlite3.OperationalError("it cannot use a write-ahead log")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA secure_delete=ON")
+            tables = {name for (name,) in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if AGGREGATOR_TABLES & tables:
+                # The relay's requests and hours must never sit in a file the aggregator's operator keeps.
+                raise StoreUnusable(f"{path!r} is an aggregator's database (it holds "
+                                    f"{', '.join(sorted(AGGREGATOR_TABLES & tables))}): give the relay a file of its own")
             self.db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise StoreUnusable(f"the relay's database {path!r} cannot be used: {exc}") from None

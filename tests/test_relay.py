@@ -377,3 +377,21 @@ def test_the_batch_order_is_uniform(tmp_path):
     assert set(seen) == set(orders)
     # Each of the 6 orders is expected 300 times; a uniform shuffle fails this one time in 10^6.
     assert chisquare([seen[o] for o in orders]).pvalue > 1e-6
+
+
+def test_the_relay_and_the_aggregator_refuse_each_others_database(tmp_path):
+    # The tester's finding: each started on the other's file and added its tables to it, so the
+    # relay's requests and hours could end up in a file the aggregator's operator keeps.
+    aggregator_db, relay_db = tmp_path / "aggregator.db", tmp_path / "relay.db"
+    cli = [sys.executable, "-m", "ldp_telemetry.tools.cli"]
+    assert subprocess.run([*cli, "schema", "list", "--db", str(aggregator_db)], capture_output=True,
+                          timeout=60).returncode == 0  # an aggregator's database, migrated
+    RelayStore(str(relay_db), Usage()).close()
+    relay = subprocess.run([*cli, "relay", "--aggregator", "http://127.0.0.1:9", "--token", "t" * 16, "--port", "0",
+                            "--db", str(aggregator_db)], capture_output=True, text=True, timeout=60)
+    assert relay.returncode == 1 and "is an aggregator's database" in relay.stderr
+    aggregator = subprocess.run([*cli, "serve", "--port", "0", "--db", str(relay_db)], capture_output=True, text=True,
+                                timeout=60)
+    assert aggregator.returncode == 1 and "is a relay's database" in aggregator.stderr
+    assert {name for (name,) in rows(relay_db, "SELECT name FROM sqlite_master WHERE type = 'table'")} == {
+        "requests", "cache"}  # nothing of the aggregator's added

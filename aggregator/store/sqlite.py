@@ -75,6 +75,10 @@ class SQLiteTx(Tx):
                               "ON CONFLICT DO UPDATE SET mark = excluded.mark", dirty_windows(increments))
 
 
+# The tables of a relay's database (relay/store.py): an aggregator refuses such a file.
+RELAY_TABLES = frozenset({"requests", "cache"})
+
+
 class SQLiteBackend:
     """The database in the file ``path``; one connection per thread."""
 
@@ -111,6 +115,11 @@ class SQLiteBackend:
         # writer (another process's long transaction) is not held up by it.
         if not self.pending_migrations():
             return
+        tables = {name for (name,) in self.connections.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if RELAY_TABLES <= tables:
+            # A relay's file holds who sent when, by the hour: the aggregator's operator must not keep it.
+            raise StoreUnavailable(f"{self.path} is a relay's database (it holds the tables requests and cache): "
+                                   "give the aggregator a file of its own")
         with self.connections.write() as conn:
             MIGRATIONS.apply(SqliteUtilsDatabase(conn, execute_plugins=False))
 
