@@ -195,9 +195,10 @@ def bhttp_request(content: bytes, padded_size: int) -> bytes:
 def bhttp_content(message: bytes) -> bytes:
     """The content of exactly the request :func:`bhttp_request` makes: method ``POST``, path
     ``/api/v1/reports``, one header field ``content-type: application/json``, no trailers (the
-    section present and empty), then only zero bytes; any scheme and authority. Integers need not
-    be in their shortest form (RFC 9000 §16 lets a sender pad them). ``ValueError`` naming the
-    first thing that differs."""
+    section present and empty), then only zero bytes; any scheme and authority; every integer in
+    its shortest form, as DESIGN.md "Bytes" fixes it (RFC 9000 §16 would let a writer pad one, which
+    would set its requests apart from the others in a crowd). ``ValueError`` naming the first thing
+    that differs."""
     reader = _Reader(message)
     if (framing := reader.varint("framing indicator")) != 0:
         raise ValueError(f"framing indicator {framing}: only a known-length request (0) is accepted")
@@ -240,6 +241,8 @@ class _Reader:
         if self._at + size > len(self._data):
             raise ValueError(f"the message ends inside the {size}-byte integer of its {what}")
         value = int.from_bytes(self._data[self._at:self._at + size], "big") & ((1 << (8 * size - 2)) - 1)
+        if len(varint(value)) != size:  # a longer form than needed would mark its writer among the crowd
+            raise ValueError(f"the integer of its {what} ({value}) is not in its shortest form")
         self._at += size
         return value
 
