@@ -65,7 +65,7 @@ class TelemetryClient:
         self._transport = settings.transport or RequestsTransport()
         relay = None if settings.relay is None else RelayRoute(
             relay=settings.relay, endpoint=self.endpoint, transport=self._transport, source=self._source,
-            clock=clock or _utc_now)
+            clock=clock or _utc_now, outbox=self._outbox)
         self._sender = Sender(settings=settings, outbox=self._outbox, ledger=self._ledger, source=self._source,
                               recorder=self._recorder, transport=self._transport, clock=clock or _utc_now, relay=relay)
         self._sender.start()

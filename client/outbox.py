@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from . import ledger
 
@@ -36,7 +36,18 @@ CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoi
 CREATE INDEX IF NOT EXISTS outbox_endpoint ON outbox (endpoint, seq);
 CREATE TABLE IF NOT EXISTS schemas (endpoint TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL,
                                     PRIMARY KEY (endpoint, name));
+CREATE TABLE IF NOT EXISTS relay_keys (endpoint TEXT PRIMARY KEY, keys BLOB NOT NULL, fetched REAL NOT NULL,
+                                       asked REAL NOT NULL, posted REAL);
 """ + ledger.TABLE
+
+
+class KeptKeys(NamedTuple):
+    """A relay route's agreed key configurations and its times (Unix seconds), kept in the outbox."""
+
+    keys: bytes
+    fetched: float  # when both parties served them
+    asked: float  # when the aggregator last answered a key fetch
+    posted: float | None  # the last post to the relay
 
 
 class OutboxError(Exception):
@@ -215,6 +226,23 @@ class Outbox:
             self._db.execute(
                 "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?)", (self.endpoint, definition["name"], _dumps(definition))
             )
+
+    def kept_relay_keys(self) -> KeptKeys | None:
+        """The key configurations the relay and the aggregator last both served for this route, with
+        when (Unix seconds) they were taken, when the aggregator answered, and the last post to the
+        relay; None if none were kept."""
+        with self._lock, _failing_as("could not read the kept relay keys"):
+            row = self._db.execute("SELECT keys, fetched, asked, posted FROM relay_keys WHERE endpoint = ?",
+                                   (self.endpoint,)).fetchone()
+        return None if row is None else KeptKeys(bytes(row[0]), row[1], row[2], row[3])
+
+    def keep_relay_keys(self, kept: KeptKeys) -> None:
+        """Keep the agreed keys and the minute's times across starts: a short-lived process (a
+        command, a job) would otherwise fetch the keys at every start and never wait out the minute
+        before its first post."""
+        with self._lock, _failing_as("could not keep the relay keys"):
+            self._db.execute("INSERT OR REPLACE INTO relay_keys VALUES (?, ?, ?, ?, ?)",
+                             (self.endpoint, kept.keys, kept.fetched, kept.asked, kept.posted))
 
     def close(self) -> None:
         with self._lock, _failing_as("could not close the outbox"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ from ldp_telemetry.shared.reports import ReportError, validate_report
 from ldp_telemetry.shared.schema import Schema
 
 from . import retry
+from .outbox import KeptKeys, Outbox
 from .schemas import SchemaSource, parse
 from .transport import RelayTransport, shown
 
@@ -72,12 +73,13 @@ class RelayRoute:
     """Encapsulates reports for the aggregator at ``endpoint`` and posts them to ``relay``."""
 
     def __init__(self, *, relay: str, endpoint: str, transport: RelayTransport, source: SchemaSource,
-                 clock: Callable[[], datetime]):
+                 clock: Callable[[], datetime], outbox: Outbox):
         self.relay = relay
         self._endpoint = endpoint
         self._transport = transport
         self._source = source
         self._clock = clock
+        self._outbox = outbox  # where the agreed keys and the minute's times outlive this start
         self.config: ohttp.KeyConfig | None = None
         self._keys: bytes | None = None  # the configuration list both served, byte for byte
         self._fetched: datetime | None = None  # when the keys were taken
@@ -88,6 +90,27 @@ class RelayRoute:
         self.blocked = NEEDS_CRYPTOGRAPHY if cryptography_missing() else None  # why nothing can ever be sent
         if self.blocked:
             LOG.warning("%s", self.blocked)
+        self._take_kept()
+
+    def _take_kept(self) -> None:
+        """Start from the keys and times an earlier start kept (a damaged copy is no copy)."""
+        kept = self._outbox.kept_relay_keys()
+        if kept is None:
+            return
+        try:
+            config = ohttp.choose_key_config(kept.keys)
+        except ValueError:
+            return
+        self.config, self._keys = config, kept.keys
+        self._fetched, self._aggregator_fetch = _moment(kept.fetched), _moment(kept.asked)
+        self._last_post = None if kept.posted is None else _moment(kept.posted)
+
+    def _keep(self) -> None:
+        """Keep the agreed keys and the minute's times for the next start."""
+        if self._keys is None or self._fetched is None or self._aggregator_fetch is None:
+            return
+        self._outbox.keep_relay_keys(KeptKeys(self._keys, self._fetched.timestamp(), self._aggregator_fetch.timestamp(),
+                                              None if self._last_post is None else self._last_post.timestamp()))
 
     def send(self, report: dict[str, Any], timeout: float) -> Outcome:
         """Encapsulate ``report`` alone and post it to the relay, once the keys are ready."""
@@ -114,6 +137,7 @@ class RelayRoute:
             return Outcome(why=f"network error posting to the relay: {type(exc).__name__}")
         finally:
             self._last_post = self._clock()
+            self._keep()
         return self._judge(response)
 
     def _judge(self, response: Any) -> Outcome:
@@ -184,6 +208,7 @@ class RelayRoute:
         if config != self.config:
             LOG.info("encapsulating reports to the aggregator's key %d", config.key_id)
         self.config, self._keys, self._fetched, self._stale = config, relay_keys, self._clock(), False
+        self._keep()
         return None
 
     # -- the schema of a report ----------------------------------------------------------------
@@ -208,6 +233,11 @@ class RelayRoute:
             return Outcome(why=f"GET {shown(url)} answered HTTP {response.status} without the schema")
         self._schemas[(name, version)] = schema
         return schema
+
+
+def _moment(seconds: float) -> datetime:
+    """Unix seconds as the client's clock gives time (UTC)."""
+    return datetime.fromtimestamp(seconds, timezone.utc)
 
 
 def _seconds(now: datetime, since: datetime | None) -> float:

@@ -107,6 +107,7 @@ class Sender(threading.Thread):
         self._deliver_due = self._now
         self._attempt = 0  # failed deliveries in a row
         self._paused = False  # the last delivery waits by plan (a relay's minute after a key fetch), not on a failure
+        self._pause_why = ""
         self._stop_by = float("inf")
         self._stopping = threading.Event()
         self._why = ""  # the last delivery failure, for the log
@@ -352,6 +353,7 @@ class Sender(threading.Thread):
                             self._outbox.count, outcome.why, delay)
             else:
                 self._paused = True
+                self._pause_why = outcome.why
                 self._defer(outcome.wait)
                 LOG.info("%s (%.0f s)", outcome.why, outcome.wait)
             return
@@ -436,6 +438,9 @@ class Sender(threading.Thread):
             LOG.warning("dropped %d pending record(s): the client closed before the schema was known; "
                         "last attempt: %s", len(self._pending), self._source.last_failure or "none yet")
             self._pending = []
+        if self._paused and self._pause_why and self._outbox.count:
+            LOG.warning("%d report(s) stay in the outbox for the relay (%s): they go when the client next runs",
+                        self._outbox.count, self._pause_why)
         self._end_turn()
 
 

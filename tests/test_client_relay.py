@@ -189,6 +189,39 @@ def test_each_report_alone_through_the_relay_and_never_around_it(tmp_path, netwo
     assert f"{RELAY}/api/v1/schemas/app-usage" in [u for _, _, u in network.log]
 
 
+def test_a_new_start_sends_at_once_with_the_keys_an_earlier_start_kept(tmp_path, network):
+    # The newcomer's finding: the keys lived in memory only, so a process shorter than a minute (a
+    # command, a job) fetched them at every start and never sent. They are kept in the outbox now.
+    with make(tmp_path, network) as client:
+        record_hours(client, 1)
+        assert client.flush(10)
+    network.clock.advance(minutes=5)
+    before = len(network.log)
+    waits: list[float] = []
+    with make(tmp_path, network, waits) as client:
+        record_hours(client, 1)
+        assert client.flush(10)
+    since = [u for _, _, u in network.log[before:]]
+    assert f"{AGGREGATOR}/api/v1/ohttp-keys" not in since and f"{RELAY}/ohttp-keys" not in since
+    assert since.count(f"{RELAY}/relay") == 1 and not any(w >= 1 for w in waits)
+    assert len(network.opened()) == 2
+
+
+def test_kept_keys_a_day_old_are_fetched_again_a_minute_away_from_the_last_post(tmp_path, network):
+    with make(tmp_path, network) as client:
+        record_hours(client, 1)
+        assert client.flush(10)
+    network.clock.advance(days=1)
+    waits: list[float] = []
+    with make(tmp_path, network, waits) as client:
+        record_hours(client, 1)
+        assert client.flush(10)
+    fetches = [t for t, _, u in network.log if u == f"{AGGREGATOR}/api/v1/ohttp-keys"]
+    posts = [t for t, m, u in network.log if m == "POST"]
+    assert len(fetches) == 2 and len(posts) == 2
+    assert all(abs((f - p).total_seconds()) >= KEY_FETCH_GAP for f in fetches for p in posts)
+
+
 def test_the_key_fetch_from_the_aggregator_is_never_within_a_minute_of_a_post(tmp_path, network):
     waits: list[float] = []
     with make(tmp_path, network, waits) as client:
