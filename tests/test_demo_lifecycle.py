@@ -125,7 +125,7 @@ def test_sighup_stops_the_demo_and_its_server(tmp_path):
     try:
         demo.send_signal(signal.SIGHUP)  # the terminal closed: as Ctrl-C, the demo stops its server
         assert demo.wait(30) == 0
-        assert "Stopped: the aggregator is stopping" in demo.stdout.read()
+        assert "Stopped: the demo's servers (the aggregator, its relay) are stopping" in demo.stdout.read()
         assert not answers(url)
         assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
@@ -154,7 +154,7 @@ def test_ctrl_c_while_serving_stops_cleanly_with_status_0(tmp_path):
         demo.send_signal(signal.SIGINT)
         assert demo.wait(30) == 0
         rest = demo.stdout.read()
-        assert "Stopped: the aggregator is stopping" in rest and "Error" not in rest, rest
+        assert "Stopped: the demo's servers (the aggregator, its relay) are stopping" in rest and "Error" not in rest, rest
         assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
         stop(demo)
@@ -172,7 +172,7 @@ def test_ctrl_c_before_the_table_stops_cleanly_with_status_0(tmp_path):
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
         rest = demo.stdout.read()
-        assert "Stopped before it finished: the aggregator is stopping" in rest and "Error" not in rest, rest
+        assert "Stopped before it finished: the demo's servers (the aggregator, its relay) are stopping" in rest and "Error" not in rest, rest
         assert "intervals cover the truth" not in rest  # it did stop before the table
         assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:

@@ -528,7 +528,8 @@ def run(options: Options, out: TextIO = sys.stdout) -> list[TruthRow]:
 def _stopped(say: Callable[[str], None], when: str) -> None:
     """The demo's last line when Ctrl-C, SIGTERM or SIGHUP stops it (the server stops right after)."""
     try:
-        say(f"\nStopped{when}: the aggregator is stopping; its database stays in the data folder.")
+        say(f"\nStopped{when}: the demo's servers (the aggregator, its relay) are stopping; their databases "
+            f"stay in the data folder.")
     except OSError:  # after SIGHUP the terminal may be gone
         pass
 
