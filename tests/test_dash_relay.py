@@ -44,6 +44,7 @@ def test_the_relay_section_shows_the_rows_numbers_and_says_when_the_claim_fails(
         assert line in text, (line, text)
     assert rows[TODAY]["epsilon_shuffled"] < rows["all"]["epsilon_shuffled"] <= SCHEMA.epsilon
     assert f"at most ε = {display.sig(rows['all']['epsilon_shuffled'])}" in text
+    assert "a crowd this small hides a report little" in text  # the rollup's crowd of 9: ε(9) ≈ ε0
     for said in ("Against the relay", "Against this server", "Against both together", "run by the operator",
                  "reports of its own through the relay", "cleared browser storage"):
         assert said in text
