@@ -524,14 +524,20 @@ def test_connections_the_server_ended_are_replaced(app, client):
     """The pool does not test a connection before each use: one the server ended (a restart, an
     operator's pg_terminate_backend) fails the request that finds it, as unavailable (503, which
     clients retry), and is replaced; nothing is lost or counted twice."""
+    from ldp_telemetry.aggregator.store.postgres import POOL_SIZE
+
     first, second = reports(5), reports(5)
     assert client.post("/api/v1/reports", json={"reports": first}).status_code == 202
     location = app.config["LDP_DB"]
     ended = sql(location, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
                 f"'{location.rpartition('application_name=')[2]}' AND pid <> pg_backend_pid()")
     assert ended and all(ok for (ok,) in ended)
-    statuses = [client.post("/api/v1/reports", json={"reports": second}).status_code for _ in range(3)]
-    assert statuses[-1] == 202 and set(statuses) <= {503, 202}
+    # Each ended connection the pool still holds fails one request at most: a busy run may have grown
+    # the pool past the one or two connections a quiet one holds, up to its size.
+    statuses = []
+    while 202 not in statuses and len(statuses) <= POOL_SIZE:
+        statuses.append(client.post("/api/v1/reports", json={"reports": second}).status_code)
+    assert statuses[-1] == 202 and set(statuses[:-1]) <= {503}, statuses
     assert stored_counters(app, APP_USAGE, [TODAY]) == expected_counters(APP_USAGE, first + second)
 
 
