@@ -129,8 +129,7 @@ class RelayRoute:
         if ready is not None:
             return ready
         assert self.config is not None
-        message = ohttp.bhttp_request(ohttp.report_content(report), ohttp.padded_size(schema))
-        request = ohttp.encapsulate(self.config, message)
+        request = ohttp.encapsulate_report(self.config, schema, report)
         try:
             response = self._transport.post_bytes(f"{self.relay}/relay", request, ohttp.REQUEST_MEDIA_TYPE, timeout)
         except Exception as exc:  # any failure of the network is retried

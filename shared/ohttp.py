@@ -277,6 +277,12 @@ def padded_size(schema: Schema) -> int:
     return -(-longest // PAD_UNIT) * PAD_UNIT
 
 
+def encapsulate_report(config: KeyConfig, schema: Schema, report: Mapping[str, object]) -> bytes:
+    """The request a report of ``schema`` travels in, alone: its :func:`report_content` in the
+    Binary HTTP request padded to the schema's :func:`padded_size`, encapsulated to ``config``."""
+    return encapsulate(config, bhttp_request(report_content(report), padded_size(schema)))
+
+
 def relay_refusal(schema: Schema) -> str | None:
     """Why ``schema``'s reports cannot go through a relay (their padded request would be over
     :data:`MAX_REQUEST_BYTES`), or None when they can."""

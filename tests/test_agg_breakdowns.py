@@ -230,20 +230,15 @@ def assert_rows_equal(got: dict[Any, dict[str, Any]], expected: dict[Any, Any]) 
                 assert mine == theirs, (key, field)
 
 
-def test_the_refresh_stores_each_breakdown_row_as_the_shared_core_estimates_it(make_app):
+def test_the_refresh_stores_each_breakdown_row_as_the_shared_core_estimates_it(counted):
     from conftest import read, store_of
 
     from ldp_telemetry.shared import parse_schema
     from ldp_telemetry.shared.windows import ROLLUP
 
-    app = make_app(LDP_CLOCK=lambda: NOW)
-    client = app.test_client()
-    derived = client.post("/api/v1/schemas", json=with_breakdowns(APP, LISTED), headers=ADMIN).get_json()
-    reports = population_reports(derived, 1500)
-    post(client, reports)
-    assert client.post("/api/v1/estimates/refresh", headers=ADMIN).status_code == 200
+    client, derived, reports = counted
     schema = parse_schema(derived)
-    stored = read(store_of(app), "window_breakdown_estimates", "crashes", 1, [*WINDOWS, ROLLUP])
+    stored = read(store_of(client.application), "window_breakdown_estimates", "crashes", 1, [*WINDOWS, ROLLUP])
     got = {}
     for window, rows in stored.items():
         for row in rows.values():

@@ -362,8 +362,7 @@ def test_the_relay_part_of_the_privacy_panel_reads_right_at_desktop_and_phone_wi
         schema = parse_schema(requests.get(f"{server.url}/api/v1/schemas/app-usage", timeout=10).json())
         config = ohttp.choose_key_config(requests.get(server.url + "/api/v1/ohttp-keys", timeout=10).content)
         record = {"dark_mode": True, "os": "linux", "plan": "pro"}
-        batch = [ohttp.encapsulate(config, ohttp.bhttp_request(ohttp.report_content(randomize(schema, record)),
-                                                               ohttp.padded_size(schema))) for _ in range(500)]
+        batch = [ohttp.encapsulate_report(config, schema, randomize(schema, record)) for _ in range(500)]
         answer = requests.post(server.url + "/api/v1/relay/batches", data=ohttp.frame_batch(batch), timeout=60,
                                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": ohttp.BATCH_MEDIA_TYPE})
         assert answer.json() == {"accepted": 500, "duplicates": 0, "refused": 0}

@@ -119,13 +119,17 @@ def test_the_server_dies_with_a_sigkilled_demo(tmp_path):
         kill_leftovers(data_dir)
 
 
-def test_sighup_stops_the_demo_and_its_server(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT], ids=["sighup", "ctrl_c"])
+def test_a_stop_signal_while_serving_stops_the_demo_and_its_servers_with_status_0(tmp_path, sig):
+    # SIGHUP: the terminal closed. Ctrl-C (issue 31): how a newcomer ends `make demo`; what was
+    # asked for, not an error. Either way the demo stops its servers.
     data_dir = tmp_path / "demo"
     demo, url, _ = start_serving(data_dir)
     try:
-        demo.send_signal(signal.SIGHUP)  # the terminal closed: as Ctrl-C, the demo stops its server
+        demo.send_signal(sig)
         assert demo.wait(30) == 0
-        assert "Stopped: the demo's servers (the aggregator, its relay) are stopping" in demo.stdout.read()
+        rest = demo.stdout.read()
+        assert "Stopped: the demo's servers (the aggregator, its relay) are stopping" in rest and "Error" not in rest, rest
         assert not answers(url)
         assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
     finally:
@@ -146,19 +150,6 @@ def test_a_busy_port_is_named_with_the_one_used_instead(tmp_path):
     assert f"Starting the aggregator on http://127.0.0.1:{used[1]} " in result.stdout
 
 
-def test_ctrl_c_while_serving_stops_cleanly_with_status_0(tmp_path):
-    # Issue 31: Ctrl-C is how a newcomer ends `make demo`; it is what was asked for, not an error.
-    data_dir = tmp_path / "demo"
-    demo, url, _ = start_serving(data_dir)
-    try:
-        demo.send_signal(signal.SIGINT)
-        assert demo.wait(30) == 0
-        rest = demo.stdout.read()
-        assert "Stopped: the demo's servers (the aggregator, its relay) are stopping" in rest and "Error" not in rest, rest
-        assert all_gone(data_dir, within=20), f"left running: {processes_on(data_dir)}"
-    finally:
-        stop(demo)
-        kill_leftovers(data_dir)
 
 
 def test_ctrl_c_before_the_table_stops_cleanly_with_status_0(tmp_path):

@@ -47,9 +47,8 @@ def requests_for(relay, count):
     keys = requests.get(relay.url + "/ohttp-keys", timeout=5).content
     config = ohttp.choose_key_config(keys)
     schema = parse_schema(APP_USAGE)
-    return [ohttp.encapsulate(config, ohttp.bhttp_request(
-        ohttp.report_content(randomize(schema, {"dark_mode": i % 2 == 0, "os": "linux"})), ohttp.padded_size(schema)))
-        for i in range(count)]
+    return [ohttp.encapsulate_report(config, schema, randomize(schema, {"dark_mode": i % 2 == 0, "os": "linux"}))
+            for i in range(count)]
 
 
 def accepted(aggregator, name="ldp_reports_accepted_total"):

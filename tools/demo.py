@@ -197,12 +197,12 @@ def send_through_relay(server: DemoServer, relay: DemoRelay, schema: Schema, dev
     keys = requests.get(relay.url + "/ohttp-keys", timeout=60).content
     if keys != requests.get(server.url + "/api/v1/ohttp-keys", timeout=60).content:
         raise RuntimeError("the relay and the aggregator serve different Oblivious HTTP keys")
-    config, size = ohttp.choose_key_config(keys), ohttp.padded_size(schema)
+    config = ohttp.choose_key_config(keys)
     local = threading.local()
 
     def send(device: Device) -> None:
         report = randomize(schema, device.record, window=device.window, device_secret=device.secret or None)
-        request = ohttp.encapsulate(config, ohttp.bhttp_request(ohttp.report_content(report), size))
+        request = ohttp.encapsulate_report(config, schema, report)
         if not hasattr(local, "session"):
             local.session = requests.Session()
         answer = local.session.post(relay.url + "/relay", data=request, timeout=60,
