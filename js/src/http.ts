@@ -10,6 +10,8 @@
 import { parseJson, quote } from "./pyjson.js";
 
 export const MAX_RESPONSE_BYTES = 1 << 20;
+/** What a closing page's requests may carry at once: under the page's 64 KiB keepalive quota. */
+export const KEEPALIVE_BUDGET = 60 * 1024;
 const MAX_REDIRECTS = 5;
 // A POST follows only the redirects that keep its method and body.
 const KEEPS_THE_BODY = [307, 308];

@@ -26,6 +26,10 @@ export interface RelayRoute {
   /** The size of the request that carries `row` (keepalive's quota counts it), or Infinity when it
    * cannot go at once (no keys yet, or too soon after fetching them from the aggregator). */
   bytes(row: Row): number;
+  /** Seal ahead the requests of the first of `rows` that a closing page could send (within its
+   * keepalive quota): at pagehide a request must leave at once, and Web Crypto's answers come only
+   * after a closing page is gone. Never throws: a row not sealed is sealed when it is sent. */
+  seal(rows: Row[]): Promise<void>;
   /** Send `row` through the relay and say what to do with it. */
   send(row: Row, keepalive: boolean): Promise<Verdict>;
 }

@@ -22,7 +22,7 @@
  * relay. Nothing is posted to the aggregator: without the module, reports wait.
  */
 
-import { answerSaid, request, shown, type Answer } from "./http.js";
+import { answerSaid, KEEPALIVE_BUDGET, request, shown, type Answer } from "./http.js";
 import type { Ledger } from "./ledger.js";
 import type { Settings } from "./options.js";
 import type { Report } from "./reports.js";
@@ -33,7 +33,6 @@ import type { SchemaSource } from "./schema-source.js";
 import type { Row, Store } from "./storage.js";
 
 const MAX_BATCH_WINDOWS = 32; // the server refuses a batch naming more
-export const KEEPALIVE_BUDGET = 60 * 1024;
 const BATCH_OVERHEAD_BYTES = 16; // `{"reports":[` and `]}`, with room
 // While records wait in memory (for the schema, or for an HMAC), turns come at least this often.
 const PENDING_TURN_MS = 1000;
@@ -255,6 +254,7 @@ export class Sender {
       }
       this.mirror = await store.peek(this.s.maxBatch);
       this.stored = this.mirror.length;
+      await this.route?.seal(this.mirror);
       if (appended && this.hidden) this.sendNow();
     } catch (e) {
       this.failed(reports.length ? `storing ${reports.length} report(s) in the ${store.kind} store` : `reading the ${store.kind} store's outbox`, e);

@@ -34,8 +34,8 @@ const CORS = { "Access-Control-Allow-Origin": "*", "Access-Control-Expose-Header
 
 /** A site on localhost (another origin than the servers on 127.0.0.1; a secure context) whose page
  * loads both <script> files and records once with the relay. `/app.html` then waits until the
- * report is delivered; `/closing.html` only until it is stored (its sender lingers a minute), for
- * the test to close the page; `?hoursAgo=1` records as if an hour ago (the page's clock set back). */
+ * report is delivered; `/closing.html` only until it is stored and its request sealed (its sender
+ * lingers a minute), for the test to close the page; `?hoursAgo=1` records as if an hour ago (the page's clock set back). */
 async function appSite(endpoint, relayUrl, schema) {
   const site = createServer((req, res) => {
     const file = { "/ldp-telemetry.min.js": "ldp-telemetry.min.js", "/ldp-telemetry-relay.min.js": "ldp-telemetry-relay.min.js" }[req.url];
@@ -45,6 +45,14 @@ async function appSite(endpoint, relayUrl, schema) {
   const hoursAgo = Number(new URLSearchParams(location.search).get("hoursAgo") ?? 0);
   const realNow = Date.now;
   Date.now = () => realNow() - hoursAgo * 3600000;
+  // Web Crypto's AES-GCM encryptions, counted: the last step of sealing a request.
+  window.encrypted = 0;
+  const encrypt = crypto.subtle.encrypt.bind(crypto.subtle);
+  crypto.subtle.encrypt = async (...args) => {
+    const out = await encrypt(...args);
+    window.encrypted++;
+    return out;
+  };
 </script>
 <script src="/ldp-telemetry.min.js"></script><script src="/ldp-telemetry-relay.min.js"></script>
 <script>
@@ -60,7 +68,11 @@ async function appSite(endpoint, relayUrl, schema) {
     const stored = () => new Promise((ok) => { const q = db.transaction("outbox").objectStore("outbox").count(); q.onsuccess = () => ok(q.result); });
     for (let i = 0; i < 500 && !(await stored()); i++) await new Promise((ok) => setTimeout(ok, 2));
     db.close();
-    return { queued: r.queued, reason: r.reason };
+    // And until its request is sealed ahead (a closing page cannot wait for Web Crypto): what follows
+    // the encryption are microtasks, done before the next timer.
+    for (let i = 0; i < 1000 && !window.encrypted; i++) await new Promise((ok) => setTimeout(ok, 10));
+    await new Promise((ok) => setTimeout(ok, 0));
+    return { queued: r.queued, reason: r.reason, sealed: window.encrypted === 1 };
   })().catch((e) => ({ error: String(e) }));
 </script>`);
   });
@@ -139,7 +151,7 @@ describe("the relay module in Chromium", { concurrency: true }, () => {
       await recordInPage(context, `${origin}/app.html?hoursAgo=1`, { queued: true, reason: "queued", delivered: true });
       assert.deepEqual(await counts(aggregator.url, schema), {}, "nothing before the batch fills");
       // The next visit: the keys are kept in IndexedDB, so its report leaves the closing page at once.
-      await recordInPage(context, `${origin}/closing.html`, { queued: true, reason: "queued" });
+      await recordInPage(context, `${origin}/closing.html`, { queued: true, reason: "queued", sealed: true });
       // Two reports, one in each visit's hour (read from the counts: the visits may straddle an hour's end).
       let n = {};
       for (let i = 0; i < 100 && n["all dark_mode"] !== 2; i++) {

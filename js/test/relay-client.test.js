@@ -80,6 +80,25 @@ function asPage(t) {
   return page;
 }
 
+/** Web Crypto watched for the rest of test `t`: its AES-GCM encryptions (a request's last step of
+ * sealing) counted, and `silent` to make it answer nothing more, as to a closing browser page. */
+function watchWebCrypto(t) {
+  const subtle = globalThis.crypto.subtle;
+  const watch = { encrypted: 0, silent: false };
+  const names = ["generateKey", "importKey", "exportKey", "deriveBits", "sign", "encrypt"];
+  for (const name of names) {
+    const real = subtle[name];
+    subtle[name] = async (...args) => {
+      if (watch.silent) return new Promise(() => {});
+      const out = await real.apply(subtle, args);
+      if (name === "encrypt") watch.encrypted++;
+      return out;
+    };
+  }
+  t.after(() => names.forEach((name) => delete subtle[name]));
+  return watch;
+}
+
 function client(endpoint, relayUrl, extra = {}) {
   const logger = quietLogger();
   const t = new TelemetryClient({ endpoint, relay: relayUrl, schema: SCHEMA.name, maxEpsilon: 2, store: new MemoryStore(), logger,
@@ -266,7 +285,7 @@ test("a report that is not valid under its schema is dropped before it is encaps
   assert.ok(logger.lines.some((l) => /^dropped 1 report\(s\): invalid \(.*flag.*\), and no relay answer would say so$/.test(l)), logger.lines.join("\n"));
 });
 
-test("the keys are kept in the store: the next start (a page's next visit) sends at once, a closing page with keepalive", async (t) => {
+test("the keys are kept in the store: the next start (a page's next visit) sends at once, a closing page with keepalive, its request sealed ahead", async (t) => {
   const { agg, rel, posts } = await standIns(t);
   const store = new MemoryStore();
   const first = client(agg.url, rel.url, { store });
@@ -279,8 +298,13 @@ test("the keys are kept in the store: the next start (a page's next visit) sends
   const page = asPage(t);
   const second = client(agg.url, rel.url, { store, lingerMs: 60_000 });
   assert.equal(await second.t.waitForSchema(5000), true);
+  const webCrypto = watchWebCrypto(t);
   inAnHour(() => assert.equal(second.t.record({ flag: false }).queued, true));
-  await sleep(50); // stored (milliseconds)
+  // Stored, and its request sealed ahead (milliseconds): then Web Crypto answers no more, as to a
+  // closing browser page, and the request leaves all the same.
+  assert.ok(await until(() => webCrypto.encrypted === 1), second.logger.lines.join("\n"));
+  await sleep(0);
+  webCrypto.silent = true;
   page.dispatchEvent(new Event("pagehide"));
   assert.ok(await until(() => posts().length === 2), second.logger.lines.join("\n"));
   await second.t.close(0);

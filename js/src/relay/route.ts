@@ -20,9 +20,9 @@
  * older browser) reports wait in the outbox, and the log says so once.
  */
 
-import { answerSaid, request, shown, type Answer } from "../http.js";
+import { answerSaid, KEEPALIVE_BUDGET, request, shown, type Answer } from "../http.js";
 import type { RelayContext, RelayRoute, Verdict } from "../relay-hook.js";
-import { maxReportBytes } from "../reports.js";
+import { maxReportBytes, type Report } from "../reports.js";
 import { isRetryable, retryAfter } from "../retry.js";
 import { isObject, type Schema } from "../schema.js";
 import type { Row } from "../storage.js";
@@ -67,6 +67,16 @@ class Shared {
 /** By cache name (the relay's and the aggregator's URLs). */
 const SHARED = new Map<string, Shared>();
 
+/** Whether `report` passes the aggregator's checks. */
+function passes(report: Report, schema: Schema): boolean {
+  try {
+    validateReport(report, schema);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
@@ -83,6 +93,8 @@ export class Route implements RelayRoute {
   private readonly loaded: Promise<void>;
   private readonly keyGapMs: number;
   private readonly keysMaxAgeMs: number;
+  // Requests sealed ahead for a closing page, by report id, with the keys they were sealed to.
+  private sealed = new Map<string, { keys: KeyConfig; body: Uint8Array }>();
 
   constructor(private readonly c: RelayContext, { keyGapMs = KEY_GAP_MS, keysMaxAgeMs = KEYS_MAX_AGE_MS }: RouteTimes = {}) {
     this.relayUrl = `${c.settings.relay}/relay`;
@@ -154,8 +166,8 @@ export class Route implements RelayRoute {
     }
     const wait = this.gapLeft();
     if (wait > 0) return keepalive ? {} : { after: wait };
-    const content = TEXT.encode(JSON.stringify({ reports: [row.report] }));
-    const body = await encapsulate(this.shared.keys!, bhttpRequest(content, paddedSize(maxReportBytes(schema))));
+    const sealed = this.sealed.get(row.report.id); // the same request as a closing page would send
+    const body = sealed && sealed.keys === this.shared.keys ? sealed.body : await this.sealRequest(row.report, schema, this.shared.keys!);
     const post = (withKeepalive: boolean) => request(this.relayUrl, {
       method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
     });
@@ -167,6 +179,33 @@ export class Route implements RelayRoute {
       return { retry: (e as Error).message };
     }
     return this.verdict(answer);
+  }
+
+  async seal(rows: Row[]): Promise<void> {
+    try {
+      await this.loaded;
+      const keys = this.shared.keys;
+      if (!(await this.x25519) || !keys || !this.fresh()) return;
+      const sealed = new Map<string, { keys: KeyConfig; body: Uint8Array }>();
+      let budget = KEEPALIVE_BUDGET;
+      for (const row of rows) {
+        const schema = this.knownSchema(row);
+        // A report send() would not send as it is: it decides what becomes of it.
+        if (!schema || this.refusal(schema) || !passes(row.report, schema)) break;
+        if ((budget -= REQUEST_OVERHEAD + paddedSize(maxReportBytes(schema))) < 0) break;
+        const kept = this.sealed.get(row.report.id);
+        sealed.set(row.report.id, kept?.keys === keys ? kept : { keys, body: await this.sealRequest(row.report, schema, keys) });
+      }
+      this.sealed = sealed;
+    } catch {
+      // Web Crypto failed: each report is sealed when it is sent, and a failure said then.
+    }
+  }
+
+  /** The request that carries `report` alone: its content padded to the schema's size, encapsulated to `keys`. */
+  private sealRequest(report: Report, schema: Schema, keys: KeyConfig): Promise<Uint8Array> {
+    const content = TEXT.encode(JSON.stringify({ reports: [report] }));
+    return encapsulate(keys, bhttpRequest(content, paddedSize(maxReportBytes(schema))));
   }
 
   /** The schema version `row`'s report was made under, if known here. */
