@@ -19,7 +19,8 @@
  *
  * With a relay (the `relay` option), each report goes alone, by the relay module's route
  * (src/relay-hook.ts, src/relay/route.ts), which says what becomes of it; the schema comes from the
- * relay. Nothing is posted to the aggregator: without the module, reports wait.
+ * relay. Nothing is posted to the aggregator: without the module, reports wait. The route seals
+ * ahead what a closing page would send, each time the outbox is read (not awaited).
  */
 
 import { answerSaid, KEEPALIVE_BUDGET, request, shown, type Answer } from "./http.js";
@@ -72,6 +73,7 @@ export class Sender {
   private deliverDue = 0;
   private lingerUntil = 0; // a new batch waits lingerMs for company (stored at once all the same)
   private persisting: Promise<void> = Promise.resolve(); // the last store of fresh reports begun
+  private sealing: Promise<void> = Promise.resolve(); // the relay route's last sealing ahead begun
   private schemaDue: number;
   private schemaAttempt = 0; // failed schema fetches in a row
   private batchLimit: number;
@@ -157,7 +159,7 @@ export class Sender {
    * keepalive: a closing page cancels that fetch. */
   private sendNow(): void {
     if (isOffline()) return; // they wait in storage for the next visit
-    const going = this.mirror.filter(({ report: { id } }) => !(this.acked.has(id) || this.inflight.has(id)));
+    const going = this.unsent();
     for (;;) {
       const [part, jsonSize] = this.batch(going, this.keepaliveLeft);
       if (!part.length) return;
@@ -172,6 +174,11 @@ export class Sender {
       };
       this.send(part, true).then(done, done); // a store that fails to remove: the rows are sent again (ids dedupe)
     }
+  }
+
+  /** The stored rows a closing page would send: neither acknowledged nor in its requests. */
+  private unsent(): Row[] {
+    return this.mirror.filter(({ report: { id } }) => !(this.acked.has(id) || this.inflight.has(id)));
   }
 
   private async turn(): Promise<void> {
@@ -254,7 +261,8 @@ export class Sender {
       }
       this.mirror = await store.peek(this.s.maxBatch);
       this.stored = this.mirror.length;
-      await this.route?.seal(this.mirror);
+      // Not awaited: records are stored while Web Crypto works (or, in a page that is going, never answers).
+      if (this.s.relay) this.sealing = this.sealing.then(() => this.relayRoute()?.seal(this.unsent()));
       if (appended && this.hidden) this.sendNow();
     } catch (e) {
       this.failed(reports.length ? `storing ${reports.length} report(s) in the ${store.kind} store` : `reading the ${store.kind} store's outbox`, e);

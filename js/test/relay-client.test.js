@@ -199,9 +199,9 @@ test("the ohttp-key problem: the keys are fetched again, the report encapsulated
   assert.ok(!logger.lines.some((l) => /dropped/.test(l)), logger.lines.join("\n"));
 });
 
-test("413 drops the report with a warning; 503 with Retry-After is retried", async (t) => {
+test("413 drops the report with a warning; 503 with Retry-After is retried, encapsulated anew", async (t) => {
   const answer = (res, body, n) => (n === 0 ? res.writeHead(413).end() : n === 1 ? res.writeHead(503, { "Retry-After": "1" }).end() : accepted(res));
-  const { agg, rel, posts } = await standIns(t, { answer });
+  const { keys, agg, rel, posts } = await standIns(t, { answer });
   const { t: c, logger } = client(agg.url, rel.url);
   assert.equal(await c.waitForSchema(5000), true);
   recordTwo(c);
@@ -209,6 +209,10 @@ test("413 drops the report with a warning; 503 with Retry-After is retried", asy
   await c.close(0);
   assert.equal(posts().length, 3);
   assert.ok(posts()[2].at - posts()[1].at >= 1000, "Retry-After is a floor");
+  // The same report, in new ciphertext: the relay cannot link the two tries.
+  const [tried, retried] = posts().slice(1).map((p) => bhttpFields(decapsulate(p.body, keys)).content.reports[0].id);
+  assert.equal(retried, tried);
+  assert.notDeepEqual(posts()[2].body, posts()[1].body);
   assert.ok(logger.lines.some((l) => l.startsWith(`dropped 1 report(s): POST ${rel.url}/relay answered HTTP 413`)), logger.lines.join("\n"));
   assert.ok(logger.lines.some((l) => l.startsWith(`POST ${rel.url}/relay answered HTTP 503; retry in`)), logger.lines.join("\n"));
 });

@@ -11,6 +11,11 @@
  * reports are never within a minute of each other, for all the clients of a page or process that
  * use the same relay and aggregator. The first usable configuration is used.
  *
+ * A closing page cannot wait for Web Crypto (its answers come after the page is gone), so the
+ * requests a closing page would send are sealed ahead, each time the sender reads its outbox, and
+ * used once, by the keepalive send; every other send seals anew, so no two tries carry the same
+ * ciphertext for the relay to link.
+ *
  * A report is validated before it is encapsulated (the aggregator's verdict never comes back). The
  * relay's answers: 202, delivered; 400 with the `ohttp-key` problem type (RFC 9458 §5.3), the keys
  * are fetched again and the report encapsulated again and resent, never dropped; 429, 5xx, 408 (and
@@ -67,13 +72,19 @@ class Shared {
 /** By cache name (the relay's and the aggregator's URLs). */
 const SHARED = new Map<string, Shared>();
 
-/** Whether `report` passes the aggregator's checks. */
-function passes(report: Report, schema: Schema): boolean {
+/** A request sealed ahead, with the keys it was sealed to. */
+interface Sealed {
+  keys: KeyConfig;
+  body: Uint8Array;
+}
+
+/** Why `report` fails the aggregator's checks, if it does. */
+function problem(report: Report, schema: Schema): string | undefined {
   try {
     validateReport(report, schema);
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (e) {
+    return (e as Error).message;
   }
 }
 
@@ -93,8 +104,8 @@ export class Route implements RelayRoute {
   private readonly loaded: Promise<void>;
   private readonly keyGapMs: number;
   private readonly keysMaxAgeMs: number;
-  // Requests sealed ahead for a closing page, by report id, with the keys they were sealed to.
-  private sealed = new Map<string, { keys: KeyConfig; body: Uint8Array }>();
+  // Requests sealed ahead for a closing page, by report id: each used once, by a keepalive send.
+  private sealed = new Map<string, Sealed>();
 
   constructor(private readonly c: RelayContext, { keyGapMs = KEY_GAP_MS, keysMaxAgeMs = KEYS_MAX_AGE_MS }: RouteTimes = {}) {
     this.relayUrl = `${c.settings.relay}/relay`;
@@ -151,10 +162,9 @@ export class Route implements RelayRoute {
       return { settled: true };
     }
     // The aggregator's verdict on a report never comes back through the relay: it is judged here.
-    try {
-      validateReport(row.report, schema);
-    } catch (e) {
-      this.c.settings.logger.warn(`dropped 1 report(s): invalid (${shown((e as Error).message)}), and no relay answer would say so`);
+    const invalid = problem(row.report, schema);
+    if (invalid) {
+      this.c.settings.logger.warn(`dropped 1 report(s): invalid (${shown(invalid)}), and no relay answer would say so`);
       return { settled: true };
     }
     if (!this.fresh()) {
@@ -166,8 +176,11 @@ export class Route implements RelayRoute {
     }
     const wait = this.gapLeft();
     if (wait > 0) return keepalive ? {} : { after: wait };
-    const sealed = this.sealed.get(row.report.id); // the same request as a closing page would send
-    const body = sealed && sealed.keys === this.shared.keys ? sealed.body : await this.sealRequest(row.report, schema, this.shared.keys!);
+    // A closing page's request was sealed ahead; any other is sealed now: each try is new ciphertext,
+    // so the relay cannot tell a retry (from another network, say) for the same report.
+    const sealed = keepalive ? this.sealed.get(row.report.id) : undefined;
+    this.sealed.delete(row.report.id);
+    const body = sealed?.keys === this.shared.keys ? sealed!.body : await this.sealRequest(row.report, schema, this.shared.keys!);
     const post = (withKeepalive: boolean) => request(this.relayUrl, {
       method: "POST", body: body as BufferSource, headers: { "Content-Type": "text/plain" }, timeoutMs: s.requestTimeoutMs, fetch: s.fetch, keepalive: withKeepalive,
     });
@@ -186,17 +199,17 @@ export class Route implements RelayRoute {
       await this.loaded;
       const keys = this.shared.keys;
       if (!(await this.x25519) || !keys || !this.fresh()) return;
-      const sealed = new Map<string, { keys: KeyConfig; body: Uint8Array }>();
+      const ids = new Set(rows.map((row) => row.report.id));
+      for (const id of this.sealed.keys()) if (!ids.has(id)) this.sealed.delete(id); // sent or gone
       let budget = KEEPALIVE_BUDGET;
       for (const row of rows) {
         const schema = this.knownSchema(row);
-        // A report send() would not send as it is: it decides what becomes of it.
-        if (!schema || this.refusal(schema) || !passes(row.report, schema)) break;
+        if (!schema || this.refusal(schema)) break; // a closing page cannot send it, nor what follows
         if ((budget -= REQUEST_OVERHEAD + paddedSize(maxReportBytes(schema))) < 0) break;
-        const kept = this.sealed.get(row.report.id);
-        sealed.set(row.report.id, kept?.keys === keys ? kept : { keys, body: await this.sealRequest(row.report, schema, keys) });
+        // An invalid report is dropped by send(), within the same budget.
+        if (this.sealed.get(row.report.id)?.keys === keys || problem(row.report, schema)) continue;
+        this.sealed.set(row.report.id, { keys, body: await this.sealRequest(row.report, schema, keys) });
       }
-      this.sealed = sealed;
     } catch {
       // Web Crypto failed: each report is sealed when it is sent, and a failure said then.
     }
