@@ -178,11 +178,12 @@ class PostgresTx(Tx):
         return "CASE WHEN v IS NULL THEN 0 ELSE 1 END", []
 
     def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
-        # jsonb_typeof says "number" for 1.5 and 1e3 too; only digits make an integer (at most 18 of
-        # them: within 64 bits).
+        # jsonb_typeof says "number" for 1.5 too: an integer is a number of scale 0 (jsonb keeps 1.0's
+        # scale), within 64 bits. Read as numeric, not matched as text: a quarter of the read's time.
         p = self.param
-        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {p}::text) = 'number' AND v ->> {p}::text ~ '^-?[0-9]{{1,18}}$' "
-                f"THEN (v ->> {p}::text)::bigint END, {NOT_READ})", [field] * 3)
+        number = f"(v -> {p}::text)::numeric"
+        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {p}::text) = 'number' AND scale({number}) = 0 "
+                f"AND abs({number}) < 1e18 THEN {number}::bigint END, {NOT_READ})", [field] * 4)
 
     def joined(self, columns: Sequence[str]) -> str:
         return f"concat_ws(' ', {', '.join(columns)})"
