@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ldp_telemetry.aggregator import open_database
-from ldp_telemetry.aggregator.store import ReportRow
+from ldp_telemetry.aggregator.store import ReportRow, layout
 from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 from ldp_telemetry.shared import randomize
 from ldp_telemetry.shared.schema import Schema
@@ -44,15 +44,18 @@ def add_reports(db: Path | str, schema: Schema, start: int, count: int, *, windo
     days = window_days(windows)
     record = {a.name: a.kind.example(a) for a in schema.attributes}
 
-    def wire_values() -> str:
-        return json.dumps(randomize(schema, record)["values"], separators=(",", ":"))
+    packing = layout(schema)
+
+    def wire_values() -> tuple[str, bytes]:
+        values = randomize(schema, record)["values"]
+        return json.dumps(values, separators=(",", ":")), packing.pack(values)
 
     sample = wire_values()
     for chunk_start in range(start, start + count, CHUNK):
         size = min(CHUNK, start + count - chunk_start)
         day_of = np.arange(chunk_start, chunk_start + size) % windows
         rows = [ReportRow(f"bulk{i:028d}", schema.name, schema.version, days[d][0], days[d][1],
-                          wire_values() if distinct else sample)
+                          *(wire_values() if distinct else sample))
                 for i, d in zip(range(chunk_start, chunk_start + size), day_of.tolist())]
         database.writer.write(rows)
         database.writer.settle()  # counted before the next chunk

@@ -85,7 +85,7 @@ def job(n: int = 1_000_000, epsilon: float = 4.0, seed: int = 1) -> dict[str, An
     import tempfile
 
     from ldp_telemetry.aggregator import create_app
-    from ldp_telemetry.aggregator.store import ReportRow
+    from ldp_telemetry.aggregator.store import ReportRow, layout
     from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 
     from .bulkload import window_days
@@ -105,11 +105,13 @@ def job(n: int = 1_000_000, epsilon: float = 4.0, seed: int = 1) -> dict[str, An
         assert published.status_code == 201, published.json
         store, writer = app.extensions["ldp"]["store"], app.extensions["ldp"]["writer"]
         day, end = window_days(1)[0]
+        packing = layout(app.extensions["ldp"]["catalog"].lookup("sites", 1))
         for start in range(0, n, MAX_UNFOLDED):
             stop = min(n, start + MAX_UNFOLDED)
-            writer.write([ReportRow(f"r{i:015d}", "sites", 1, day, end, json.dumps(
-                {"home": {"a": int(a[i]), "b": int(b[i]), "y": int(y[i]), "level": int(level[i])}}))
-                for i in range(start, stop)])
+            values = [{"home": {"a": int(a[i]), "b": int(b[i]), "y": int(y[i]), "level": int(level[i])}}
+                      for i in range(start, stop)]
+            writer.write([ReportRow(f"r{i:015d}", "sites", 1, day, end, json.dumps(v), packing.pack(v))
+                          for i, v in zip(range(start, stop), values)])
             writer.settle()
         store.close()
         done = subprocess.run([sys.executable, "-c", f"from bench.discovery import _job_child; _job_child({db!r})"],

@@ -25,7 +25,7 @@ import requests
 from ldp_telemetry.aggregator import create_app
 from ldp_telemetry.aggregator.cells import Limit
 from ldp_telemetry.aggregator.questions import candidates
-from ldp_telemetry.aggregator.store import ReportRow
+from ldp_telemetry.aggregator.store import ReportRow, layout
 from ldp_telemetry.aggregator.ingest.inbox import MAX_UNFOLDED
 from ldp_telemetry.aggregator.questions.backfill import backfill as backfill_job
 from ldp_telemetry.shared import parse_schema
@@ -76,11 +76,12 @@ def load_and_backfill(db: str, definition: dict[str, Any], values: Values, repor
     store, writer = app.extensions["ldp"]["store"], app.extensions["ldp"]["writer"]
     store.run_tx("publish_schema", lambda tx: tx.publish_schema(schema.to_dict(), "2026-01-01T00:00:00Z"))
     days = bulkload.window_days(30)
+    packing = layout(schema)
     started = time.perf_counter()
     for start in range(0, reports, MAX_UNFOLDED):
         size = min(MAX_UNFOLDED, reports - start)
-        writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v) for i, d, v in
-                      zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values(rng, size))])
+        writer.write([ReportRow("%032x" % int(i), schema.name, 1, *days[int(d)], v, packing.pack(json.loads(v)))
+                      for i, d, v in zip(rng.integers(0, 2**63, size), rng.integers(0, 30, size), values(rng, size))])
         writer.settle()
     # A settle rewrites for a few seconds at most, and PostgreSQL's back-fill reads faster from
     # reports rewritten in id order: settled all the way before the clock starts.

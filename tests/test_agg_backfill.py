@@ -48,6 +48,15 @@ def reports(rng: random.Random, count: int, window: str) -> list[dict]:
                         "dark_mode": rng.random() < 0.5}} for _ in range(count)]
 
 
+def app_with_reports(make_app, location: str, rng: random.Random, count: int):
+    """An app on ``location`` with SCHEMA published and ``count`` reports of one window posted; its client."""
+    app = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client, SCHEMA)
+    post(client, reports(rng, count, "2026-11-21T11"))
+    return app, client
+
+
 def post(client, batch: list[dict]) -> None:
     answer = client.post("/api/v1/reports", json={"reports": batch})
     assert answer.status_code == 202, answer.get_json()
@@ -291,12 +300,15 @@ def test_the_scheduler_back_fills_right_after_an_add(make_app):
     assert supports(app, ADDED[:3]) == reference(app.config["LDP_DB"], ADDED[:3])
 
 
-# Values no ingest stores (each is refused by the wire check), put behind the store's back as a
-# damaged line could be: the back-fill leaves each out, with a warning, and counts the others.
-DAMAGED = ['{"home": {"a": 1.5, "b": 2, "y": 3}, "dark_mode": true}', '{"home": {"a": "7", "b": 2, "y": 3}}',
-           '{"home": {"a": true, "b": 2, "y": 3}}', '{"home": {"a": 0, "b": 2, "y": 3}}', '{"home": 5}',
-           '{"home": {"a": 99999999999999999999, "b": 2, "y": 3}}', '{"home": {"a": 1, "b": 2, "y": 8}}',
-           '{"home": {"a": 1, "b": 2}}']
+# Numeric forms no ingest stores (:mod:`ldp_telemetry.aggregator.store.wire`: the flag that the report
+# carries "home", then its a, b and y, each a little-endian int64), put behind the store's back: a
+# field out of its range (a from 1, y below g = 8 at epsilon 2), one not read (-1), and a form of
+# another size. The back-fill leaves each out, with a warning, and counts the others.
+def _wire(*numbers: int) -> bytes:
+    return b"".join(n.to_bytes(8, "little", signed=True) for n in numbers)
+
+
+DAMAGED = [_wire(1, 0, 2, 3), _wire(1, 1, 2, 8), _wire(1, -1, 2, 3), _wire(1, 1, 2), b""]
 
 
 def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_counted(clocked, caplog):
@@ -307,13 +319,14 @@ def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_coun
     expected = reference(location, ADDED[:5])
     (end,), = sql(location, "SELECT DISTINCT window_end FROM reports")
 
-    def insert(prefix: str, values: list[str]) -> None:
-        for i, v in enumerate(values):
-            sql(location, 'INSERT INTO reports (id, schema, version, "window", window_end, "values") VALUES '
-                          f"('{prefix}{i:030d}', 'homes', 1, '2026-11-21T11', {end}, '{v}')")
+    def insert(prefix: str, wires: list[bytes]) -> None:
+        for i, wire in enumerate(wires):
+            blob = f"'\\x{wire.hex()}'::bytea" if location.startswith("postgresql://") else f"X'{wire.hex()}'"
+            sql(location, 'INSERT INTO reports (id, schema, version, "window", window_end, "values", wire) VALUES '
+                          f"""('{prefix}{i:030d}', 'homes', 1, '2026-11-21T11', {end}, '{{"home": {{}}}}', {blob})""")
 
-    # Some stored before the chunk is read (read as columns by the database), some stored in its
-    # range between the read and the apply (decoded by counting, text that is no JSON too).
+    # Some stored before the chunk is read (read a page at a time), some stored in its range between
+    # the read and the apply (read by id, as rows).
     insert("0", DAMAGED)
     assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:5]}, headers=ADMIN).status_code == 202
     store = store_of(app)
@@ -321,7 +334,7 @@ def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_coun
     counting = counting_of(app)
     chunk = store.run_tx("backfill_read", lambda tx: backfill.read_chunk(tx, counting, schema, version, batch, 10_000),
                          write=False)
-    insert("1", [*DAMAGED, "{not json"])
+    insert("1", DAMAGED)
     with caplog.at_level("WARNING"):
         assert store.run_tx("backfill_apply", lambda tx: backfill.apply_chunk(tx, counting, chunk))
     assert sum("cannot be counted" in r.getMessage() for r in caplog.records) == 2
@@ -334,10 +347,7 @@ def test_a_process_that_never_read_the_schema_back_fills_what_another_added(make
     # the schema when counting first asks for it, which must happen before the back-fill's
     # transaction (on SQLite a transaction inside another fails).
     location = new_db()
-    first = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
-    client = first.test_client()
-    publish(client, SCHEMA)
-    post(client, reports(random.Random(11), 60, "2026-11-21T11"))
+    first, client = app_with_reports(make_app, location, random.Random(11), 60)
     settle(first)
     assert client.post(URL, json={"attribute": "home", "candidates": ADDED[:4]}, headers=ADMIN).status_code == 202
     fresh = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
@@ -351,3 +361,22 @@ def test_a_transaction_inside_another_is_refused_as_a_bug(make_app):
     with pytest.raises(RuntimeError, match="inside transaction 'outer'"):
         store.run_tx("outer", lambda tx: store.run_tx("inner", lambda inner: None))
     assert read(store, "filling") == []  # the door opens again
+
+
+def test_reports_stored_before_their_numeric_form_are_packed_by_the_migration_and_back_filled(make_app, new_db):
+    location = new_db()
+    app, _ = app_with_reports(make_app, location, random.Random(17), 80)
+    packed_at_ingest = dict(sql(location, "SELECT id, wire FROM reports"))
+    expected = reference(location, ADDED[:4])
+    store_of(app).close()
+    # The database as the release before left it: no numeric form, its migration not applied.
+    postgres = location.startswith("postgresql://")
+    sql(location, "ALTER TABLE reports DROP COLUMN wire")
+    sql(location, "DELETE FROM migrations WHERE name = 'm008_wire'" if postgres
+        else "DELETE FROM _sqlite_migrations WHERE name = 'm009_wire'")
+
+    again = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
+    assert dict(sql(location, "SELECT id, wire FROM reports")) == packed_at_ingest
+    answer = again.test_client().post(URL, json={"attribute": "home", "candidates": ADDED[:4]}, headers=ADMIN)
+    assert answer.status_code == 202 and backfill.backfill(again) == 1
+    assert supports(again, ADDED[:4]) == expected

@@ -45,7 +45,7 @@ def write_segment(db: str, name: str, reports: list[dict], tail: str = "") -> Pa
     folder = Path(db + "-inbox")
     folder.mkdir(exist_ok=True)
     rows = [ReportRow(r["id"], r["schema"], r["version"], r["window"],
-                      int(window_end(r["window"], SCHEMA.window).timestamp()), _compact_json(r["values"]))
+                      int(window_end(r["window"], SCHEMA.window).timestamp()), _compact_json(r["values"]), b"")
             for r in reports]
     path = folder / (name + inbox.SUFFIX)
     path.write_text("".join(inbox._line(row) for row in rows) + tail)

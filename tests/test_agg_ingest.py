@@ -88,7 +88,7 @@ def test_raw_reports_keep_only_the_window(app, client):
     with sqlite3.connect(app.config["LDP_DB"]) as conn:  # the file itself: what is physically stored
         columns = [row[1] for row in conn.execute("PRAGMA table_info(reports)")]
         dump = "\n".join(conn.iterdump())
-    assert columns == ["id", "schema", "version", "window", "window_end", "values"]
+    assert columns == ["id", "schema", "version", "window", "window_end", "values", "wire"]
     assert "203.0.113.9" not in dump and "secret-agent" not in dump
 
 

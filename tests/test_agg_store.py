@@ -142,24 +142,40 @@ def test_pages_follow_each_other_to_exactly_the_whole(app, client):
     assert [e["window"] for e in pages] == [YESTERDAY] * 5 + [TODAY] * 5 + [ROLLUP] * 5
 
 
+# A string attribute (it has a columnar form) beside one without, under split "sample": some reports
+# carry it, some do not.
+STRINGS = {"name": "homes", "version": 1, "epsilon": 2.0, "split": "sample", "attributes": [
+    {"name": "os", "type": "categorical", "categories": ["linux", "macos"]},
+    {"name": "home", "type": "string", "candidates": ["a.org", "b.org"]}]}
+
+
 def test_stored_reports_are_read_a_page_at_a_time_in_id_order_for_one_schema_version(app, client):
-    sent = reports(7)
+    publish(client, STRINGS)
+    sent = [randomize(STRINGS, {"os": "linux", "home": "a.org"}, window=TODAY) for _ in range(7)]
     assert client.post("/api/v1/reports", json={"reports": sent}).status_code == 202
     store = store_of(app)
     settle(app)
-    ids = sorted(r["id"] for r in sent)
+    schema = app.extensions["ldp"]["catalog"].lookup("homes", 1)
+    by_id = {r["id"]: r["values"].get("home") for r in sent}
+    ids = sorted(by_id)
     lasts, after = [], ""
     while True:
-        columns, count, last, _ = read(store, "wire_columns", "app-usage", 1, "os", (), after, 3)
-        assert count <= 3 and columns.carried.shape == (count,) and columns.carried.all()
+        columns, count, last, _ = read(store, "wire_columns", schema, "home", after, 3)
+        assert count <= 3 and columns.carried.shape == (count,)
         if not count:
             break
+        page = ids[len(lasts) * 3:len(lasts) * 3 + count]
+        # Each report's columns are its own wire value's, in id order; 0 where it does not carry it.
+        assert list(columns.carried) == [by_id[i] is not None for i in page]
+        assert [[int(columns.fields[f][j]) for f in "aby"] for j in range(count)] == [
+            [by_id[i][f] for f in "aby"] if by_id[i] else [0, 0, 0] for i in page]
+        assert columns.windows == (TODAY,) and set(columns.window) == {0}
         lasts.append(last)
         after = last
     assert lasts == [ids[2], ids[5], ids[6]]  # pages of 3 in id order: every report once
-    assert read(store, "wire_columns", "app-usage", 1, "os", (), "", 10, through=ids[3])[1] == 4
-    assert read(store, "wire_columns", "app-usage", 2, "os", (), "", 10)[1] == 0
-    assert read(store, "wire_columns", "other", 1, "os", (), "", 10)[1] == 0
+    assert read(store, "wire_columns", schema, "home", "", 10, through=ids[3])[1] == 4
+    other = parse_schema({**STRINGS, "version": 2})
+    assert read(store, "wire_columns", other, "home", "", 10)[1] == 0
 
 
 @pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=100001", "limit"), ("limit=ten", "limit"),
@@ -350,7 +366,7 @@ def test_the_reports_of_one_request_are_not_stored_together_in_postgresql(app, c
         columns = [c for (c,) in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
                                               "table_schema = current_schema() AND table_name = 'reports' "
                                               "ORDER BY ordinal_position")]
-        assert columns == ["id", "schema", "version", "window", "window_end", "values"]  # no serial, no time
+        assert columns == ["id", "schema", "version", "window", "window_end", "values", "wire"]  # no serial, no time
         conn.execute("SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off")
         physical = [origin[i] for (i,) in conn.execute('SELECT id FROM reports')]
     assert sorted(physical) == sorted(origin.values())

@@ -24,7 +24,7 @@ from ..catalog import Catalog
 from ..errors import ApiError, detail, refuse_unknown
 from ..retention import kept_cutoff, retention_cutoff
 from .writer import ReportWriter
-from ..store import ReportRow, first_of_each_id
+from ..store import Layout, ReportRow, first_of_each_id, layout
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
@@ -115,10 +115,18 @@ def parse_batch(body: dict[str, Any], catalog: Catalog, policy: WindowPolicy, ma
 
 
 def report_rows(reports: Sequence[Report], window_ends: Sequence[int]) -> list[ReportRow]:
-    """The valid ``reports`` as the store keeps them, each id once (the first of an id repeated in
-    the batch wins)."""
-    return first_of_each_id(ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values))
-                            for r, end in zip(reports, window_ends))
+    """The valid ``reports`` as the store keeps them (their values as JSON and packed: read once,
+    here), each id once (the first of an id repeated in the batch wins)."""
+    layouts: dict[tuple[str, int], Layout] = {}  # a batch names few schema versions
+
+    def packed(report: Report) -> bytes:
+        key = (report.schema.name, report.schema.version)
+        if key not in layouts:
+            layouts[key] = layout(report.schema)
+        return layouts[key].pack(report.values)
+
+    return first_of_each_id(ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values),
+                                      packed(r)) for r, end in zip(reports, window_ends))
 
 
 def store_batch(writer: ReportWriter, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:

@@ -10,10 +10,8 @@ per attribute however many categories it has (DESIGN.md, "Storage").
 (:mod:`.writer`) inside the transaction that stores the reports it counts, and by the back-fill
 (:mod:`..questions.backfill`). So counting is one step with one input (stored report rows) and one
 output (:class:`Increments`), and the store itself never runs mechanism math nor decodes a report.
-The back-fill's bulk read is the one place the database extracts wire fields, those counting names
-(:meth:`Counting.columns`), as numbers it does not interpret (:class:`WireColumns`): counting
-checks and counts them (:meth:`Counting.backfill_columns`), and decodes any rows it is given into
-the same columns.
+The back-fill of candidates reads reports' numeric form (:mod:`..store.wire`, packed once at
+ingest), never their JSON: counting checks and counts those columns (:meth:`Counting.backfill_columns`).
 """
 
 from __future__ import annotations
@@ -29,8 +27,8 @@ import numpy as np
 
 from ...shared import breakdowns as shared_breakdowns
 from ...shared.schema import Attribute, Schema
-from ..store import (BATCH_N_PREFIX, NOT_READ, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known,
-                     ReportRow, StoredBreakdown, TotalRow, WireColumns)
+from ..store import (BATCH_N_PREFIX, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known, ReportRow,
+                     StoredBreakdown, TotalRow, WireColumns, layout, wire_columns)
 
 log = logging.getLogger(__name__)
 
@@ -60,33 +58,35 @@ class Counting:
         self._schemas = schemas
 
     def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
-        """``rows`` less those that cannot be counted (a damaged line of a dead process's inbox
-        segment: values that are no JSON object, a schema that is not published, an attribute the
-        schema does not have or a wire value its mechanism refuses), each left out with a
-        warning, so one damaged line never stops the others. Rows ingest validated always count;
-        each distinct wire text is checked once."""
+        """``rows`` read back from a file (a dead process's inbox segment), each checked and packed
+        (:mod:`..store.wire`), less those that cannot be counted (a damaged line: values that are
+        no JSON object, a schema that is not published, an attribute the schema does not have or
+        a wire value its mechanism refuses), each left out with a warning, so one damaged line
+        never stops the others. Each distinct wire text is checked once."""
         kept = []
-        verdicts: dict[tuple[str, int, str], bool] = {}
+        packed: dict[tuple[str, int, str], bytes | None] = {}
         for row in rows:
             key = (row.schema, row.version, row.values)
-            if key not in verdicts:
-                verdicts[key] = self._countable(*key)
-            if verdicts[key]:
-                kept.append(row)
+            if key not in packed:
+                packed[key] = self._packed(*key)
+            wire = packed[key]
+            if wire is not None:
+                kept.append(row._replace(wire=wire))
             else:
                 log.warning("left out a stored report that cannot be counted (schema %r version %s)",
                             row.schema[:64], row.version)
         return kept
 
-    def _countable(self, name: str, version: int, values: str) -> bool:
+    def _packed(self, name: str, version: int, values: str) -> bytes | None:
+        """The stored numeric form of countable values, else None."""
         decoded, schema = _decode(values), self._schemas(name, version)
         if decoded is None or schema is None:
-            return False
+            return None
         for attribute_name, reported in decoded.items():
             attribute = schema.by_name.get(attribute_name)
             if attribute is None or not _checks(attribute, reported):
-                return False
-        return True
+                return None
+        return layout(schema).pack(decoded)
 
     def __call__(self, rows: Sequence[ReportRow], known: Mapping[tuple[str, int], Known] | None = None
                  ) -> Increments:
@@ -141,29 +141,18 @@ class Counting:
         """What ``rows`` (of one schema version) add to the supports of ``batch``'s candidates alone,
         and to the number of reports the batch was counted over (key :data:`BATCH_N_PREFIX` and its
         number: a batch's rollup ``n`` is the attribute's less the reports it missed, known when it
-        is complete): :meth:`backfill_columns` of their wire values decoded here, each checked whole
-        (:meth:`Mechanism.check`; one that fails reads as damaged). For a breakdown: what they add
-        to its sums (which count their own reports), per window."""
+        is complete): :meth:`backfill_columns` of their numeric form (:mod:`..store.wire`, packed at
+        ingest). For a breakdown: what they add to its sums (which count their own reports), per
+        window, from their values decoded here."""
         if not rows:
             return Increments()
         if isinstance(batch, StoredBreakdown):
             return self._breakdown_backfill(rows, batch)
-        attribute = self.schema(rows[0].schema, rows[0].version).by_name[batch.attribute]
-        fields = attribute.mech.columns(attribute)
-        windows: dict[str, int] = {}
-        window, carried, read = [], [], []
-        for row, decoded in zip(rows, _decode_all([r.values for r in rows])):
-            window.append(windows.setdefault(row.window, len(windows)))
-            reported = None if decoded is None else decoded.get(attribute.name)
-            carried.append(decoded is None or attribute.name in decoded)
-            read.append([NOT_READ] * len(fields) if reported is None or not _checks(attribute, reported)
-                        else [reported[f] for f in fields])
-        ends = {r.window: r.window_end for r in rows}
-        columns = np.array(read, dtype=np.int64).reshape(len(rows), len(fields))
-        return self.backfill_columns(WireColumns(
-            rows[0].schema, rows[0].version, tuple(windows), tuple(ends[w] for w in windows),
-            np.array(window, dtype=np.int64), np.array(carried, dtype=bool),
-            {f: columns[:, i] for i, f in enumerate(fields)}), batch)
+        schema = self.schema(rows[0].schema, rows[0].version)
+        read = wire_columns(schema, batch.attribute, {r.window: r.window_end for r in rows},
+                            np.array([r.window_end for r in rows], dtype=np.int64),
+                            layout(schema).matrix(r.wire for r in rows))
+        return self.backfill_columns(read, batch)
 
     def _breakdown_backfill(self, rows: Sequence[ReportRow], breakdown: StoredBreakdown) -> Increments:
         """What ``rows`` (of one schema version, stored) add to ``breakdown``'s sums, per window;
@@ -182,12 +171,6 @@ class Counting:
                         schema.name[:64], schema.version)
         return Increments(breakdowns=[s for window, values in windows.items()
                                       for s in breakdown_sums(schema, [breakdown], window, values)])
-
-    def columns(self, schema: str, version: int, attribute: str) -> tuple[str, ...]:
-        """The integer fields of ``attribute``'s wire values that its mechanism counts from (the
-        back-fill reads them alone)."""
-        found = self.schema(schema, version).by_name[attribute]
-        return found.mech.columns(found)
 
     def backfill_columns(self, read: WireColumns, batch: CandidateBatch) -> Increments:
         """:meth:`backfill` of reports read as columns: those whose attribute holds no valid value

@@ -441,7 +441,8 @@ def _parse(data: bytes, path: Path) -> list[ReportRow]:
         fields = line.split("\t")
         try:
             report_id, schema, version, window, window_end, values = fields
-            rows.append(ReportRow(report_id, schema, int(version), window, int(window_end), values))
+            # Packed when folded, once the line is checked (Counting.countable).
+            rows.append(ReportRow(report_id, schema, int(version), window, int(window_end), values, b""))
         except ValueError:
             log.warning("skipping a damaged line in the inbox segment %s", path)
     return rows

@@ -7,8 +7,8 @@ stored reports with ids up to it count for it, and ingest counts a report for it
 id is at most the watermark (:meth:`..ingest.counting.Counting.__call__`). The back-fill moves the
 watermark forward over the stored reports, a chunk at a time:
 
-1. read the next chunk after the watermark, in id order, as columns of the wire fields counting
-   needs (a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`); a
+1. read the next chunk after the watermark, in id order, as columns of the reports' numeric form
+   (:mod:`..store.wire`; a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`); a
    breakdown reads two attributes of each report, so its chunk is read as report rows and counted
    by :meth:`Counting.backfill`, as the late rows of any batch are;
 2. in one short transaction, with the schema version's row locked against ingest's counting: if
@@ -95,7 +95,7 @@ def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, 
 def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,
                reports: int) -> BackfillChunk | None:
     """The next chunk of ``batch``'s back-fill, read (for candidates as :class:`WireColumns` of the
-    fields counting names; for a breakdown, which reads two attributes, as report rows) and counted;
+    attribute's numeric form; for a breakdown, which reads two attributes, as report rows) and counted;
     None if the batch is complete or gone."""
     target = tx.batch(schema, version, batch)
     if target is None or target.watermark is None:
@@ -105,8 +105,7 @@ def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int
         return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
                              " ".join(r.id for r in rows), counting.backfill(rows, target),
                              {r.window: r.window_end for r in rows}, dict(Counter(r.window for r in rows)))
-    read, count, last, ids = tx.wire_columns(schema, version, target.attribute,
-                                             counting.columns(schema, version, target.attribute), target.watermark,
+    read, count, last, ids = tx.wire_columns(counting.schema(schema, version), target.attribute, target.watermark,
                                              reports)
     per_window = np.bincount(read.window, minlength=len(read.windows))
     return BackfillChunk(schema, version, target, last if count == reports else None, ids,

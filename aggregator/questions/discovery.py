@@ -84,16 +84,15 @@ def discover_in(app: Flask, schema: Schema, *, rng: np.random.Generator | None =
 def _stored_columns(store: Store, schema: Schema, attribute: Attribute, start: str, budget: int
                     ) -> Iterator[WireColumns]:
     """Pages of the schema version's stored reports, as ``attribute``'s wire fields (the store's
-    columnar read: the database extracts them), in id order from ``start`` on, wrapping round to
+    columnar read of their numeric form), in id order from ``start`` on, wrapping round to
     those before it, at most ``budget`` reports in all. Ids are random tokens, so a random
     ``start`` makes the reports read, when not all of them, a sample that no id a client chose can
     favour."""
-    fields = attribute.mech.columns(attribute)
     for after, through in ((start, None), ("", start)):
         while budget > 0:
             asked = min(PAGE, budget)
             read, count, last, _ = store.run_tx("discovery_read", lambda tx: tx.wire_columns(
-                schema.name, schema.version, attribute.name, fields, after, asked, through), write=False)
+                schema, attribute.name, after, asked, through), write=False)
             if count and last is not None:
                 budget, after = budget - count, last
                 yield read

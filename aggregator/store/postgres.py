@@ -56,6 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
+import numpy as np
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import IsolationLevel
@@ -66,7 +67,8 @@ from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
-from .rows import CROWD_COUNTS, NOT_READ, Increments, ReportRow
+from .rows import CROWD_COUNTS, Increments, ReportRow
+from .wire import Layout
 
 if TYPE_CHECKING:
     from .store import Store
@@ -91,9 +93,9 @@ _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 _INSERT_NEW_REPORTS = """
     WITH new AS (
-        INSERT INTO reports (id, schema, version, "window", window_end, "values")
-        SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bigint[], %s::text[])
-            AS r(id, schema, version, "window", window_end, "values") ORDER BY id COLLATE "C"
+        INSERT INTO reports (id, schema, version, "window", window_end, "values", wire)
+        SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bigint[], %s::text[], %s::bytea[])
+            AS r(id, schema, version, "window", window_end, "values", wire) ORDER BY id COLLATE "C"
         ON CONFLICT (id) DO NOTHING RETURNING id),
     noted AS (INSERT INTO unsettled (id) SELECT id FROM new)  -- rewritten by the next settle
     SELECT id FROM new"""
@@ -139,15 +141,12 @@ def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 class PostgresTx(Tx):
     """PostgreSQL's statements: row locks for what SQLite's write lock holds, arrays for many rows,
-    its JSON functions. Its ingest stores only reports it validated (no inbox to recover), so
-    every stored value is a JSON object: one that were not would fail the read (no JSON) or read
-    as not carrying the attribute (no object), never be counted."""
+    a page of reports' numeric form joined into one value by the database."""
 
     param = "%s"
     share_lock = " FOR SHARE"
     update_lock = " FOR UPDATE"
     new_mark = "nextval('dirty_marks')"
-    aggregate = "string_agg"
     # Two nodes starting at once each find no key: the second waits here, then finds the first's.
     keys_lock = "LOCK TABLE ohttp_keys IN SHARE ROW EXCLUSIVE MODE"
 
@@ -170,23 +169,16 @@ class PostgresTx(Tx):
         if windows:
             self.conn.execute(_MARK_DIRTY, _columns(windows, 3))
 
-    def json_source(self, attribute: str) -> tuple[str, list[Any]]:
-        # The attribute's value, taken once a report rather than from the values for each field.
-        return f'"values"::jsonb -> {self.param}::text', [attribute]
-
-    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
-        return "CASE WHEN v IS NULL THEN 0 ELSE 1 END", []
-
-    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
-        # jsonb_typeof says "number" for 1.5 too: an integer is a number of scale 0 (jsonb keeps 1.0's
-        # scale), within 64 bits. Read as numeric, not matched as text: a quarter of the read's time.
-        p = self.param
-        number = f"(v -> {p}::text)::numeric"
-        return (f"coalesce(CASE WHEN jsonb_typeof(v -> {p}::text) = 'number' AND scale({number}) = 0 "
-                f"AND abs({number}) < 1e18 THEN {number}::bigint END, {NOT_READ})", [field] * 4)
-
-    def joined(self, columns: Sequence[str]) -> str:
-        return f"concat_ws(' ', {', '.join(columns)})"
+    def wire_read(self, source: str, params: Sequence[Any], layout: Layout
+                  ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
+        # One row for the whole page: the database joins the ids into one text and the window ends
+        # (int8send: big-endian) and the wires into bytes (a wire of another size reads as damaged).
+        count, last, ids, ends, wires = self.conn.execute(
+            "SELECT count(*), max(id), string_agg(id, ' '), string_agg(int8send(window_end), ''::bytea), "
+            f"string_agg(CASE WHEN length(wire) = %s THEN wire ELSE %s END, ''::bytea) FROM (SELECT id, window_end, wire "
+            f"{source}) AS r", [layout.size, layout.damaged(), *params]).fetchone()
+        return (count, last, ids or "", np.frombuffer(ends or b"", dtype=">i8").astype(np.int64),
+                layout.joined(wires or b""))
 
     def rewrite_unsettled(self, after: str) -> list[str]:
         """One chunk of settling: up to :data:`SETTLE_CHUNK` unsettled ids after ``after``, their
@@ -303,9 +295,12 @@ class PostgresBackend:
                 conn.execute("CREATE TABLE IF NOT EXISTS migrations (name text PRIMARY KEY, "
                              "applied_at timestamptz NOT NULL DEFAULT now())")
                 applied = {name for (name,) in conn.execute("SELECT name FROM migrations")}
-                for name, sql in MIGRATIONS:
+                for name, migration in MIGRATIONS:
                     if name not in applied:
-                        conn.execute(sql)
+                        if callable(migration):
+                            migration(conn)
+                        else:
+                            conn.execute(migration)
                         conn.execute("INSERT INTO migrations (name) VALUES (%s)", (name,))
 
     def pending_migrations(self) -> bool:

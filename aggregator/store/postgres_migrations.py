@@ -11,12 +11,37 @@ they are still in the order of their requests until settling rewrites them (``un
 
 from __future__ import annotations
 
+import json
+from typing import Any, Callable
+
+import psycopg
+
+from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP
+from .wire import PACK_CHUNK, layout, packed_rows
 
 REPORT_PARTITIONS = 64
 
+
+def _pack_stored_reports(conn: psycopg.Connection[Any]) -> None:
+    """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
+    the reports stored before, a chunk at a time, of the schema versions that have such a form."""
+    conn.execute("ALTER TABLE reports ADD COLUMN wire bytea NOT NULL DEFAULT ''::bytea")
+    for name, version, definition in conn.execute("SELECT name, version, definition FROM schemas").fetchall():
+        if not layout(parse_schema(json.loads(definition))).width:
+            continue
+        after = ""
+        while rows := conn.execute('SELECT id, "values" FROM reports WHERE id > %s AND schema = %s AND version = %s '
+                                   "ORDER BY id LIMIT %s", (after, name, version, PACK_CHUNK)).fetchall():
+            wires, ids = zip(*packed_rows(definition, rows))
+            conn.execute("UPDATE reports SET wire = u.wire FROM unnest(%s::bytea[], %s::text[]) AS u(wire, id) "
+                         "WHERE reports.id = u.id", (list(wires), list(ids)))
+            after = rows[-1][0]
+
+
 _KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'
-MIGRATIONS: tuple[tuple[str, str], ...] = (
+# Each a statement, or a function given the migrating connection.
+MIGRATIONS: tuple[tuple[str, str | Callable[[psycopg.Connection[Any]], None]], ...] = (
     ("m001_initial", f"""
         CREATE TABLE schemas (name text COLLATE "C" NOT NULL, version integer NOT NULL, definition text NOT NULL,
             published_at text NOT NULL, PRIMARY KEY (name, version));
@@ -100,4 +125,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, '{ROLLUP}', 0, count(*)
             FROM reports GROUP BY schema, version;
     """),
+    ("m008_wire", _pack_stored_reports),
 )

@@ -2,7 +2,8 @@
 from (DESIGN.md, "Storage"):
 
 - schemas: name, version, the derived definition;
-- reports: the randomised reports as received (id unique), with their window's end for retention;
+- reports: the randomised reports as received (id unique), with their window's end for retention
+  and their values' numeric form (:mod:`.wire`);
 - totals: ``n`` once per (schema, version, window, attribute);
 - counters: per (schema, version, window, attribute, value) the amount counting adds
   (:mod:`..ingest.counting`: hits for shares; Σ and Σ² for numeric means), only where it is not zero;
@@ -46,6 +47,7 @@ class ReportRow(NamedTuple):
     window: str
     window_end: int  # Unix seconds: retention drops the report once this is past
     values: str  # JSON
+    wire: bytes  # the numeric form the back-fill reads (:mod:`.wire`); b"" until packed
 
 
 def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
@@ -195,9 +197,8 @@ NOT_READ = -1
 class WireColumns(NamedTuple):
     """Stored reports of one schema version with an attribute's wire values as integer columns (what
     the back-fill counts, without a Python object per report): per report the index of its window
-    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or its values are
-    damaged: no JSON object), and each field counting reads (:meth:`..ingest.counting.Counting.columns`), or
-    :data:`NOT_READ`."""
+    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or is damaged), and
+    each field of the attribute's columnar form (:meth:`Mechanism.columns`), or :data:`NOT_READ`."""
 
     schema: str
     version: int

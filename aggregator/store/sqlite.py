@@ -33,14 +33,14 @@ if TYPE_CHECKING:
 
 # SQLite's limit on bound variables is 32766; a multi-row INSERT binds 6 per report.
 _CHUNK = 500
-_REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values")'  # ReportRow's fields
+_REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values", wire)'  # ReportRow's fields
 
 
 @lru_cache(maxsize=8)
 def _insert_new_reports_sql(rows: int) -> str:
     """Insert ``rows`` reports, skipping stored ids, and return the ids actually inserted."""
     return (f"INSERT OR IGNORE INTO reports {_REPORT_COLUMNS} VALUES "
-            + ",".join(["(?, ?, ?, ?, ?, ?)"] * rows) + " RETURNING id")
+            + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows) + " RETURNING id")
 
 
 class SQLiteTx(Tx):

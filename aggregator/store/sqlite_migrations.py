@@ -14,6 +14,7 @@ from sqlite_utils import Database, Migrations
 
 from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP, window_end
+from .wire import PACK_CHUNK, layout, packed_rows
 
 MIGRATIONS = Migrations("ldp-telemetry-aggregator")
 
@@ -180,3 +181,18 @@ def m008_relay(db: Database) -> None:
                     '0, count(*) FROM reports GROUP BY schema, version, "window"')
     db.conn.execute('INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, ?, 0, '
                     "count(*) FROM reports GROUP BY schema, version", (ROLLUP,))
+
+
+@MIGRATIONS()
+def m009_wire(db: Database) -> None:
+    """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
+    the reports stored before, a chunk at a time, of the schema versions that have such a form."""
+    db.conn.execute("ALTER TABLE reports ADD COLUMN wire BLOB NOT NULL DEFAULT x''")
+    for name, version, definition in db.conn.execute("SELECT name, version, definition FROM schemas").fetchall():
+        if not layout(parse_schema(json.loads(definition))).width:
+            continue
+        after = ""
+        while rows := db.conn.execute('SELECT id, "values" FROM reports WHERE id > ? AND schema = ? AND version = ? '
+                                      "ORDER BY id LIMIT ?", (after, name, version, PACK_CHUNK)).fetchall():
+            db.conn.executemany("UPDATE reports SET wire = ? WHERE id = ?", packed_rows(definition, rows))
+            after = rows[-1][0]

@@ -3,7 +3,7 @@
 A :class:`Tx` wraps the connection of one transaction that :meth:`.store.Store.run_tx` opened, and
 its methods are the statements the aggregator runs, each written once with ``param``, the
 driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg). What differs between the databases
-(inserting many rows at once, the JSON functions, locking clauses) is a class attribute or a
+(inserting many rows at once, reading a page of reports' numeric form, locking clauses) is a class attribute or a
 method that :class:`.sqlite.SQLiteTx` and :class:`.postgres.PostgresTx` give. A transaction
 never commits, retries or translates errors itself: the door (``run_tx``) does.
 
@@ -19,10 +19,12 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
+from ...shared.schema import Schema
 from ...shared.windows import ROLLUP
-from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch,
+from .rows import (BATCH_N_PREFIX, Activity, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch,
                    CandidateRow, CrowdRow, EstimateRow, EstimatesQuery, Increments, Known, ReportRow, Retention, Stale,
                    StoredBreakdown, StoredKey, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
+from .wire import Layout, layout, wire_columns
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills", "breakdowns",
           "breakdown_counters", "breakdown_estimates", "crowds", "ohttp_keys")
@@ -48,7 +50,6 @@ class Tx:
     update_lock: ClassVar[str] = ""  # what holds a row read until commit against share_lock readers too
     new_mark: ClassVar[str] = "random()"  # a dirty mark never used before
     keys_lock: ClassVar[str | None] = None  # what keeps the keys from changing until commit (SQLite's write lock does)
-    aggregate: ClassVar[str] = "group_concat"  # joins a column's texts, with a separator
 
     def __init__(self, conn: Any):
         self.conn = conn
@@ -74,28 +75,6 @@ class Tx:
         """Add ``increments`` (summed, in key order: :func:`.rollup.with_rollup`) to the counters and
         mark their windows dirty with a fresh mark."""
         raise NotImplementedError
-
-    def json_source(self, attribute: str) -> tuple[str, list[Any]]:
-        """SQL and its parameters: what of a report's values the JSON functions below take (as
-        ``v``): here the values, if they are JSON."""
-        return 'CASE WHEN json_valid("values") THEN "values" END', []
-
-    def json_carried(self, attribute: str) -> tuple[str, list[Any]]:
-        """SQL (on ``v``) and its parameters: 1 if the values hold ``attribute`` or are no JSON
-        (damaged), else 0."""
-        return f"CASE WHEN v IS NULL OR json_type(v, {self.param}) IS NOT NULL THEN 1 ELSE 0 END", [
-            f'$."{attribute}"']
-
-    def json_integer(self, attribute: str, field: str) -> tuple[str, list[Any]]:
-        """SQL (on ``v``) and its parameters: the integer ``field`` of ``attribute``'s value, or
-        :data:`NOT_READ` if absent or not a JSON integer (one beyond 64 bits saturates: out of any range)."""
-        path = f'$."{attribute}"."{field}"'
-        return (f"coalesce(CASE WHEN json_type(v, {self.param}) = 'integer' THEN CAST(v ->> {self.param} AS INTEGER) "
-                f"END, {NOT_READ})", [path, path])
-
-    def joined(self, columns: Sequence[str]) -> str:
-        """SQL joining the numbers ``columns`` into one text, separated by spaces."""
-        return " || ' ' || ".join(columns)
 
     # -- schemas -------------------------------------------------------------------------------
 
@@ -585,36 +564,31 @@ class Tx:
     def move_watermark(self, batch: int, through: str) -> None:
         self.conn.execute(f"UPDATE backfills SET watermark = {self.param} WHERE batch = {self.param}", (through, batch))
 
-    def wire_columns(self, schema: str, version: int, attribute: str, fields: Sequence[str], after: str,
-                     limit: int, through: str | None = None) -> tuple[WireColumns, int, str | None, str]:
+    def wire_columns(self, schema: Schema, attribute: str, after: str, limit: int, through: str | None = None
+                     ) -> tuple[WireColumns, int, str | None, str]:
         """The stored reports of a schema version after the id ``after`` (and at most ``through``), in
-        id order, at most ``limit``, as ``attribute``'s ``fields`` (:class:`WireColumns`), with how
-        many were read, the last id and every id read (separated by spaces): a job reads the
-        retained reports a page at a time, never all at once, and never as a Python object per
-        report. The database extracts the fields and joins each report's into one text for all
-        (its JSON functions run in C; one text of numbers is one numpy parse)."""
+        id order, at most ``limit``, as ``attribute``'s columns (:class:`WireColumns`, from their
+        numeric form: :mod:`.wire`), with how many were read, the last id and every id read
+        (separated by spaces): a job reads the retained reports a page at a time, never all at
+        once, and never as a Python object per report it keeps."""
         p = self.param
-        carried, carried_params = self.json_carried(attribute)
-        extracted = [self.json_integer(attribute, f) for f in fields]
-        source, source_params = self.json_source(attribute)
-        numbers = self.joined(["window_end", carried, *(sql for sql, _ in extracted)])
         bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
-        params = [*carried_params, *(v for _, ps in extracted for v in ps), *source_params, after, *bound_params,
-                  schema, version, limit]
-        count, last, ids, text = self.conn.execute(
-            f"SELECT count(*), max(id), {self.aggregate}(id, ' '), {self.aggregate}(n, ' ') FROM ("
-            f"SELECT id, {numbers} AS n FROM (SELECT id, window_end, {source} AS v FROM reports "
-            f"WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}) AS r) AS c",
-            params).fetchone()
+        count, last, ids, ends, matrix = self.wire_read(
+            f"FROM reports WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}",
+            [after, *bound_params, schema.name, schema.version, limit], layout(schema))
         windows = self._all(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
-                            f"AND schema = {p} AND version = {p} ORDER BY window_end",
-                            (after, last, schema, version)) if count else []
-        table = np.fromstring(text or "", dtype=np.int64, sep=" ").reshape(count, 2 + len(fields))
-        ends = np.array([end for _, end in windows], dtype=np.int64)
-        read = WireColumns(schema, version, tuple(w for w, _ in windows), tuple(int(e) for e in ends),
-                           np.searchsorted(ends, table[:, 0]), table[:, 1] == 1,
-                           {f: table[:, 2 + i] for i, f in enumerate(fields)})
-        return read, count, last, ids or ""
+                            f"AND schema = {p} AND version = {p}",
+                            (after, last, schema.name, schema.version)) if count else []
+        return wire_columns(schema, attribute, dict(windows), ends, matrix), count, last, ids
+
+    def wire_read(self, source: str, params: Sequence[Any], layout: Layout
+                  ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
+        """The reports ``source`` (SQL from ``FROM``, and its ``params``) selects: how many, the
+        last id, their ids (separated by spaces), their window ends and their ``wire`` as a matrix."""
+        rows = self._all(f"SELECT id, window_end, wire {source}", params)
+        ends = np.array([end for _, end, _ in rows], dtype=np.int64)
+        return (len(rows), rows[-1][0] if rows else None, " ".join(i for i, _, _ in rows), ends,
+                layout.matrix(w for _, _, w in rows))
 
     def count_in_range(self, schema: str, version: int, after: str, through: str | None, cutoff: float) -> int:
         """Stored reports of a schema version with id in (``after``, ``through``] and a window after ``cutoff``."""
@@ -626,7 +600,7 @@ class Tx:
         ``limit``: a breakdown's back-fill reads two attributes of each, so it reads them whole."""
         p = self.param
         return [ReportRow._make(r) for r in self._all(
-            f'SELECT id, schema, version, "window", window_end, "values" FROM reports '
+            f'SELECT id, schema, version, "window", window_end, "values", wire FROM reports '
             f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))]
 
     def rows_in_range_except(self, schema: str, version: int, after: str, through: str | None,
@@ -635,7 +609,7 @@ class Tx:
         sql, params = self._range(schema, version, after, through)
         late = [i for (i,) in self._all(f"SELECT id {sql}", params) if i not in read]
         return [ReportRow._make(r) for start in range(0, len(late), IN_CHUNK) for r in self._all(
-            f'SELECT id, schema, version, "window", window_end, "values" FROM reports WHERE id IN '
+            f'SELECT id, schema, version, "window", window_end, "values", wire FROM reports WHERE id IN '
             f"({self._in(late[start:start + IN_CHUNK])})", late[start:start + IN_CHUNK])]
 
     def _range(self, schema: str, version: int, after: str, through: str | None) -> tuple[str, list[Any]]:
