@@ -9,7 +9,8 @@ per attribute however many categories it has (DESIGN.md, "Storage").
 :class:`Counting` is built once per app (``create_app``) and called by the writer
 (:mod:`.writer`) inside the transaction that stores the reports it counts, and by the back-fill
 (:mod:`..questions.backfill`). So counting is one step with one input (stored report rows) and one
-output (:class:`Increments`), and the store itself never runs mechanism math nor decodes a report.
+output (:class:`Increments`), and the store itself never runs mechanism math nor decodes a report
+(but once: the migration that packed the reports stored before their numeric form).
 The back-fill of candidates reads reports' numeric form (:mod:`..store.wire`, packed once at
 ingest), never their JSON: counting checks and counts those columns (:meth:`Counting.backfill_columns`).
 """

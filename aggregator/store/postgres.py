@@ -67,6 +67,7 @@ from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .postgres_migrations import MIGRATIONS
 from .rollup import dirty_windows
+from .store import MIGRATION_WAIT
 from .rows import CROWD_COUNTS, Increments, ReportRow
 from .wire import Layout
 
@@ -92,7 +93,7 @@ _BUSY = (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.Seria
 _RETRY = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 # Many rows go as one array parameter a column, for unnest; %b sends the arrays in binary, which
-# psycopg need not quote element by element (over half the time of dumping a back-fill's counters).
+# psycopg need not quote element by element.
 _INSERT_NEW_REPORTS = """
     WITH new AS (
         INSERT INTO reports (id, schema, version, "window", window_end, "values", wire)
@@ -293,6 +294,7 @@ class PostgresBackend:
     def migrate(self) -> None:
         with self._connect() as conn:
             with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = {int(MIGRATION_WAIT * 1000)}")  # another node may be migrating
                 conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATIONS_LOCK,))
                 conn.execute("CREATE TABLE IF NOT EXISTS migrations (name text PRIMARY KEY, "
                              "applied_at timestamptz NOT NULL DEFAULT now())")

@@ -11,32 +11,32 @@ they are still in the order of their requests until settling rewrites them (``un
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import psycopg
 
-from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP
-from .wire import PACK_CHUNK, layout, packed_rows
+from .wire import PACK_CHUNK, pack_stored_reports
 
 REPORT_PARTITIONS = 64
 
 
 def _pack_stored_reports(conn: psycopg.Connection[Any]) -> None:
     """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
-    the reports stored before, a chunk at a time, of the schema versions that have such a form."""
+    the reports stored before."""
     conn.execute("ALTER TABLE reports ADD COLUMN wire bytea NOT NULL DEFAULT ''::bytea")
-    for name, version, definition in conn.execute("SELECT name, version, definition FROM schemas").fetchall():
-        if not layout(parse_schema(json.loads(definition))).width:
-            continue
-        after = ""
-        while rows := conn.execute('SELECT id, "values" FROM reports WHERE id > %s AND schema = %s AND version = %s '
-                                   "ORDER BY id LIMIT %s", (after, name, version, PACK_CHUNK)).fetchall():
-            wires, ids = zip(*packed_rows(definition, rows))
-            conn.execute("UPDATE reports SET wire = u.wire FROM unnest(%s::bytea[], %s::text[]) AS u(wire, id) "
+
+    def update(packed: list[tuple[bytes, str]]) -> None:
+        if packed:
+            wires, ids = zip(*packed)
+            conn.execute("UPDATE reports SET wire = u.wire FROM unnest(%b::bytea[], %b::text[]) AS u(wire, id) "
                          "WHERE reports.id = u.id", (list(wires), list(ids)))
-            after = rows[-1][0]
+
+    pack_stored_reports(
+        conn.execute("SELECT name, version, definition FROM schemas").fetchall(),
+        lambda after: conn.execute('SELECT id, schema, version, "values" FROM reports WHERE id > %s ORDER BY id '
+                                   "LIMIT %s", (after, PACK_CHUNK)).fetchall(),
+        update)
 
 
 _KEY = 'schema text COLLATE "C" NOT NULL, version integer NOT NULL, "window" text COLLATE "C" NOT NULL'

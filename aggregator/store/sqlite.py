@@ -24,6 +24,7 @@ from sqlite_utils import Database as SqliteUtilsDatabase
 from .tx import CROWDS_UPSERT, Tx
 from .errors import StoreError, StoreUnavailable
 from .rollup import dirty_windows
+from .store import MIGRATION_WAIT
 from .rows import CROWD_COUNTS, Increments, ReportRow
 from .sqlite_connection import BUSY_TIMEOUT, Connections, classify
 from .sqlite_migrations import MIGRATIONS
@@ -31,7 +32,7 @@ from .sqlite_migrations import MIGRATIONS
 if TYPE_CHECKING:
     from .store import Store
 
-# SQLite's limit on bound variables is 32766; a multi-row INSERT binds 6 per report.
+# SQLite's limit on bound variables is 32766; a multi-row INSERT binds 7 per report.
 _CHUNK = 500
 _REPORT_COLUMNS = '(id, schema, version, "window", window_end, "values", wire)'  # ReportRow's fields
 
@@ -120,7 +121,7 @@ class SQLiteBackend:
             # A relay's file holds who sent when, by the hour: the aggregator's operator must not keep it.
             raise StoreUnavailable(f"{self.path} is a relay's database (it holds the tables requests and cache): "
                                    "give the aggregator a file of its own")
-        with self.connections.write() as conn:
+        with self.connections.write(MIGRATION_WAIT) as conn:
             MIGRATIONS.apply(SqliteUtilsDatabase(conn, execute_plugins=False))
 
     def pending_migrations(self) -> bool:

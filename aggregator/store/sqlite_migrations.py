@@ -14,7 +14,7 @@ from sqlite_utils import Database, Migrations
 
 from ...shared.schema import parse_schema
 from ...shared.windows import ROLLUP, window_end
-from .wire import PACK_CHUNK, layout, packed_rows
+from .wire import PACK_CHUNK, pack_stored_reports
 
 MIGRATIONS = Migrations("ldp-telemetry-aggregator")
 
@@ -186,13 +186,14 @@ def m008_relay(db: Database) -> None:
 @MIGRATIONS()
 def m009_wire(db: Database) -> None:
     """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
-    the reports stored before, a chunk at a time, of the schema versions that have such a form."""
+    the reports stored before."""
     db.conn.execute("ALTER TABLE reports ADD COLUMN wire BLOB NOT NULL DEFAULT x''")
-    for name, version, definition in db.conn.execute("SELECT name, version, definition FROM schemas").fetchall():
-        if not layout(parse_schema(json.loads(definition))).width:
-            continue
-        after = ""
-        while rows := db.conn.execute('SELECT id, "values" FROM reports WHERE id > ? AND schema = ? AND version = ? '
-                                      "ORDER BY id LIMIT ?", (after, name, version, PACK_CHUNK)).fetchall():
-            db.conn.executemany("UPDATE reports SET wire = ? WHERE id = ?", packed_rows(definition, rows))
-            after = rows[-1][0]
+
+    def update(packed: list[tuple[bytes, str]]) -> None:
+        db.conn.executemany("UPDATE reports SET wire = ? WHERE id = ?", packed)
+
+    pack_stored_reports(
+        db.conn.execute("SELECT name, version, definition FROM schemas").fetchall(),
+        lambda after: db.conn.execute('SELECT id, schema, version, "values" FROM reports WHERE id > ? ORDER BY id '
+                                      "LIMIT ?", (after, PACK_CHUNK)).fetchall(),
+        update)

@@ -27,6 +27,10 @@ from .rows import Expired
 
 T = TypeVar("T")
 
+# How long a starting process waits for another's migration (one that packs the reports stored
+# before takes about a minute per million) before it gives up.
+MIGRATION_WAIT = 1800.0
+
 # Tries of a transaction that the database rolled back for a retry (deadlock, serialization).
 TRIES = 3
 # Rows deleted per retention transaction: no lock is held long.

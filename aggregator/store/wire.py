@@ -5,9 +5,8 @@ counting at ingest and a breakdown's back-fill decode) and, beside them, ``wire`
 fields of its attributes that have a columnar form (:meth:`Mechanism.columns`: a string
 attribute's ``a``, ``b``, ``y`` and, when it discovers, ``level``), packed once at ingest from the
 validated values. So a back-fill of new candidates over a million stored reports reads bytes the
-database hands over as they are and numpy views as a matrix, where extracting the same fields from
-JSON text cost PostgreSQL 2 to 3.5 s per 250,000 reports (0.13 s as bytes; measured on a 2-core
-machine, 2026-11-28).
+database hands over as they are and numpy views as a matrix, instead of having the database
+extract the same fields from each report's JSON text, which cost it many times more.
 
 The layout is a schema version's, fixed at publication: for each attribute with columns, in the
 schema's order, a flag (1: the report carries the attribute, 0: not, under ``split: "sample"``)
@@ -21,16 +20,20 @@ from __future__ import annotations
 
 import json
 import struct
+import logging
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from ...shared.schema import Schema, parse_schema
 from .rows import NOT_READ, WireColumns
 
+log = logging.getLogger(__name__)
+
 _INT64 = np.dtype("<i8")
+# Stored reports the migration that added ``wire`` packs per statement.
+PACK_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,9 @@ class Layout:
         """The bytes of one report's ``wire``."""
         return self.width * _INT64.itemsize
 
-    def pack(self, values: Mapping[str, Any]) -> bytes:
-        """The ``wire`` of a report with these (validated) values."""
+    def pack(self, values: Mapping[str, Any], damaged: Iterable[str] = ()) -> bytes:
+        """The ``wire`` of a report with these (validated) values; the attributes ``damaged`` names
+        read as carried with every field :data:`NOT_READ`, which no field's range allows."""
         if not self.width:
             return b""
         packed = [0] * self.width
@@ -59,14 +63,15 @@ class Layout:
             reported = values.get(name)
             if reported is not None:
                 packed[at] = 1
-                packed[at + 1:at + 1 + len(fields)] = [reported.get(f, 0) for f in fields]
+                packed[at + 1:at + 1 + len(fields)] = [reported[f] for f in fields]
+        for name in damaged:
+            at, fields = self.places[name]
+            packed[at:at + 1 + len(fields)] = [1] + [NOT_READ] * len(fields)
         return self._format.pack(*packed)
 
     def damaged(self) -> bytes:
         """The ``wire`` a report reads as when its own is not of this layout's size."""
-        packed = np.full(self.width, NOT_READ, dtype=_INT64)
-        packed[[at for at, _ in self.places.values()]] = 1
-        return packed.tobytes()
+        return self.pack({}, damaged=self.places)
 
     def matrix(self, wires: Iterable[bytes]) -> np.ndarray:
         """Reports' ``wire`` as one matrix, a row each (one of another size reads as damaged)."""
@@ -84,9 +89,8 @@ class Layout:
         return matrix[:, at] != 0, {f: matrix[:, at + 1 + i] for i, f in enumerate(fields)}
 
 
-@lru_cache(maxsize=256)
 def layout(schema: Schema) -> Layout:
-    """The layout of ``schema``'s ``wire``."""
+    """The layout of ``schema``'s ``wire`` (a few microseconds: callers keep it for a batch or a page)."""
     places, width = {}, 0
     for attribute in schema.attributes:
         fields = attribute.mech.columns(attribute)
@@ -107,19 +111,51 @@ def wire_columns(schema: Schema, attribute: str, windows: Mapping[str, int], win
                        np.searchsorted(ends, window_ends), carried, fields)
 
 
-# Stored reports a migration packs per statement.
-PACK_CHUNK = 10_000
-
-
-def packed_rows(definition: str, rows: Iterable[tuple[str, str]]) -> list[tuple[bytes, str]]:
-    """``(wire, id)`` of stored reports ``(id, values as JSON)`` of the schema version whose stored
-    definition (JSON) is ``definition``: what the migration that added ``wire`` writes. Values that
-    no longer decode read as damaged, as a wire of another size does."""
-    packing = layout(parse_schema(json.loads(definition)))
-    out = []
-    for report_id, values in rows:
+def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
+                        page: Callable[[str], list[tuple[str, str, int, str]]],
+                        update: Callable[[list[tuple[bytes, str]]], None]) -> None:
+    """What the migration that added ``wire`` does, on either database: pack every stored report of
+    the schema versions with a columnar form (``definitions``: name, version and stored definition
+    of each), one pass in id order over the reports, ``page(after)`` giving the next
+    :data:`PACK_CHUNK` as ``(id, schema, version, values)`` and ``update`` writing ``(wire, id)``.
+    Reports were validated when stored, but each attribute is checked again here: one that fails
+    (a value written behind the store's back) packs as damaged, and so does every attribute of a
+    report whose values are no JSON object. A definition that no longer parses is logged and its reports left unpacked
+    (they read as damaged): a start must not fail for it."""
+    schemas: dict[tuple[str, int], Schema] = {}
+    for name, version, definition in definitions:
         try:
-            out.append((packing.pack(json.loads(values)), report_id))
-        except (ValueError, TypeError, AttributeError, struct.error):
-            out.append((packing.damaged(), report_id))
-    return out
+            schema = parse_schema(json.loads(definition))
+        except ValueError as exc:
+            log.warning("schema %r version %s: its stored definition does not parse (%s); its reports are not "
+                        "packed and the back-fill leaves them out", name, version, exc)
+            continue
+        if layout(schema).width:
+            schemas[(name, version)] = schema
+    layouts = {key: layout(schema) for key, schema in schemas.items()}
+    after = ""
+    while rows := page(after):
+        update([(_checked(schemas[(name, version)], layouts[(name, version)], values), report_id)
+                for report_id, name, version, values in rows if (name, version) in schemas])
+        after = rows[-1][0]
+
+
+def _checked(schema: Schema, packing: Layout, values: str) -> bytes:
+    """The ``wire`` of stored ``values`` (JSON), each attribute with a columnar form checked first:
+    one that fails reads as damaged, as it did when the back-fill read the JSON."""
+    try:
+        decoded = json.loads(values)
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict):
+        return packing.damaged()
+    kept, damaged = {}, []
+    for name in packing.places:
+        if name in decoded:
+            attribute = schema.attribute(name)
+            try:
+                attribute.mech.check(attribute, decoded[name])
+                kept[name] = decoded[name]
+            except ValueError:  # WireError
+                damaged.append(name)
+    return packing.pack(kept, damaged)
