@@ -62,7 +62,9 @@ class Connections:
         if conn is None:
             # isolation_level=None: no implicit transactions; every write opens its own.
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
+            # Processes opening a new file at once race to make it WAL; SQLite answers the loser
+            # busy at once, without its busy handler.
+            _until_not_busy(conn, "PRAGMA journal_mode=WAL", self.busy_timeout)
             # In WAL mode NORMAL already keeps every commit across a crash of the process (kill -9);
             # FULL also syncs each commit to the disk, so it survives a power cut too.
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -107,19 +109,9 @@ class Connections:
         ingest waiting beside a refresh, which takes the lock again every few milliseconds, would
         miss every gap and wait for the whole refresh.
         """
-        deadline = time.monotonic() + timeout
-        pause = _FIRST_PAUSE
         conn.execute("PRAGMA busy_timeout = 0")
         try:
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() >= deadline:
-                        raise
-                time.sleep(pause)
-                pause = min(2 * pause, _MAX_PAUSE)
+            _until_not_busy(conn, "BEGIN IMMEDIATE", timeout)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
@@ -148,3 +140,19 @@ class Connections:
             yield conn
         finally:
             conn.execute("COMMIT")
+
+
+def _until_not_busy(conn: sqlite3.Connection, statement: str, timeout: float) -> None:
+    """Run ``statement``, trying again every few milliseconds while the database is busy, for up
+    to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            conn.execute(statement)
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, _MAX_PAUSE)
