@@ -547,7 +547,8 @@ def test_connections_the_server_ended_are_replaced(app, client):
     location = app.config["LDP_DB"]
     ended = sql(location, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
                 f"'{location.rpartition('application_name=')[2]}' AND pid <> pg_backend_pid()")
-    assert ended and all(ok for (ok,) in ended)
+    # A backend that was exiting already when listed (a connection the app just closed) answers false.
+    assert any(ok for (ok,) in ended)
     # Each ended connection the pool still holds fails one request at most: a busy run may have grown
     # the pool past the one or two connections a quiet one holds, up to its size.
     statuses = []
