@@ -150,8 +150,7 @@ class Counting:
         if isinstance(batch, StoredBreakdown):
             return self._breakdown_backfill(rows, batch)
         schema = self.schema(rows[0].schema, rows[0].version)
-        read = wire_columns(schema, batch.attribute, {r.window: r.window_end for r in rows},
-                            np.array([r.window_end for r in rows], dtype=np.int64),
+        read = wire_columns(schema, batch.attribute, np.array([r.window_end for r in rows], dtype=np.int64),
                             layout(schema).matrix(r.wire for r in rows))
         return self.backfill_columns(read, batch)
 

@@ -576,10 +576,7 @@ class Tx:
         count, last, ids, ends, matrix = self.wire_read(
             f"FROM reports WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}",
             [after, *bound_params, schema.name, schema.version, limit], layout(schema))
-        windows = self._all(f'SELECT DISTINCT "window", window_end FROM reports WHERE id > {p} AND id <= {p} '
-                            f"AND schema = {p} AND version = {p}",
-                            (after, last, schema.name, schema.version)) if count else []
-        return wire_columns(schema, attribute, dict(windows), ends, matrix), count, last, ids
+        return wire_columns(schema, attribute, ends, matrix), count, last, ids
 
     def wire_read(self, source: str, params: Sequence[Any], layout: Layout
                   ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:

@@ -19,14 +19,16 @@ has not (written behind the store's back) reads as damaged: carried, every field
 from __future__ import annotations
 
 import json
-import struct
 import logging
+import struct
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from ...shared.schema import Schema, parse_schema
+from ...shared.windows import window_of
 from .rows import NOT_READ, WireColumns
 
 log = logging.getLogger(__name__)
@@ -41,11 +43,12 @@ class Layout:
     """Where each attribute with columns sits in a schema version's ``wire``: the index of its
     flag, then its fields in order; ``width``: the integers a report holds."""
 
-    width: int
     places: dict[str, tuple[int, tuple[str, ...]]]  # attribute -> (index of its flag, its fields)
+    width: int = field(init=False)
     _format: struct.Struct = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "width", sum(1 + len(fields) for _, fields in self.places.values()))
         object.__setattr__(self, "_format", struct.Struct(f"<{self.width}q"))
 
     @property
@@ -91,23 +94,23 @@ class Layout:
 
 def layout(schema: Schema) -> Layout:
     """The layout of ``schema``'s ``wire`` (a few microseconds: callers keep it for a batch or a page)."""
-    places, width = {}, 0
+    places, at = {}, 0
     for attribute in schema.attributes:
         fields = attribute.mech.columns(attribute)
         if fields:
-            places[attribute.name] = (width, fields)
-            width += 1 + len(fields)
-    return Layout(width, places)
+            places[attribute.name] = (at, fields)
+            at += 1 + len(fields)
+    return Layout(places)
 
 
-def wire_columns(schema: Schema, attribute: str, windows: Mapping[str, int], window_ends: np.ndarray,
-                 matrix: np.ndarray) -> WireColumns:
-    """Reports of ``schema`` as ``attribute``'s columns: ``windows`` maps each of their windows to
-    its end, ``window_ends`` is each report's, ``matrix`` their ``wire`` (:meth:`Layout.matrix`)."""
-    names = sorted(windows, key=windows.__getitem__)
-    ends = np.array([windows[w] for w in names], dtype=np.int64)
+def wire_columns(schema: Schema, attribute: str, window_ends: np.ndarray, matrix: np.ndarray) -> WireColumns:
+    """Reports of ``schema`` as ``attribute``'s columns: ``window_ends`` is each report's window's
+    end (which names the window: the one holding the second before it), ``matrix`` their ``wire``
+    (:meth:`Layout.matrix`)."""
+    ends = np.unique(window_ends)
+    names = tuple(window_of(datetime.fromtimestamp(int(end) - 1, timezone.utc), schema.window) for end in ends)
     carried, fields = layout(schema).columns(matrix, attribute)
-    return WireColumns(schema.name, schema.version, tuple(names), tuple(int(e) for e in ends),
+    return WireColumns(schema.name, schema.version, names, tuple(int(e) for e in ends),
                        np.searchsorted(ends, window_ends), carried, fields)
 
 
