@@ -30,6 +30,7 @@ from .dashboard.pagecache import PageCache
 from . import jobs, ohttp_keys
 from .http import cors, headers, logs
 from .ingest.counting import Counting
+from .ingest.reader import BatchReader
 from .ingest.writer import ReportWriter
 from .metrics import Metrics
 from .store import Store, StoreError, is_postgres, open_store
@@ -105,7 +106,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     for sentence in database.catalog.over(Limit.of(values)):
         log.warning("%s (published under other settings: kept, and served)", sentence)
     app.extensions["ldp"] = {"store": database.store, "catalog": database.catalog, "writer": database.writer,
-                             "metrics": metrics, "pages": PageCache()}
+                             "reader": BatchReader(database.catalog.lookup), "metrics": metrics, "pages": PageCache()}
 
     from .http import api, ops
     from .dashboard import views

@@ -1,4 +1,4 @@
-"""The current app's parts, for code running in a request or a job: store, catalog, writer, clock, metrics."""
+"""The current app's parts, for code running in a request or a job: store, catalog, writer, reader, clock, metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from flask import Flask, current_app
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .ingest.reader import BatchReader
     from .ingest.writer import ReportWriter
     from .metrics import Metrics
     from .store import Store
@@ -26,6 +27,11 @@ def catalog(app: Flask | None = None) -> "Catalog":
 
 def writer(app: Flask | None = None) -> "ReportWriter":
     part: ReportWriter = (app or current_app).extensions["ldp"]["writer"]  # set by create_app
+    return part
+
+
+def reader(app: Flask | None = None) -> "BatchReader":
+    part: BatchReader = (app or current_app).extensions["ldp"]["reader"]  # set by create_app
     return part
 
 

@@ -235,6 +235,14 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
     if not is_number(epsilon) or not 0 < epsilon <= MAX_EPSILON or abs(epsilon - schema.epsilon) > TOLERANCE:
         raise ReportError("epsilon", f"must equal the schema's total epsilon {schema.epsilon}")
     values = obj["values"]
+    check_values(schema, values)
+    return Report(report_id, schema, obj["window"], dict(values))
+
+
+def check_values(schema: Schema, values: Any) -> None:
+    """Raise :class:`ReportError` unless ``values`` (a report's ``values``, decoded) are valid for
+    ``schema``: a JSON object of its attributes, each once (every one under ``split: "equal"``,
+    exactly one under ``"sample"``), each a wire value its mechanism takes."""
     if not isinstance(values, Mapping):
         raise ReportError("values", "must be a JSON object of attribute values")
     for key in values:
@@ -252,7 +260,6 @@ def validate_report(obj: Any, schemas: Schema | SchemaLookup) -> Report:
             schema.by_name[key].mech.check(schema.by_name[key], reported)
         except WireError as exc:
             raise ReportError(f"values.{key}", str(exc)) from None
-    return Report(report_id, schema, obj["window"], dict(values))
 
 
 def _resolve(schemas: Schema | SchemaLookup, name: str, version: int) -> Schema:

@@ -39,13 +39,13 @@ def segments(db: str) -> list[Path]:
 
 def write_segment(db: str, name: str, reports: list[dict], tail: str = "") -> Path:
     """A segment as a process that died would have left it (no lock held on it)."""
-    from ldp_telemetry.aggregator.ingest.batch import _compact_json
+    from ldp_telemetry.aggregator.ingest.batch import stored_json
     from ldp_telemetry.shared.windows import window_end
 
     folder = Path(db + "-inbox")
     folder.mkdir(exist_ok=True)
     rows = [ReportRow(r["id"], r["schema"], r["version"], r["window"],
-                      int(window_end(r["window"], SCHEMA.window).timestamp()), _compact_json(r["values"]), b"")
+                      int(window_end(r["window"], SCHEMA.window).timestamp()), stored_json(r["values"]), b"")
             for r in reports]
     path = folder / (name + inbox.SUFFIX)
     path.write_text("".join(inbox._line(row) for row in rows) + tail)

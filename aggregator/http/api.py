@@ -19,12 +19,12 @@ from ..estimation import breakdowns as breakdown_rows, crowds, readout, refresh
 from ..auth import identified_reader, require_admin, require_reader, require_relay
 from ..catalog import TooManyCells, version_number
 from ..cells import Limit
-from .body import json_object, read_body
+from .body import json_body, json_object, read_body, report_batch
 from . import gateway
 from .headers import cacheable
 from .. import ohttp_keys
 from ..errors import ApiError, detail, refuse_unknown
-from ..ingest.batch import parse_batch, store_batch, window_policy
+from ..ingest.batch import store_batch, window_policy
 from .openapi import openapi_document
 from ..store import EstimateRow
 
@@ -181,16 +181,16 @@ def discover_now(name: str, version: str) -> Response:
 def post_reports() -> tuple[Response, int]:
     metrics = context.metrics()
     try:
-        reports, window_ends = parse_batch(json_object(text_plain=True), context.catalog(), window_policy(current_app),
-                                           current_app.config["LDP_MAX_BATCH"])
+        rows, reports = report_batch(json_body(text_plain=True), context.reader(), context.catalog(),
+                                     window_policy(current_app), current_app.config["LDP_MAX_BATCH"])
     except ApiError as exc:
         metrics.rejected_batches.inc()
         metrics.rejected.inc(len({d["index"] for d in exc.details if "index" in d}))
         raise
-    outcome = store_batch(context.writer(), reports, window_ends)
+    outcome = store_batch(context.writer(), rows, reports)
     metrics.accepted.inc(outcome.accepted)
     metrics.duplicates.inc(outcome.duplicates)
-    metrics.batch_size.observe(len(reports))
+    metrics.batch_size.observe(reports)
     return jsonify({"accepted": outcome.accepted, "duplicates": outcome.duplicates}), 202
 
 

@@ -20,7 +20,11 @@ from typing import Any, NoReturn
 from flask import request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from ..catalog import Catalog
 from ..errors import ApiError, detail
+from ..ingest.batch import WindowPolicy, parse_batch, report_rows
+from ..ingest.reader import BatchReader
+from ..store import ReportRow
 
 
 class _NotJson(ValueError):
@@ -79,15 +83,34 @@ def _plain_utf8() -> bool:
     return request.mimetype_params.get("charset", "utf-8").lower() in ("utf-8", "utf8")
 
 
-def json_object(*, text_plain: bool = False) -> dict[str, Any]:
-    """The request's body as a JSON object, or an :class:`ApiError` (415, 413 or 400).
+def json_object() -> dict[str, Any]:
+    """The request's body as a JSON object, or an :class:`ApiError` (415, 413 or 400)."""
+    return strict_json_object(json_body())
+
+
+def json_body(*, text_plain: bool = False) -> bytes:
+    """The request's body, unread, if its Content-Type says JSON; else an :class:`ApiError` (415),
+    or 413 (:func:`read_body`).
 
     ``text_plain``: also take a UTF-8 ``text/plain`` body, which a page can send without a CORS
     preflight (what a closing page's ``fetch(..., {keepalive: true})`` needs)."""
     if not (request.is_json or (text_plain and _plain_utf8())):
         raise ApiError(415, "Content-Type must be application/json" + (" or text/plain;charset=UTF-8" if text_plain else ""),
                        [detail("Content-Type", f"got {request.content_type or 'none'}"[:100])])
-    return strict_json_object(read_body())
+    return read_body()
+
+
+def report_batch(data: bytes, reader: BatchReader, catalog: Catalog, policy: WindowPolicy, max_batch: int,
+                 ) -> tuple[list[ReportRow], int]:
+    """A ``{"reports": [...]}`` body's reports as stored (each id once) and how many it held: read in
+    one pass when plainly valid (:class:`..ingest.reader.BatchReader`), else by the exact rules, which
+    accept it or raise an :class:`ApiError` (400) naming every fault. A direct post's body, or the
+    content of a request a relay forwarded."""
+    plain = reader.rows(data, policy, max_batch)
+    if plain is not None:
+        return plain
+    reports, window_ends = parse_batch(strict_json_object(data), catalog, policy, max_batch)
+    return report_rows(reports, window_ends), len(reports)
 
 
 def strict_json_object(data: bytes) -> dict[str, Any]:

@@ -39,10 +39,11 @@ from .. import context
 from ..auth import bearer_of, is_relay
 from ..catalog import Catalog
 from ..errors import ApiError
-from ..ingest.batch import WindowPolicy, parse_batch, report_rows, window_policy
+from ..ingest.batch import WindowPolicy, window_policy
+from ..ingest.reader import BatchReader
 from ..ohttp_keys import accepted_keys
 from ..store import ReportRow, first_of_each_id
-from .body import strict_json_object
+from .body import report_batch
 
 PATH = "/api/v1/relay/batches"
 
@@ -65,8 +66,8 @@ class Received:
     refused: Counter[str]
 
 
-def open_request(request: bytes, private_keys: Mapping[int, bytes], catalog: Catalog, policy: WindowPolicy,
-                 max_batch: int, max_body: int) -> tuple[list[ReportRow], int]:
+def open_request(request: bytes, private_keys: Mapping[int, bytes], reader: BatchReader, catalog: Catalog,
+                 policy: WindowPolicy, max_batch: int, max_body: int) -> tuple[list[ReportRow], int]:
     """The reports of one encapsulated request as stored (each id once), and how many it held (an
     id repeated in it is a duplicate, as in a direct post); or :class:`Refused`."""
     try:
@@ -86,19 +87,19 @@ def open_request(request: bytes, private_keys: Mapping[int, bytes], catalog: Cat
     if len(content) > max_body:
         raise Refused("request")
     try:
-        reports, window_ends = parse_batch(strict_json_object(content), catalog, policy, max_batch)
+        rows, reports = report_batch(content, reader, catalog, policy, max_batch)
     except ApiError:
         raise Refused("report") from None
-    if len(reports) != 1:  # two reports in one request would say they come from one device
+    if reports != 1:  # two reports in one request would say they come from one device
         raise Refused("request")
-    return report_rows(reports, window_ends), len(reports)
+    return rows, reports
 
 
 def receive(app: Flask, requests: Iterable[bytes]) -> Received:
     """Open each of a batch's ``requests`` with the keys accepted now, and store the valid reports
     (see the module)."""
     private_keys = {k.key_id: k.private_key for k in accepted_keys(app) if k.private_key is not None}
-    catalog, policy = context.catalog(app), window_policy(app)
+    reader, catalog, policy = context.reader(app), context.catalog(app), window_policy(app)
     max_batch, max_body = app.config["LDP_MAX_BATCH"], app.config["LDP_MAX_BODY"]
     rows: list[ReportRow] = []
     looks: dict[str, tuple[int, int]] = {}
@@ -106,7 +107,7 @@ def receive(app: Flask, requests: Iterable[bytes]) -> Received:
     refused: Counter[str] = Counter()
     for request in requests:
         try:
-            opened, held = open_request(request, private_keys, catalog, policy, max_batch, max_body)
+            opened, held = open_request(request, private_keys, reader, catalog, policy, max_batch, max_body)
         except Refused as exc:
             refused[exc.reason] += 1
             continue

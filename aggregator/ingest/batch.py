@@ -10,11 +10,11 @@ A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
+import msgspec
 from flask import Flask
 
 from ...shared.reports import MAX_BATCH_WINDOWS, Report, ReportError, validate_report
@@ -27,7 +27,12 @@ from .writer import ReportWriter
 from ..store import Layout, ReportRow, first_of_each_id, layout
 
 
-_compact_json = json.JSONEncoder(separators=(",", ":")).encode  # built once: json.dumps rebuilds it per call
+_encode_json = msgspec.json.Encoder().encode
+
+
+def stored_json(values: dict[str, Any]) -> str:
+    """A report's (validated) values as the store keeps them: compact JSON, in the order received."""
+    return _encode_json(values).decode()
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,12 @@ class WindowPolicy:
 
     def check(self, report: Report) -> int:
         """The window's end (Unix seconds); :class:`ReportError` if the window is not accepted."""
-        key = (report.window, report.schema.window)
+        return self.end(report.window, report.schema.window)
+
+    def end(self, window: str, kind: str) -> int:
+        """The end (Unix seconds) of ``window``, a window of ``kind`` (``hour`` or ``day``) whose form
+        is checked; :class:`ReportError` if the window is not accepted."""
+        key = (window, kind)
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = self._verdicts[key] = self._judge(*key)
@@ -125,11 +135,12 @@ def report_rows(reports: Sequence[Report], window_ends: Sequence[int]) -> list[R
             layouts[key] = layout(report.schema)
         return layouts[key].pack(report.values)
 
-    return first_of_each_id(ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, _compact_json(r.values),
+    return first_of_each_id(ReportRow(r.id, r.schema.name, r.schema.version, r.window, end, stored_json(r.values),
                                       packed(r)) for r, end in zip(reports, window_ends))
 
 
-def store_batch(writer: ReportWriter, reports: Sequence[Report], window_ends: Sequence[int]) -> Outcome:
-    """Store the valid ``reports``: each id once, counted if new."""
-    accepted = writer.write(report_rows(reports, window_ends))
-    return Outcome(accepted, len(reports) - accepted)
+def store_batch(writer: ReportWriter, rows: Sequence[ReportRow], reports: int) -> Outcome:
+    """Store the ``rows`` of a batch of ``reports`` valid reports (each id once): counted if new;
+    the others are duplicates."""
+    accepted = writer.write(rows)
+    return Outcome(accepted, reports - accepted)
