@@ -114,7 +114,8 @@ class BufferedWSGI:
             body, length, complete = b"", declared, False
         else:
             try:
-                body = await asyncio.wait_for(read_body(proto, declared is not None, max_body), seconds)
+                async with asyncio.timeout(seconds):  # no task of its own, as wait_for would make
+                    body = await read_body(proto, declared is not None, max_body)
             except asyncio.TimeoutError:
                 _error(proto, cors, 408, f"the request body did not arrive within {seconds:g} s")
                 return

@@ -108,7 +108,10 @@ class BatchReader:
             return None
         if not 0 < len(reports) <= max_batch:
             return None
-        rows, colons, windows = [], 1, set()
+        rows, colons = [], 1
+        # Per window of a schema version: its name and end, shared by its rows (and so the hashes
+        # counting takes of them).
+        windows: dict[tuple[str, int, str], tuple[str, str, int]] = {}
         for report in reports:
             version = self._version(report.schema, report.version)
             if version is None:
@@ -119,13 +122,15 @@ class BatchReader:
             if values is None or not (0 < report.epsilon <= MAX_EPSILON
                                       and abs(report.epsilon - schema.epsilon) <= TOLERANCE):
                 return None
-            try:
-                end = policy.end(report.window, schema.window)
-            except ValueError:  # ReportError, or a window of the wrong form
-                return None
-            windows.add((report.schema, report.version, report.window))
+            key = (report.schema, report.version, report.window)
+            window = windows.get(key)
+            if window is None:
+                try:
+                    window = windows[key] = (schema.name, report.window, policy.end(report.window, schema.window))
+                except ValueError:  # ReportError, or a window of the wrong form
+                    return None
             colons += len(REPORT_FIELDS) + values.colons
-            rows.append(ReportRow(report.id, report.schema, report.version, report.window, end, values.text,
+            rows.append(ReportRow(report.id, window[0], schema.version, window[1], window[2], values.text,
                                   values.wire))
         if body.count(b":") != colons or len(windows) > MAX_BATCH_WINDOWS:
             return None
