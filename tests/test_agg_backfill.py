@@ -12,6 +12,7 @@ import math
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -278,6 +279,31 @@ def test_two_nodes_back_fill_at_once_beside_ingest_and_count_each_report_once(ma
     assert errors == []
     assert read(store_of(nodes[0]), "filling") == []
     assert supports(nodes[1], ADDED) == reference(location, ADDED)
+
+
+def test_a_chunk_whose_watermark_another_back_fill_moved_adds_nothing_and_the_job_reads_on(make_app, new_db):
+    """The job reads a chunk ahead while the one before it is applied (backfill.fill): a chunk read
+    from a watermark that has moved since is dropped whole (None), and the job, reading again from
+    where the watermark is, still counts every report once."""
+    location = new_db()
+    app = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
+    client = app.test_client()
+    publish(client, SCHEMA)
+    post(client, reports(random.Random(5), 300, "2026-11-21T11"))
+    settle(app)  # stored now (SQLite: folded from the inbox), for the back-fill to read
+    assert client.post(URL, json={"attribute": "home", "candidates": ADDED}, headers=ADMIN).status_code == 202
+    store, counting = store_of(app), counting_of(app)
+    (schema, version, batch, _), = read(store, "filling")
+    stale = store.run_tx("backfill_read", lambda tx: backfill.read_chunk(tx, counting, schema, version, batch, 70),
+                         write=False)
+    assert backfill.backfill_chunk(store, counting, schema, version, batch, 70) is False  # another back-fill's chunk
+    before = supports(app, ADDED)
+    assert store.run_tx("backfill_apply", lambda tx: backfill.apply_chunk(tx, counting, stale)) is None
+    assert supports(app, ADDED) == before
+    with ThreadPoolExecutor(1) as applying:
+        assert backfill.fill(store, counting, applying, schema, version, batch, 70, math.inf)
+    assert read(store, "filling") == []
+    assert supports(app, ADDED) == reference(location, ADDED)
 
 
 def test_the_scheduler_back_fills_right_after_an_add(make_app):

@@ -18,7 +18,9 @@ watermark forward over the stored reports, a chunk at a time:
 
 So every retained report is counted for the batch once, by ingest or here, on every node and
 store; several processes may back-fill at once (a chunk whose watermark moved meanwhile is
-dropped). A complete batch is estimated: in each retained window over all its reports, in the
+dropped). The job applies each chunk while it reads and counts the next one from where that apply
+moves the watermark (the database's work beside numpy's, on another core): the next chunk's apply
+finds the watermark there, or is dropped as any chunk is whose watermark moved. A complete batch is estimated: in each retained window over all its reports, in the
 ``all`` rollup over the reports of the windows still retained when it reached them (its ``n`` says
 how many).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -74,49 +77,77 @@ def backfill(app: Flask, seconds: float = BACKFILL_SECONDS) -> int:
     store, counting = context.store(app), context.writer(app).counting
     deadline = time.monotonic() + seconds
     completed = 0
-    for schema, version, batch, size in store.run_tx("filling", lambda tx: tx.filling(), write=False):
-        reports = min(MAX_BACKFILL_REPORTS, max(MIN_BACKFILL_REPORTS, BACKFILL_CELLS // max(1, size)))
-        while not backfill_chunk(store, counting, schema, version, batch, reports):
-            if time.monotonic() >= deadline:
+    with ThreadPoolExecutor(1, thread_name_prefix="ldp-backfill-apply") as applying:
+        for schema, version, batch, size in store.run_tx("filling", lambda tx: tx.filling(), write=False):
+            reports = min(MAX_BACKFILL_REPORTS, max(MIN_BACKFILL_REPORTS, BACKFILL_CELLS // max(1, size)))
+            if not fill(store, counting, applying, schema, version, batch, reports, deadline):
                 return completed
-        completed += 1
+            completed += 1
     return completed
+
+
+def fill(store: Store, counting: Counting, applying: ThreadPoolExecutor, schema: str, version: int, batch: int,
+         reports: int, deadline: float) -> bool:
+    """Back-fill ``batch`` a chunk of at most ``reports`` reports at a time until it is complete (or
+    gone): True; or until ``deadline`` (monotonic seconds) has passed: False. Each chunk is applied
+    in ``applying`` while the next one is read and counted from where that apply moves the
+    watermark; if another back-fill moved it first, the next chunk is read again from where it is."""
+    counting.schema(schema, version)  # looked up before the transactions: it may read the catalog
+    chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
+                         write=False)
+    while chunk is not None:
+        applied = applying.submit(store.run_tx, "backfill_apply", lambda tx, c=chunk: apply_chunk(tx, counting, c))
+        after = chunk.through
+        following = None if after is None else store.run_tx(
+            "backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports, after=after),
+            write=False)
+        outcome = applied.result()
+        if outcome:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        chunk = following if outcome is not None else store.run_tx(
+            "backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports), write=False)
+    return True
 
 
 def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, batch: int, reports: int) -> bool:
     """Count for ``batch`` the next (at most ``reports``) stored reports of the schema version after
-    its watermark, and move the watermark past them: whether the batch is now complete (or gone)."""
+    its watermark, and move the watermark past them, one chunk on its own: whether the batch is now
+    complete (or gone)."""
     counting.schema(schema, version)  # looked up before the transaction: it may read the catalog
     chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
                          write=False)
-    return True if chunk is None else store.run_tx("backfill_apply", lambda tx: apply_chunk(tx, counting, chunk))
+    return True if chunk is None else bool(store.run_tx("backfill_apply", lambda tx: apply_chunk(tx, counting, chunk)))
 
 
 def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,
-               reports: int) -> BackfillChunk | None:
+               reports: int, after: str | None = None) -> BackfillChunk | None:
     """The next chunk of ``batch``'s back-fill, read (for candidates as :class:`WireColumns` of the
     attribute's numeric form; for a breakdown, which reads two attributes, as report rows) and counted;
-    None if the batch is complete or gone."""
+    None if the batch is complete or gone. It starts at the batch's watermark, or at ``after``: where
+    the apply of the chunk before it, still running, moves the watermark."""
     target = tx.batch(schema, version, batch)
     if target is None or target.watermark is None:
         return None
+    start = target.watermark if after is None else after
+    target = target._replace(watermark=start)
     if isinstance(target, StoredBreakdown):
-        rows = tx.report_rows(schema, version, target.watermark, reports)
+        rows = tx.report_rows(schema, version, start, reports)
         return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
                              " ".join(r.id for r in rows), counting.backfill(rows, target),
                              {r.window: r.window_end for r in rows}, dict(Counter(r.window for r in rows)))
-    read, count, last, ids = tx.wire_columns(counting.schema(schema, version), target.attribute, target.watermark,
-                                             reports)
+    read, count, last, ids = tx.wire_columns(counting.schema(schema, version), target.attribute, start, reports)
     per_window = np.bincount(read.window, minlength=len(read.windows))
     return BackfillChunk(schema, version, target, last if count == reports else None, ids,
                          counting.backfill_columns(read, target), dict(zip(read.windows, read.ends)),
                          {w: int(n) for w, n in zip(read.windows, per_window)})
 
 
-def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
+def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool | None:
     """Add what ``chunk`` counts (and the reports stored in its range since it was read; less those
-    of windows retention erased since) and move the batch's watermark past it, unless another
-    back-fill moved it first; whether the batch is complete.
+    of windows retention erased since) and move the batch's watermark past it: whether the batch is
+    complete (or gone); None if another back-fill moved the watermark first (nothing added).
 
     Reports of a window after the cutoff are never deleted (retention, and PostgreSQL's rewrite,
     delete only reports of windows at or before it), so the range holds as many of them as were
@@ -124,8 +155,10 @@ def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool:
     schema, version, batch = chunk.schema, chunk.version, chunk.batch
     tx.lock_schema(schema, version)
     exists, watermark = tx.watermark(batch.batch) if batch.batch is not None else (False, None)
-    if watermark is None or watermark != batch.watermark:  # gone, complete, or moved by another back-fill
-        return not exists or watermark is None
+    if not exists or watermark is None:  # gone, or complete
+        return True
+    if watermark != batch.watermark:  # moved by another back-fill
+        return None
     kept = tx.cutoff(lock=True)
     cutoff = float("-inf") if kept is None else kept
     kept_read = sum(n for w, n in chunk.read.items() if chunk.ends[w] > cutoff)
