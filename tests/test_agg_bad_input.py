@@ -66,6 +66,8 @@ CASES = [
     ("float overflowing to infinity", "POST", R, raw('{"reports": [1e999]}'), 400),
     ("integer of 5000 digits", "POST", R, raw('{"reports": [' + "9" * 5000 + "]}"), 400),
     ("nesting too deep", "POST", R, raw("[" * 200_000 + "]" * 200_000), 400),
+    ("values nested too deep", "POST", R,
+     raw(json.dumps({"reports": [report(values="@")]}).replace('"@"', "[" * 100_000 + "]" * 100_000)), 400),
     ("invalid UTF-8", "POST", R, raw(b'{"reports": ["\xff\xfe"]}'), 400),
     ("top-level list", "POST", R, raw("[]"), 400),
     ("top-level string", "POST", R, raw('"reports"'), 400),

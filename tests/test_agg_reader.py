@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ldp_telemetry.aggregator.errors import ApiError
 from ldp_telemetry.aggregator.http.body import strict_json_object
 from ldp_telemetry.aggregator.ingest.batch import WindowPolicy, parse_batch, report_rows
-from ldp_telemetry.aggregator.ingest.reader import BatchReader
+from ldp_telemetry.aggregator.ingest.reader import VALUES_CACHED_BYTES, BatchReader
 from ldp_telemetry.aggregator.store import layout
 from ldp_telemetry.shared import parse_schema, randomize
 from ldp_telemetry.shared.mechanisms.randomness import HmacStream
@@ -131,6 +131,26 @@ def test_a_key_given_twice_anywhere_is_left_to_the_rules_which_refuse_it(where, 
     with pytest.raises(ApiError) as refused:
         by_the_rules(body.encode())
     assert refused.value.status == 400 and "twice" in refused.value.details[0]["message"]
+
+
+def test_values_nested_past_the_parsers_depth_are_left_to_the_rules_which_refuse_them():
+    body = json.dumps({"reports": [{**reports(EVERY, 1)[0], "values": "@"}]}).replace('"@"', "[" * 5000 + "]" * 5000)
+    assert read(body.encode()) is None
+    with pytest.raises(ApiError) as refused:
+        by_the_rules(body.encode())
+    assert refused.value.status == 400
+
+
+def test_long_values_texts_are_checked_each_time_not_kept():
+    """Values padded with whitespace (a client may send up to LDP_MAX_BODY of it) are read as the
+    rules read them, and never kept: the cache of checked texts holds short ones only."""
+    batch = reports(SAMPLED, 20)
+    body = json.dumps({"reports": batch}).replace('"values": {', '"values": {' + " " * (VALUES_CACHED_BYTES + 1))
+    reader = BatchReader(lookup)
+    assert reader.rows(body.encode(), policy(), 1000) == by_the_rules(body.encode())
+    assert reader._versions[("sampled", 1)]._cached.cache_info().currsize == 0
+    reader.rows(json.dumps({"reports": batch}).encode(), policy(), 1000)
+    assert reader._versions[("sampled", 1)]._cached.cache_info().currsize > 0
 
 
 def test_an_escape_is_left_to_the_rules_which_accept_it():

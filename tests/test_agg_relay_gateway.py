@@ -93,13 +93,16 @@ def bad_requests(config: ohttp.KeyConfig) -> dict[str, list[bytes]]:
     nonzero_padding = padded[:-1] + b"\x01"
     wrong_epsilon = {**reports(1)[0], "epsilon": 3.0}
     future = reports(1, window="2026-11-23")[0]
+    # Values nested past the parser's depth: one request refused, never the batch failing with it.
+    deep = json.dumps({"reports": [{**reports(1)[0], "values": "@"}]}).replace('"@"', "[" * 3000 + "]" * 3000)
     return {
         "key": [request_of(unknown_key, *reports(1)), bytes(other_suite), b"\x00" * 10],
         "decrypt": [bytes(tampered)],
         "request": [request_of(config, message=nonzero_padding), request_of(config, message=b"not binary http"),
                     request_of(config, *reports(2))],  # two reports in one request: one device's, so refused
         "report": [request_of(config, wrong_epsilon), request_of(config, future),
-                   request_of(config, message=ohttp.bhttp_request(b"{not json", 1024))],
+                   request_of(config, message=ohttp.bhttp_request(b"{not json", 1024)),
+                   request_of(config, message=ohttp.bhttp_request(deep.encode(), len(deep) + 64))],
     }
 
 

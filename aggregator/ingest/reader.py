@@ -37,9 +37,12 @@ from ...shared.schema import MAX_EPSILON, MAX_VERSION, Schema
 from ..store import ReportRow, first_of_each_id, layout
 from .batch import WindowPolicy, stored_json
 
-# Distinct values texts of a schema version kept checked: reports of a schema share a few (a string
-# attribute's are all distinct, and pass through).
+# Distinct values texts of a schema version kept checked (reports of a schema share a few), each of
+# at most VALUES_CACHED_BYTES: a longer one (an OUE vector's, a string attribute's, which are all
+# distinct anyway, or one padded with whitespace) is checked each time, so the cache stays small
+# whatever clients send.
 VALUES_CACHE = 4096
+VALUES_CACHED_BYTES = 256
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,13 +79,17 @@ class _Version:
     def __init__(self, schema: Schema):
         self.schema = schema
         self._layout = layout(schema)
-        self.values: Callable[[bytes], _Values | None] = lru_cache(maxsize=VALUES_CACHE)(self._check)
+        self._cached: Callable[[bytes], _Values | None] = lru_cache(maxsize=VALUES_CACHE)(self._check)
+
+    def values(self, raw: bytes) -> _Values | None:
+        """A report's values (their JSON text), checked, as the store keeps them; None if invalid."""
+        return self._cached(raw) if len(raw) <= VALUES_CACHED_BYTES else self._check(raw)
 
     def _check(self, raw: bytes) -> _Values | None:
         try:
             values = _read_any(raw)
             check_values(self.schema, values)
-        except (msgspec.MsgspecError, ValueError):  # ReportError, UnicodeDecodeError
+        except (msgspec.MsgspecError, ValueError, RecursionError):  # ReportError, UnicodeDecodeError, deep nesting
             return None
         text = stored_json(values)
         return _Values(text, self._layout.pack(values), text.count(":"))
@@ -104,7 +111,7 @@ class BatchReader:
             return None
         try:
             reports = _read_body(body).reports
-        except (msgspec.MsgspecError, ValueError):
+        except (msgspec.MsgspecError, ValueError, RecursionError):  # the rules answer each of them with a 400
             return None
         if not 0 < len(reports) <= max_batch:
             return None

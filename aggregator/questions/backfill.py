@@ -98,7 +98,8 @@ def fill(store: Store, counting: Counting, applying: ThreadPoolExecutor, schema:
     while chunk is not None:
         applied = applying.submit(store.run_tx, "backfill_apply", lambda tx, c=chunk: apply_chunk(tx, counting, c))
         after = chunk.through
-        following = None if after is None else store.run_tx(
+        # Nothing read ahead past the deadline: the next run of the job reads it.
+        following = None if after is None or time.monotonic() >= deadline else store.run_tx(
             "backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports, after=after),
             write=False)
         outcome = applied.result()
