@@ -89,8 +89,8 @@ def json_object() -> dict[str, Any]:
 
 
 def json_body(*, text_plain: bool = False) -> bytes:
-    """The request's body, unread, if its Content-Type says JSON; else an :class:`ApiError` (415),
-    or 413 (:func:`read_body`).
+    """The request's body as bytes, not parsed yet, if its Content-Type says JSON; else an
+    :class:`ApiError` (415), or 413 (:func:`read_body`).
 
     ``text_plain``: also take a UTF-8 ``text/plain`` body, which a page can send without a CORS
     preflight (what a closing page's ``fetch(..., {keepalive: true})`` needs)."""

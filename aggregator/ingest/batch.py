@@ -6,6 +6,9 @@ detail per bad index. Then the writer takes the new ones (:class:`.writer.Report
 before the answer, each counted exactly once (by :mod:`.counting`), all of the batch or none; an id
 repeated in the batch, or already stored, is a duplicate and changes no counter.
 A batch names at most :data:`MAX_BATCH_WINDOWS` windows.
+
+These are the exact rules. Most batches are read in one pass by :mod:`.reader` instead, which accepts
+only what these accept and stores what they would; it hands every other body to these.
 """
 
 from __future__ import annotations
