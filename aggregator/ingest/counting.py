@@ -24,9 +24,11 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Callable, Mapping, Sequence
 
+import msgspec
 import numpy as np
 
 from ...shared import breakdowns as shared_breakdowns
+from ...shared.reports import check_values
 from ...shared.schema import Attribute, Schema
 from ..store import (BATCH_N_PREFIX, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known, ReportRow,
                      StoredBreakdown, TotalRow, WireColumns, layout, wire_columns)
@@ -39,6 +41,7 @@ _ALL_BUT_ID = itemgetter(1, 2, 3, 4, 5)  # (schema, version, window, window_end,
 # Distinct wire values in one call from which they are parsed together rather than through the cache.
 BULK_DECODE = 256
 _NOTHING_KNOWN = Known(-1)  # a schema version of which no candidate or breakdown was read
+_read_json = msgspec.json.Decoder().decode
 
 
 @lru_cache(maxsize=DECODED_CACHE)
@@ -60,9 +63,10 @@ class Counting:
 
     def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
         """``rows`` read back from a file (a dead process's inbox segment), each checked and packed
-        (:mod:`..store.wire`), less those that cannot be counted (a damaged line: values that are
-        no JSON object, a schema that is not published, an attribute the schema does not have or
-        a wire value its mechanism refuses), each left out with a warning, so one damaged line
+        (:mod:`..store.wire`), less those that cannot be counted (a damaged line: a schema that is
+        not published, or values the rules refuse, :func:`checked_values`: no JSON object, an
+        attribute the schema does not have, or lacks, a wire value its mechanism refuses), each left
+        out with a warning, so one damaged line
         never stops the others. Each distinct wire text is checked once."""
         kept = []
         packed: dict[tuple[str, int, str], bytes | None] = {}
@@ -80,14 +84,11 @@ class Counting:
 
     def _packed(self, name: str, version: int, values: str) -> bytes | None:
         """The stored numeric form of countable values, else None."""
-        decoded, schema = _decode(values), self._schemas(name, version)
-        if decoded is None or schema is None:
+        schema = self._schemas(name, version)
+        if schema is None:
             return None
-        for attribute_name, reported in decoded.items():
-            attribute = schema.by_name.get(attribute_name)
-            if attribute is None or not _checks(attribute, reported):
-                return None
-        return layout(schema).pack(decoded)
+        decoded = checked_values(schema, values)
+        return None if decoded is None else layout(schema).pack(decoded)
 
     def __call__(self, rows: Sequence[ReportRow], known: Mapping[tuple[str, int], Known] | None = None
                  ) -> Increments:
@@ -248,6 +249,17 @@ def _wire(rows: Sequence[ReportRow]
         for name, reported in (decoded or {}).items():
             wire.setdefault((schema, version, window, name), []).append((reported, count))
     return wire, ends, reports
+
+
+def checked_values(schema: Schema, values: str | bytes) -> dict[str, Any] | None:
+    """A report's values (their JSON text) decoded, if ``schema`` takes them as the rules do
+    (:func:`...shared.reports.check_values`); None if not: a report that cannot be counted."""
+    try:
+        decoded: dict[str, Any] = _read_json(values)
+        check_values(schema, decoded)
+    except (msgspec.MsgspecError, ValueError, RecursionError):  # ReportError, UnicodeDecodeError, deep nesting
+        return None
+    return decoded  # a dict: check_values took it
 
 
 def _checks(attribute: Attribute, reported: Any) -> bool:

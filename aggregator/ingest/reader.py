@@ -7,7 +7,8 @@ with msgspec: each report's envelope is checked as it is parsed (every field the
 the id's form, the version's range, the types), and each report's ``values`` are decoded and
 checked once per distinct text per schema version (most reports of a schema share a few: a boolean
 and a four-category attribute make eight), by the same check as every report
-(:func:`...shared.reports.check_values`), into the form the store takes: their compact JSON
+(:func:`...shared.reports.check_values`, through :func:`.counting.checked_values`, which also checks
+what a dead process's inbox left), into the form the store takes: their compact JSON
 (:func:`.batch.stored_json`) and their packed numeric form (:mod:`..store.wire`).
 
 It answers None for anything else (a body it cannot parse, a report the rules would refuse, a key
@@ -31,11 +32,12 @@ from typing import Annotated, Callable, NamedTuple
 
 import msgspec
 
-from ...shared.reports import ID_RE, MAX_BATCH_WINDOWS, REPORT_FIELDS, check_values
+from ...shared.reports import ID_RE, MAX_BATCH_WINDOWS, REPORT_FIELDS
 from ...shared.checks import TOLERANCE
 from ...shared.schema import MAX_EPSILON, MAX_VERSION, Schema
 from ..store import ReportRow, first_of_each_id, layout
 from .batch import WindowPolicy, stored_json
+from .counting import checked_values
 
 # Distinct values texts of a schema version kept checked (reports of a schema share a few), each of
 # at most VALUES_CACHED_BYTES: a longer one (an OUE vector's, a string attribute's, which are all
@@ -62,7 +64,6 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
 
 assert tuple(_Envelope.__struct_fields__) == REPORT_FIELDS  # the rules' fields, and the count below
 _read_body = msgspec.json.Decoder(_Body).decode
-_read_any = msgspec.json.Decoder().decode
 
 
 class _Values(NamedTuple):
@@ -86,10 +87,8 @@ class _Version:
         return self._cached(raw) if len(raw) <= VALUES_CACHED_BYTES else self._check(raw)
 
     def _check(self, raw: bytes) -> _Values | None:
-        try:
-            values = _read_any(raw)
-            check_values(self.schema, values)
-        except (msgspec.MsgspecError, ValueError, RecursionError):  # ReportError, UnicodeDecodeError, deep nesting
+        values = checked_values(self.schema, raw)
+        if values is None:
             return None
         text = stored_json(values)
         return _Values(text, self._layout.pack(values), text.count(":"))

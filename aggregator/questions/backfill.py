@@ -93,23 +93,20 @@ def fill(store: Store, counting: Counting, applying: ThreadPoolExecutor, schema:
     gone): True; or until ``deadline`` (monotonic seconds) has passed: False. Each chunk is applied
     in ``applying`` while the next one is read and counted from where that apply moves the
     watermark; if another back-fill moved it first, the next chunk is read again from where it is."""
-    counting.schema(schema, version)  # looked up before the transactions: it may read the catalog
-    chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
-                         write=False)
+    def read(after: str | None = None) -> BackfillChunk | None:
+        return _read(store, counting, schema, version, batch, reports, after)
+
+    chunk = read()
     while chunk is not None:
         applied = applying.submit(store.run_tx, "backfill_apply", lambda tx, c=chunk: apply_chunk(tx, counting, c))
-        after = chunk.through
         # Nothing read ahead past the deadline: the next run of the job reads it.
-        following = None if after is None or time.monotonic() >= deadline else store.run_tx(
-            "backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports, after=after),
-            write=False)
+        following = None if chunk.through is None or time.monotonic() >= deadline else read(chunk.through)
         outcome = applied.result()
         if outcome:
             return True
         if time.monotonic() >= deadline:
             return False
-        chunk = following if outcome is not None else store.run_tx(
-            "backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports), write=False)
+        chunk = following if outcome is not None else read()
     return True
 
 
@@ -117,10 +114,16 @@ def backfill_chunk(store: Store, counting: Counting, schema: str, version: int, 
     """Count for ``batch`` the next (at most ``reports``) stored reports of the schema version after
     its watermark, and move the watermark past them, one chunk on its own: whether the batch is now
     complete (or gone)."""
-    counting.schema(schema, version)  # looked up before the transaction: it may read the catalog
-    chunk = store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports),
-                         write=False)
+    chunk = _read(store, counting, schema, version, batch, reports)
     return True if chunk is None else bool(store.run_tx("backfill_apply", lambda tx: apply_chunk(tx, counting, chunk)))
+
+
+def _read(store: Store, counting: Counting, schema: str, version: int, batch: int, reports: int,
+          after: str | None = None) -> BackfillChunk | None:
+    """:func:`read_chunk` in a read-only transaction of its own."""
+    counting.schema(schema, version)  # looked up before the transaction: it may read the catalog
+    return store.run_tx("backfill_read", lambda tx: read_chunk(tx, counting, schema, version, batch, reports, after),
+                        write=False)
 
 
 def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,

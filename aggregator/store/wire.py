@@ -125,7 +125,7 @@ def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
     (a value written behind the store's back) packs as damaged, and so does every attribute of a
     report whose values are no JSON object. A definition that no longer parses is logged and its reports left unpacked
     (they read as damaged): a start must not fail for it."""
-    schemas: dict[tuple[str, int], Schema] = {}
+    packing: dict[tuple[str, int], tuple[Schema, Layout]] = {}
     for name, version, definition in definitions:
         try:
             schema = parse_schema(json.loads(definition))
@@ -134,12 +134,11 @@ def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
                         "packed and the back-fill leaves them out", name, version, exc)
             continue
         if layout(schema).width:
-            schemas[(name, version)] = schema
-    layouts = {key: layout(schema) for key, schema in schemas.items()}
+            packing[(name, version)] = (schema, layout(schema))
     after = ""
     while rows := page(after):
-        update([(_checked(schemas[(name, version)], layouts[(name, version)], values), report_id)
-                for report_id, name, version, values in rows if (name, version) in schemas])
+        update([(_checked(*packing[(name, version)], values), report_id)
+                for report_id, name, version, values in rows if (name, version) in packing])
         after = rows[-1][0]
 
 
