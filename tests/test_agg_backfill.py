@@ -398,8 +398,8 @@ def test_reports_stored_before_their_numeric_form_are_packed_by_the_migration_an
     # The database as the release before left it: no numeric form, its migration not applied.
     postgres = location.startswith("postgresql://")
     sql(location, "ALTER TABLE reports DROP COLUMN wire")
-    sql(location, "DELETE FROM migrations WHERE name = 'm008_wire'" if postgres
-        else "DELETE FROM _sqlite_migrations WHERE name = 'm009_wire'")
+    sql(location, "DELETE FROM migrations WHERE name IN ('m008_wire', 'm009_wire_of_every_attribute')" if postgres
+        else "DELETE FROM _sqlite_migrations WHERE name IN ('m009_wire', 'm010_wire_of_every_attribute')")
 
     again = make_app(LDP_DB=location, LDP_CLOCK=lambda: NOW)
     assert dict(sql(location, "SELECT id, wire FROM reports")) == packed_at_ingest

@@ -142,8 +142,7 @@ def test_pages_follow_each_other_to_exactly_the_whole(app, client):
     assert [e["window"] for e in pages] == [YESTERDAY] * 5 + [TODAY] * 5 + [ROLLUP] * 5
 
 
-# A string attribute (it has a columnar form) beside one without, under split "sample": some reports
-# carry it, some do not.
+# A string attribute beside a category, under split "sample": some reports carry it, some do not.
 STRINGS = {"name": "homes", "version": 1, "epsilon": 2.0, "split": "sample", "attributes": [
     {"name": "os", "type": "categorical", "categories": ["linux", "macos"]},
     {"name": "home", "type": "string", "candidates": ["a.org", "b.org"]}]}

@@ -7,10 +7,10 @@ stored reports with ids up to it count for it, and ingest counts a report for it
 id is at most the watermark (:meth:`..ingest.counting.Counting.__call__`). The back-fill moves the
 watermark forward over the stored reports, a chunk at a time:
 
-1. read the next chunk after the watermark, in id order, as columns of the reports' numeric form
-   (:mod:`..store.wire`; a read-only snapshot: no lock), and count it (:meth:`Counting.backfill_columns`); a
-   breakdown reads two attributes of each report, so its chunk is read as report rows and counted
-   by :meth:`Counting.backfill`, as the late rows of any batch are;
+1. read the next chunk after the watermark, in id order, as the reports' numeric form
+   (:mod:`..store.wire`; a read-only snapshot: no lock), and count it: a batch of candidates, its
+   attribute's columns (:meth:`Counting.backfill_columns`); a breakdown, its two attributes'
+   (:func:`..ingest.counting.breakdown_sums`);
 2. in one short transaction, with the schema version's row locked against ingest's counting: if
    the watermark is still where it was read, add what the chunk counts, and what the reports stored
    in its range since the read count, less those of windows retention erased since, and move the
@@ -28,7 +28,6 @@ how many).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -36,8 +35,8 @@ import numpy as np
 from flask import Flask
 
 from .. import context
-from ..ingest.counting import Counting
-from ..store import CandidateBatch, Increments, ReportRow, Store, StoredBreakdown, Tx, with_rollup
+from ..ingest.counting import Counting, breakdown_sums
+from ..store import CandidateBatch, Increments, ReportRow, Store, StoredBreakdown, Tx, wire_columns, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
@@ -128,8 +127,7 @@ def _read(store: Store, counting: Counting, schema: str, version: int, batch: in
 
 def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int,
                reports: int, after: str | None = None) -> BackfillChunk | None:
-    """The next chunk of ``batch``'s back-fill, read (for candidates as :class:`WireColumns` of the
-    attribute's numeric form; for a breakdown, which reads two attributes, as report rows) and counted;
+    """The next chunk of ``batch``'s back-fill, read as the reports' numeric form and counted;
     None if the batch is complete or gone. It starts at the batch's watermark, or at ``after``: where
     the apply of the chunk before it, still running, moves the watermark."""
     target = tx.batch(schema, version, batch)
@@ -137,16 +135,17 @@ def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int
         return None
     start = target.watermark if after is None else after
     target = target._replace(watermark=start)
+    schema_read = counting.schema(schema, version)
+    count, last, ids, ends, matrix = tx.wire_page(schema_read, start, reports)
     if isinstance(target, StoredBreakdown):
-        rows = tx.report_rows(schema, version, start, reports)
-        return BackfillChunk(schema, version, target, rows[-1].id if len(rows) == reports else None,
-                             " ".join(r.id for r in rows), counting.backfill(rows, target),
-                             {r.window: r.window_end for r in rows}, dict(Counter(r.window for r in rows)))
-    read, count, last, ids = tx.wire_columns(counting.schema(schema, version), target.attribute, start, reports)
+        read = wire_columns(schema_read, target.of, ends, matrix)
+        counted = Increments(breakdowns=breakdown_sums(schema_read, [target], ends, matrix))
+    else:
+        read = wire_columns(schema_read, target.attribute, ends, matrix)
+        counted = counting.backfill_columns(read, target)
     per_window = np.bincount(read.window, minlength=len(read.windows))
-    return BackfillChunk(schema, version, target, last if count == reports else None, ids,
-                         counting.backfill_columns(read, target), dict(zip(read.windows, read.ends)),
-                         {w: int(n) for w, n in zip(read.windows, per_window)})
+    return BackfillChunk(schema, version, target, last if count == reports else None, ids, counted,
+                         dict(zip(read.windows, read.ends)), {w: int(n) for w, n in zip(read.windows, per_window)})
 
 
 def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool | None:

@@ -22,10 +22,8 @@ REPORT_PARTITIONS = 64
 
 
 def _pack_stored_reports(conn: psycopg.Connection[Any]) -> None:
-    """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
-    the reports stored before."""
-    conn.execute("ALTER TABLE reports ADD COLUMN wire bytea NOT NULL DEFAULT ''::bytea")
-
+    """The numeric form of every attribute (first only a string attribute's, for its back-fill),
+    so that counting parses no JSON: every stored report packed again in today's layout."""
     def update(packed: list[tuple[bytes, str]]) -> None:
         if packed:
             wires, ids = zip(*packed)
@@ -125,5 +123,7 @@ MIGRATIONS: tuple[tuple[str, str | Callable[[psycopg.Connection[Any]], None]], .
         INSERT INTO crowds (schema, version, "window", relayed, direct) SELECT schema, version, '{ROLLUP}', 0, count(*)
             FROM reports GROUP BY schema, version;
     """),
-    ("m008_wire", _pack_stored_reports),
+    # Each report's values in a numeric form (.wire), packed by the next migration.
+    ("m008_wire", "ALTER TABLE reports ADD COLUMN wire bytea NOT NULL DEFAULT ''::bytea"),
+    ("m009_wire_of_every_attribute", _pack_stored_reports),
 )

@@ -47,7 +47,7 @@ class ReportRow(NamedTuple):
     window: str
     window_end: int  # Unix seconds: retention drops the report once this is past
     values: str  # JSON
-    wire: bytes  # the numeric form the back-fill reads (:mod:`.wire`); b"" until packed
+    wire: bytes  # the numeric form counting reads (:mod:`.wire`); b"" until packed
 
 
 def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
@@ -190,15 +190,16 @@ class Known:
 BATCH_N_PREFIX = "\x01n:"
 
 
-# What a column of :class:`WireColumns` holds where its field is absent or no integer.
+# A damaged attribute's flag in a report's numeric form (:mod:`.wire`), and its integer fields'.
 NOT_READ = -1
 
 
 class WireColumns(NamedTuple):
     """Stored reports of one schema version with an attribute's wire values as integer columns (what
     the back-fill counts, without a Python object per report): per report the index of its window
-    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or is damaged), and
-    each field of the attribute's columnar form (:meth:`Mechanism.columns`), or :data:`NOT_READ`."""
+    in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or is damaged),
+    whether it carries it intact, and each field of the attribute's numeric form
+    (:meth:`Mechanism.columns`; meaningless where not intact)."""
 
     schema: str
     version: int
@@ -206,6 +207,7 @@ class WireColumns(NamedTuple):
     ends: tuple[int, ...]
     window: np.ndarray
     carried: np.ndarray
+    intact: np.ndarray
     fields: dict[str, np.ndarray]
 
 

@@ -185,10 +185,15 @@ def m008_relay(db: Database) -> None:
 
 @MIGRATIONS()
 def m009_wire(db: Database) -> None:
-    """Each report's values in the numeric form the back-fill reads (:mod:`.wire`), packed here for
-    the reports stored before."""
+    """Each report's values in a numeric form (:mod:`.wire`), packed by the next migration for the
+    reports stored before."""
     db.conn.execute("ALTER TABLE reports ADD COLUMN wire BLOB NOT NULL DEFAULT x''")
 
+
+@MIGRATIONS()
+def m010_wire_of_every_attribute(db: Database) -> None:
+    """The numeric form of every attribute (first only a string attribute's, for its back-fill),
+    so that counting parses no JSON: every stored report packed again in today's layout."""
     def update(packed: list[tuple[bytes, str]]) -> None:
         db.conn.executemany("UPDATE reports SET wire = ? WHERE id = ?", packed)
 

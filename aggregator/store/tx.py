@@ -564,18 +564,24 @@ class Tx:
     def move_watermark(self, batch: int, through: str) -> None:
         self.conn.execute(f"UPDATE backfills SET watermark = {self.param} WHERE batch = {self.param}", (through, batch))
 
-    def wire_columns(self, schema: Schema, attribute: str, after: str, limit: int, through: str | None = None
-                     ) -> tuple[WireColumns, int, str | None, str]:
+    def wire_page(self, schema: Schema, after: str, limit: int, through: str | None = None
+                  ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
         """The stored reports of a schema version after the id ``after`` (and at most ``through``), in
-        id order, at most ``limit``, as ``attribute``'s columns (:class:`WireColumns`, from their
-        numeric form: :mod:`.wire`), with how many were read, the last id and every id read
-        (separated by spaces): a job reads the retained reports a page at a time, never all at
-        once, and never as a Python object per report it keeps."""
+        id order, at most ``limit``, in their numeric form (:mod:`.wire`): how many were read, the
+        last id, every id read (separated by spaces), their window ends and their ``wire`` as a
+        matrix. A job reads the retained reports a page at a time, never all at once, and never as
+        a Python object per report it keeps."""
         p = self.param
         bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
-        count, last, ids, ends, matrix = self.wire_read(
+        return self.wire_read(
             f"FROM reports WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}",
             [after, *bound_params, schema.name, schema.version, limit], layout(schema))
+
+    def wire_columns(self, schema: Schema, attribute: str, after: str, limit: int, through: str | None = None
+                     ) -> tuple[WireColumns, int, str | None, str]:
+        """:meth:`wire_page` as ``attribute``'s columns (:class:`WireColumns`), with how many were
+        read, the last id and every id read."""
+        count, last, ids, ends, matrix = self.wire_page(schema, after, limit, through)
         return wire_columns(schema, attribute, ends, matrix), count, last, ids
 
     def wire_read(self, source: str, params: Sequence[Any], layout: Layout
@@ -591,14 +597,6 @@ class Tx:
         """Stored reports of a schema version with id in (``after``, ``through``] and a window after ``cutoff``."""
         sql, params = self._range(schema, version, after, through)
         return int(self._one(f"SELECT count(*) {sql} AND window_end > {self.param}", [*params, cutoff]))
-
-    def report_rows(self, schema: str, version: int, after: str, limit: int) -> list[ReportRow]:
-        """The stored reports of a schema version after the id ``after``, in id order, at most
-        ``limit``: a breakdown's back-fill reads two attributes of each, so it reads them whole."""
-        p = self.param
-        return [ReportRow._make(r) for r in self._all(
-            f'SELECT id, schema, version, "window", window_end, "values", wire FROM reports '
-            f"WHERE id > {p} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}", (after, schema, version, limit))]
 
     def rows_in_range_except(self, schema: str, version: int, after: str, through: str | None,
                              read: set[str]) -> list[ReportRow]:

@@ -1,19 +1,18 @@
-"""The stored numeric form of a report's values: what the back-fill and discovery read, no JSON.
+"""The stored numeric form of a report's values: what counting, the back-fill and discovery read, no JSON.
 
-A report is stored twice over in one row: its values as received (JSON text, ``values``: what
-counting at ingest and a breakdown's back-fill decode) and, beside them, ``wire``: the integer
-fields of its attributes that have a columnar form (:meth:`Mechanism.columns`: a string
-attribute's ``a``, ``b``, ``y`` and, when it discovers, ``level``), packed once at ingest from the
-validated values. So a back-fill of new candidates over a million stored reports reads bytes the
-database hands over as they are and numpy views as a matrix, instead of having the database
-extract the same fields from each report's JSON text, which cost it many times more.
+A report is stored twice over in one row: its values as received (compact JSON text, ``values``)
+and, beside them, ``wire``: the numeric form of every attribute
+(:meth:`Mechanism.columns`: a string attribute's ``a``, ``b``, ``y`` and, when it discovers,
+``level``; a category's index; an OUE vector's bits packed in words; a mean's number), packed
+once at ingest from the validated values. So counting the reports folded in, back-filling new
+candidates or a breakdown over a million stored reports, and discovery read bytes the database
+hands over as they are and numpy views as a matrix, instead of parsing each report's JSON again.
 
-The layout is a schema version's, fixed at publication: for each attribute with columns, in the
-schema's order, a flag (1: the report carries the attribute, 0: not, under ``split: "sample"``)
-then its fields, each a little-endian signed 64-bit integer. A schema version with no such
-attribute stores an empty ``wire``. Every stored report of a version has its width; a row that
-has not (written behind the store's back) reads as damaged: carried, every field
-:data:`.rows.NOT_READ`, which no field's range allows.
+The layout is a schema version's, fixed at publication: for each attribute, in the schema's order,
+a flag (1: the report carries the attribute, 0: not, under ``split: "sample"``; -1: damaged) then
+its fields, each 8 little-endian bytes, a signed integer or a double (:attr:`Mechanism.column_format`).
+Every stored report of a version has its width; a row that has not (written behind the store's
+back) reads as damaged in every attribute.
 """
 
 from __future__ import annotations
@@ -27,29 +26,46 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from ...shared.schema import Schema, parse_schema
+from ...shared.schema import Attribute, Schema, parse_schema
 from ...shared.windows import window_of
 from .rows import NOT_READ, WireColumns
 
 log = logging.getLogger(__name__)
 
 _INT64 = np.dtype("<i8")
-# Stored reports the migration that added ``wire`` packs per statement.
+_DOUBLE = np.dtype("<f8")
+_CARRIED, _ABSENT, _DAMAGED = 1, 0, NOT_READ  # an attribute's flag
+# Stored reports the migrations that pack ``wire`` pack per statement.
 PACK_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Where each attribute with columns sits in a schema version's ``wire``: the index of its
-    flag, then its fields in order; ``width``: the integers a report holds."""
+class Place:
+    """Where an attribute sits in a report's ``wire``: the index of its flag, then its fields."""
 
-    places: dict[str, tuple[int, tuple[str, ...]]]  # attribute -> (index of its flag, its fields)
+    at: int
+    attribute: Attribute
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each attribute sits in a schema version's ``wire``; ``width``: the numbers a report holds."""
+
+    places: dict[str, Place]
     width: int = field(init=False)
     _format: struct.Struct = field(init=False, repr=False, compare=False)
+    _damaged: list[int | float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "width", sum(1 + len(fields) for _, fields in self.places.values()))
-        object.__setattr__(self, "_format", struct.Struct(f"<{self.width}q"))
+        formats, damaged = [], []
+        for place in self.places.values():
+            kind = place.attribute.mech.column_format
+            formats += ["q"] + [kind] * len(place.fields)
+            damaged += [_DAMAGED] + [NOT_READ if kind == "q" else float("nan")] * len(place.fields)
+        object.__setattr__(self, "width", len(formats))
+        object.__setattr__(self, "_format", struct.Struct("<" + "".join(formats)))
+        object.__setattr__(self, "_damaged", damaged)
 
     @property
     def size(self) -> int:
@@ -58,18 +74,19 @@ class Layout:
 
     def pack(self, values: Mapping[str, Any], damaged: Iterable[str] = ()) -> bytes:
         """The ``wire`` of a report with these (validated) values; the attributes ``damaged`` names
-        read as carried with every field :data:`NOT_READ`, which no field's range allows."""
+        are flagged so (a stored report's that no longer checks)."""
         if not self.width:
             return b""
-        packed = [0] * self.width
-        for name, (at, fields) in self.places.items():
+        packed: list[int | float] = [0] * self.width
+        for name, place in self.places.items():
             reported = values.get(name)
             if reported is not None:
-                packed[at] = 1
-                packed[at + 1:at + 1 + len(fields)] = [reported[f] for f in fields]
+                packed[place.at] = _CARRIED
+                packed[place.at + 1:place.at + 1 + len(place.fields)] = place.attribute.mech.column_values(
+                    place.attribute, reported)
         for name in damaged:
-            at, fields = self.places[name]
-            packed[at:at + 1 + len(fields)] = [1] + [NOT_READ] * len(fields)
+            at, count = self.places[name].at, 1 + len(self.places[name].fields)
+            packed[at:at + count] = self._damaged[at:at + count]
         return self._format.pack(*packed)
 
     def damaged(self) -> bytes:
@@ -85,11 +102,15 @@ class Layout:
         """Reports' ``wire`` of this layout's size, one after another, as one matrix."""
         return np.frombuffer(data, dtype=_INT64).reshape(-1, self.width)
 
-    def columns(self, matrix: np.ndarray, attribute: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def columns(self, matrix: np.ndarray, attribute: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """From a matrix of reports' ``wire`` (:meth:`matrix`), whether each carries ``attribute``
-        (or is damaged), and each of its fields."""
-        at, fields = self.places[attribute]
-        return matrix[:, at] != 0, {f: matrix[:, at + 1 + i] for i, f in enumerate(fields)}
+        (or is damaged), whether it is intact (carried and not damaged), and each of its fields
+        (doubles viewed as such)."""
+        place = self.places[attribute]
+        kind = _DOUBLE if place.attribute.mech.column_format == "d" else _INT64
+        flag = matrix[:, place.at]
+        return flag != _ABSENT, flag == _CARRIED, {
+            f: matrix[:, place.at + 1 + i].view(kind) for i, f in enumerate(place.fields)}
 
 
 def layout(schema: Schema) -> Layout:
@@ -97,9 +118,8 @@ def layout(schema: Schema) -> Layout:
     places, at = {}, 0
     for attribute in schema.attributes:
         fields = attribute.mech.columns(attribute)
-        if fields:
-            places[attribute.name] = (at, fields)
-            at += 1 + len(fields)
+        places[attribute.name] = Place(at, attribute, fields)
+        at += 1 + len(fields)
     return Layout(places)
 
 
@@ -109,17 +129,17 @@ def wire_columns(schema: Schema, attribute: str, window_ends: np.ndarray, matrix
     (:meth:`Layout.matrix`)."""
     ends = np.unique(window_ends)
     names = tuple(window_of(datetime.fromtimestamp(int(end) - 1, timezone.utc), schema.window) for end in ends)
-    carried, fields = layout(schema).columns(matrix, attribute)
+    carried, intact, fields = layout(schema).columns(matrix, attribute)
     return WireColumns(schema.name, schema.version, names, tuple(int(e) for e in ends),
-                       np.searchsorted(ends, window_ends), carried, fields)
+                       np.searchsorted(ends, window_ends), carried, intact, fields)
 
 
 def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
                         page: Callable[[str], list[tuple[str, str, int, str]]],
                         update: Callable[[list[tuple[bytes, str]]], None]) -> None:
-    """What the migration that added ``wire`` does, on either database: pack every stored report of
-    the schema versions with a columnar form (``definitions``: name, version and stored definition
-    of each), one pass in id order over the reports, ``page(after)`` giving the next
+    """What the migrations that pack ``wire`` do, on either database: pack every stored report of
+    the schema versions ``definitions`` gives (name, version and stored definition of each) in the
+    layout of today, one pass in id order over the reports, ``page(after)`` giving the next
     :data:`PACK_CHUNK` as ``(id, schema, version, values)`` and ``update`` writing ``(wire, id)``.
     Reports were validated when stored, but each attribute is checked again here: one that fails
     (a value written behind the store's back) packs as damaged, and so does every attribute of a
@@ -133,8 +153,7 @@ def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
             log.warning("schema %r version %s: its stored definition does not parse (%s); its reports are not "
                         "packed and the back-fill leaves them out", name, version, exc)
             continue
-        if layout(schema).width:
-            packing[(name, version)] = (schema, layout(schema))
+        packing[(name, version)] = (schema, layout(schema))
     after = ""
     while rows := page(after):
         update([(_checked(*packing[(name, version)], values), report_id)
@@ -143,8 +162,8 @@ def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],
 
 
 def _checked(schema: Schema, packing: Layout, values: str) -> bytes:
-    """The ``wire`` of stored ``values`` (JSON), each attribute with a columnar form checked first:
-    one that fails reads as damaged, as it did when the back-fill read the JSON."""
+    """The ``wire`` of stored ``values`` (JSON), each attribute checked first: one that fails is
+    packed as damaged, as it read when counting parsed the JSON."""
     try:
         decoded = json.loads(values)
     except ValueError:

@@ -111,6 +111,12 @@ def span_of(attribute: Target) -> Span:
     return attribute.range
 
 
+def zero_or_one(column: np.ndarray) -> np.ndarray:
+    """Which numbers of a column (a one-bit wire value's) are 0 or 1."""
+    valid: np.ndarray = (column == 0) | (column == 1)
+    return valid
+
+
 def check_epsilon(epsilon: float) -> None:
     """``ValueError`` unless ``epsilon`` is a positive finite number."""
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -194,21 +200,43 @@ class Mechanism(ABC):
         many reports' :meth:`columns` (field -> numpy array), a mask of them (or True for all)."""
         return True
 
-    def columns(self, attribute: Target) -> tuple[str, ...]:
-        """The fields of a wire value, each an integer, that :meth:`tally_columns` counts from (the
-        back-fill reads them alone, as columns); none for a mechanism that has no such form."""
-        return ()
+    # How each field of :meth:`columns` is stored: "q", a signed 64-bit integer; "d", a double.
+    column_format: ClassVar[str] = "q"
 
+    @abstractmethod
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        """The fields of a wire value's numeric form, each a number (:attr:`column_format`): what a
+        report's values are packed into once, at ingest, and what counting, the back-fill and
+        discovery read of a stored report, as columns, instead of parsing its JSON again."""
+
+    @abstractmethod
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        """The fields (:meth:`columns`, in order) of one checked wire value."""
+
+    @abstractmethod
     def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Which reports given as :meth:`columns` (a field absent or no integer reads as -1) hold
-        values :meth:`check` allows for those fields."""
-        raise NotImplementedError(f"{self.name} has no columns")
+        """Which reports given as :meth:`columns` hold values :meth:`check` allows (a stored form
+        written behind the store's back may not)."""
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Many valid reports given as :meth:`columns`, in :meth:`wire_array`'s form. Only where
+        that form is."""
+        raise NotImplementedError(f"{self.name} has no per-report amounts")
 
     def tally_columns(self, attribute: Target, columns: Mapping[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
         """:meth:`tally` of many checked reports given as :meth:`columns`, per run of consecutive
         reports (``groups``: their bounds, from 0 to the number of reports): one row per run, of
-        each :meth:`counter_keys` amount."""
-        raise NotImplementedError(f"{self.name} has no columns")
+        each :meth:`counter_keys` amount. Here the per-report amounts (:meth:`report_amounts`)
+        summed per run, as integers where they are; ``olh`` counts supports its own way."""
+        import numpy as np
+
+        amounts = self.report_amounts(attribute, self.wire_of_columns(attribute, columns))
+        total = np.int64 if amounts.dtype.kind in "iub" else np.float64
+        sums = np.zeros((len(groups) - 1, amounts.shape[1]), dtype=total)
+        for i, (start, end) in enumerate(zip(groups[:-1], groups[1:])):
+            if end > start:
+                sums[i] = amounts[start:end].sum(axis=0, dtype=total)
+        return sums
 
     @abstractmethod
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:

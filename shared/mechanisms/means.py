@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import TOLERANCE
 from ..estimators import Estimate, estimate, z_value
-from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon, span_of
+from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon, span_of, zero_or_one
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
 from .shares import hit_probability
 
@@ -251,10 +251,28 @@ class MeanMechanism(Mechanism):
         half = z_value(confidence) * math.sqrt(max(sample, theory) / n)
         return [(attribute.keys[0], _in_units(attribute, mean, mean - half, mean + half, n))]
 
+    column_format = "d"
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        return ("value",)
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [float(reported)]
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Numbers within :meth:`check`'s bound (NaN is not)."""
+        import numpy as np
+
+        valid: np.ndarray = np.abs(columns["value"]) <= self.bound(attribute.epsilon) * (1 + TOLERANCE)
+        return valid
+
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np
 
         return np.array(reported, dtype=float)
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        return columns["value"]
 
     def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
         """Two columns: the wire value and its square (Σ and Σ²'s amounts)."""
@@ -346,10 +364,26 @@ class Duchi(MeanMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((SUM, 1),) if reported else ()
 
+    column_format = "q"
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        return ("bit",)
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [int(reported)]
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        return zero_or_one(columns["bit"])
+
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np
 
         return np.array(reported, dtype=np.int8)
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        import numpy as np
+
+        return columns["bit"].astype(np.int8)
 
     def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
         """One column, the bit (Σ's amount: the counters keep the number of 1 bits)."""

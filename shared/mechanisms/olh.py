@@ -304,6 +304,9 @@ class OptimalLocalHashing(HitMechanism):
     def columns(self, attribute: Target) -> tuple[str, ...]:
         return tuple(key for key, _, _ in _ranges(attribute))
 
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [reported[key] for key in self.columns(attribute)]
+
     def valid_columns(self, attribute: Target,
                       columns: Mapping[str, np.ndarray]) -> np.ndarray:
         import numpy as np

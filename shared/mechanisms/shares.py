@@ -33,7 +33,7 @@ from itertools import product
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..estimators import Estimate, estimate
-from .base import SHARE, UNIT, Mechanism, Memo, Span, Target, WireError, check_epsilon
+from .base import SHARE, UNIT, Mechanism, Memo, Span, Target, WireError, check_epsilon, zero_or_one
 from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 Share = TypeVar("Share", float, "np.ndarray")
 # OUE vectors are simulated this many devices at a time, to bound memory at d = 1024.
 _CHUNK = 1 << 16
+_WORD_BITS = 64  # an OUE vector's bits per stored word (columns)
 # Coins are little-endian on every machine; array("Q") reads in the machine's order.
 _BIG_ENDIAN_MACHINE = array("Q", [1]).tobytes()[0] != 1
 
@@ -241,10 +242,23 @@ class BinaryRR(ShareMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((attribute.keys[0], 1),) if reported else ()
 
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        return ("bit",)
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [int(reported)]
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        return zero_or_one(columns["bit"])
+
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np
 
         return np.array(reported, dtype=bool)
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        reported: np.ndarray = columns["bit"] != 0
+        return reported
 
     def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
         """One column, ``true``'s indicator: the reported bit (``false``'s is one minus it)."""
@@ -318,6 +332,19 @@ class GeneralisedRR(ShareMechanism):
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((reported, 1),)
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        return ("index",)
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [attribute.index_of[reported]]
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        index: np.ndarray = (columns["index"] >= 0) & (columns["index"] < len(attribute.categories))
+        return index
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        return columns["index"]
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         """The reported categories' indices."""
@@ -405,6 +432,35 @@ class OptimisedUnaryEncoding(ShareMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         categories = attribute.categories
         return ((categories[i], 1) for i, bit in enumerate(reported) if bit)
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        """The vector's bits packed 64 to a word (bit j of the vector is bit j mod 64 of word j // 64),
+        as signed integers: a 1,024-category vector is 16 numbers, not 1,024."""
+        return tuple(f"w{i}" for i in range(-(-len(attribute.categories) // _WORD_BITS)))
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        words = []
+        for start in range(0, len(reported), _WORD_BITS):
+            word = sum(bit << j for j, bit in enumerate(reported[start:start + _WORD_BITS]))
+            words.append(word - (1 << _WORD_BITS) if word >> (_WORD_BITS - 1) else word)
+        return words
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """No bit set past the last category (the words' other bits are the vector's)."""
+        import numpy as np
+
+        d = len(attribute.categories)
+        spare = _WORD_BITS * len(self.columns(attribute)) - d
+        last = columns[f"w{(d - 1) // _WORD_BITS}"].view(np.uint64)
+        valid: np.ndarray = (last >> np.uint64(_WORD_BITS - spare) == 0) if spare else np.ones(len(last), dtype=bool)
+        return valid
+
+    def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        import numpy as np
+
+        words = np.column_stack([columns[f].astype("<i8") for f in self.columns(attribute)])
+        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :len(attribute.categories)]
+        return bits.astype(np.int8)
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         """The reported vectors, one row each."""
