@@ -111,12 +111,6 @@ def span_of(attribute: Target) -> Span:
     return attribute.range
 
 
-def zero_or_one(column: np.ndarray) -> np.ndarray:
-    """Which numbers of a column (a one-bit wire value's) are 0 or 1."""
-    valid: np.ndarray = (column == 0) | (column == 1)
-    return valid
-
-
 def check_epsilon(epsilon: float) -> None:
     """``ValueError`` unless ``epsilon`` is a positive finite number."""
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -321,3 +315,20 @@ class Mechanism(ABC):
     def describe(self, p: float, q: float, d: int, percent: Callable[[float], str], span: Span = UNIT) -> str:
         """One sentence, for people, of what a device does; ``percent`` formats a probability and a
         mean's numbers are stated in the units of ``span``, its attribute's range."""
+
+
+class OneBitColumns:
+    """The numeric form of a one-bit wire value (``rr``'s true or false, ``duchi``'s 0 or 1): one
+    column, the bit. A mixin, before the mechanism's class."""
+
+    column_format = "q"
+
+    def columns(self, attribute: Target) -> tuple[str, ...]:
+        return ("bit",)
+
+    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
+        return [int(reported)]
+
+    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        valid: np.ndarray = (columns["bit"] == 0) | (columns["bit"] == 1)
+        return valid

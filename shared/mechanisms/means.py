@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import TOLERANCE
 from ..estimators import Estimate, estimate, z_value
-from .base import MEAN, UNIT, Mechanism, Span, Target, WireError, check_epsilon, span_of, zero_or_one
+from .base import MEAN, UNIT, Mechanism, OneBitColumns, Span, Target, WireError, check_epsilon, span_of
 from .randomness import SCALE, RandomSource, bernoulli, uniform53
 from .shares import hit_probability
 
@@ -324,7 +324,7 @@ def _pm_bulk(t: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndar
     return np.clip(np.where(inside, left + (c - 1) * u, outside), -c, c)
 
 
-class Duchi(MeanMechanism):
+class Duchi(OneBitColumns, MeanMechanism):
     """Duchi et al.'s one-bit mechanism: bit 1 with probability :math:`\\frac12 + \\frac{t}{2C}`.
     Wire value: JSON integer 0 or 1. One coin per report. The estimate is the shares' Wilson
     estimate of :math:`\\theta = (t + 1)/2`, mapped to the range."""
@@ -363,17 +363,6 @@ class Duchi(MeanMechanism):
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((SUM, 1),) if reported else ()
-
-    column_format = "q"
-
-    def columns(self, attribute: Target) -> tuple[str, ...]:
-        return ("bit",)
-
-    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
-        return [int(reported)]
-
-    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
-        return zero_or_one(columns["bit"])
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np

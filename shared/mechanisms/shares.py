@@ -33,7 +33,7 @@ from itertools import product
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..estimators import Estimate, estimate
-from .base import SHARE, UNIT, Mechanism, Memo, Span, Target, WireError, check_epsilon, zero_or_one
+from .base import SHARE, UNIT, Mechanism, Memo, OneBitColumns, Span, Target, WireError, check_epsilon
 from .randomness import COIN_BYTES, COIN_SHIFT, RandomSource, bernoulli, randbelow, threshold
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ class ShareMechanism(HitMechanism):
     def _wire(self, attribute: Target, value: Any) -> Any:
         """The wire form of a response."""
 
-class BinaryRR(ShareMechanism):
+class BinaryRR(OneBitColumns, ShareMechanism):
     """Binary randomised response (Warner 1965): the true bit with probability ``p``, else its
     negation. Wire value: JSON ``true`` or ``false``. One coin per report."""
 
@@ -241,15 +241,6 @@ class BinaryRR(ShareMechanism):
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((attribute.keys[0], 1),) if reported else ()
-
-    def columns(self, attribute: Target) -> tuple[str, ...]:
-        return ("bit",)
-
-    def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
-        return [int(reported)]
-
-    def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
-        return zero_or_one(columns["bit"])
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
         import numpy as np
