@@ -229,7 +229,9 @@ def pooled(sums: Iterable[BreakdownSums]) -> BreakdownSums:
 
 def count(schema: Schema, breakdown: Breakdown, values: Sequence[Mapping[str, Any]]) -> BreakdownSums:
     """The sums of ``breakdown`` over checked reports' ``values`` (each a report's ``values`` object
-    as it arrived: attribute -> wire value), those that carry both attributes."""
+    as it arrived: attribute -> wire value), those that carry both attributes: the definition from
+    wire values, which the aggregator's count from the stored numeric form must agree with (the
+    tests hold it to that)."""
     of, by = schema.attribute(breakdown.of), schema.attribute(breakdown.by)
     carried = [v for v in values if of.name in v and by.name in v]
     return count_wire(of, by, of.mech.wire_array(of, [v[of.name] for v in carried]),

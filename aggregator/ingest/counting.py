@@ -10,7 +10,8 @@ per attribute however many categories it has (DESIGN.md, "Storage").
 (:mod:`.writer`) inside the transaction that stores the reports it counts, and by the back-fill
 (:mod:`..questions.backfill`). So counting is one step with one input (stored report rows, or
 their numeric form read as columns) and one output (:class:`Increments`), and the store itself
-never runs mechanism math nor decodes a report.
+never runs mechanism math nor decodes a report (but once: the migration that packed the reports
+stored before their numeric form, :func:`..store.wire.pack_stored_reports`).
 
 A report's values are decoded and checked once, at ingest (:mod:`.reader`, or :meth:`Counting.countable`
 for lines read back from a dead process's inbox), and packed into their numeric form
@@ -30,8 +31,8 @@ import numpy as np
 from ...shared import breakdowns as shared_breakdowns
 from ...shared.reports import check_values
 from ...shared.schema import Attribute, Schema
-from ..store import (BATCH_N_PREFIX, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known, ReportRow,
-                     StoredBreakdown, TotalRow, WireColumns, layout, wire_columns)
+from ..store import (BATCH_N_PREFIX, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known, Layout,
+                     NumericPage, ReportRow, StoredBreakdown, TotalRow, WireColumns, layout)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class Counting:
 
     def __init__(self, schemas: Callable[[str, int], Schema | None]):
         self._schemas = schemas
+        # Each schema version's layout, kept with the schema it was made from (published versions
+        # never change): counting one small batch costs no new layout.
+        self._layouts: dict[tuple[str, int], tuple[Schema, Layout]] = {}
 
     def countable(self, rows: Sequence[ReportRow]) -> list[ReportRow]:
         """``rows`` read back from a file (a dead process's inbox segment), each checked and packed
@@ -101,12 +105,12 @@ class Counting:
         sums: list[BreakdownAmountRow] = []
         for (name, version), group in _by_version(rows).items():
             schema = self.schema(name, version)
-            ends, matrix = _numeric(schema, group)
+            page = self._page(schema, group)
             for attribute in schema.attributes:
                 added = complete.get((name, version, attribute.name))
                 if added:
                     attribute = attribute.with_candidates(attribute.candidates + added)
-                read = wire_columns(schema, attribute.name, ends, matrix)
+                read = page.columns(attribute.name)
                 keys = attribute.mech.counter_keys(attribute)
                 for i, n, tallied in self._tallied(read, attribute):
                     key = (name, version, read.windows[i], attribute.name)
@@ -114,7 +118,7 @@ class Counting:
                     amounts += [AmountRow(*key, keys[j], tallied[j].item()) for j in np.flatnonzero(tallied)]
             counted = [b for b in (known or {}).get((name, version), _NOTHING_KNOWN).breakdowns if b.complete]
             if counted:
-                sums += breakdown_sums(schema, counted, ends, matrix)
+                sums += breakdown_sums(page, counted)
         for name, version, watermark, batch in filling:
             amounts += self.backfill([r for r in rows if r.schema == name and r.version == version
                                       and r.id <= watermark], batch).amounts
@@ -133,11 +137,10 @@ class Counting:
         per window. From their numeric form (:mod:`..store.wire`, packed at ingest)."""
         if not rows:
             return Increments()
-        schema = self.schema(rows[0].schema, rows[0].version)
-        ends, matrix = _numeric(schema, rows)
+        page = self._page(self.schema(rows[0].schema, rows[0].version), rows)
         if isinstance(batch, StoredBreakdown):
-            return Increments(breakdowns=breakdown_sums(schema, [batch], ends, matrix))
-        return self.backfill_columns(wire_columns(schema, batch.attribute, ends, matrix), batch)
+            return Increments(breakdowns=breakdown_sums(page, [batch]))
+        return self.backfill_columns(page.columns(batch.attribute), batch)
 
     def backfill_columns(self, read: WireColumns, batch: CandidateBatch) -> Increments:
         """:meth:`backfill` of reports read as columns: those whose attribute holds no valid value
@@ -152,6 +155,16 @@ class Counting:
             amounts.append(AmountRow(*key, f"{BATCH_N_PREFIX}{batch.batch}", n))
         return Increments([], amounts)
 
+    def _page(self, schema: Schema, rows: Sequence[ReportRow]) -> NumericPage:
+        """``rows`` (of ``schema``'s version) in their numeric form."""
+        key = (schema.name, schema.version)
+        kept = self._layouts.get(key)
+        if kept is None or kept[0] is not schema:
+            kept = self._layouts[key] = (schema, layout(schema))
+        packing = kept[1]
+        return NumericPage(schema, np.fromiter((r.window_end for r in rows), dtype=np.int64, count=len(rows)),
+                           packing.matrix(r.wire for r in rows), packing)
+
     def _tallied(self, read: WireColumns, attribute: Attribute) -> Iterator[tuple[int, int, np.ndarray]]:
         """Per window of ``read`` (by its index) where ``attribute`` counts some report: how many it
         counts (its ``n``) and each :meth:`Mechanism.counter_keys` amount. Reports whose attribute
@@ -160,8 +173,11 @@ class Counting:
         mech = attribute.mech
         valid = _valid(read, attribute)
         kept = np.flatnonzero(valid & mech.counted(attribute, read.fields))
-        kept = kept[np.argsort(read.window[kept], kind="stable")]
-        bounds = np.searchsorted(read.window[kept], np.arange(len(read.windows) + 1))
+        if len(read.windows) == 1:  # most pages: nothing to sort
+            bounds = np.array([0, len(kept)])
+        else:
+            kept = kept[np.argsort(read.window[kept], kind="stable")]
+            bounds = np.searchsorted(read.window[kept], np.arange(len(read.windows) + 1))
         tallied = mech.tally_columns(attribute, {f: c[kept] for f, c in read.fields.items()}, bounds)
         for i in range(len(read.windows)):
             if bounds[i + 1] > bounds[i]:
@@ -176,19 +192,17 @@ class Counting:
         return schema
 
 
-def breakdown_sums(schema: Schema, breakdowns: Sequence[StoredBreakdown], window_ends: np.ndarray,
-                   matrix: np.ndarray) -> list[BreakdownAmountRow]:
-    """What reports of ``schema`` (each one's window end, and their numeric form as a matrix:
-    :meth:`..store.Layout.matrix`) add to each of ``breakdowns``' sums, per window: over those that
+def breakdown_sums(page: NumericPage, breakdowns: Sequence[StoredBreakdown]) -> list[BreakdownAmountRow]:
+    """What the reports of ``page`` add to each of ``breakdowns``' sums, per window: over those that
     carry both attributes intact, :func:`...shared.breakdowns.count_wire`, one matrix product a
     breakdown and window."""
-    out = []
+    schema, out = page.schema, []
     for b in breakdowns:
         of, by = schema.attribute(b.of), schema.attribute(b.by)
-        of_read, by_read = (wire_columns(schema, a.name, window_ends, matrix) for a in (of, by))
+        of_read, by_read = page.columns(of.name), page.columns(by.name)
         both = _valid(of_read, of) & _valid(by_read, by)
-        for i, window in enumerate(of_read.windows):
-            kept = np.flatnonzero(both & (of_read.window == i))
+        for i, window in enumerate(page.windows):
+            kept = np.flatnonzero(both & (page.window == i))
             if not len(kept):
                 continue
             sums = shared_breakdowns.count_wire(
@@ -203,7 +217,7 @@ def _valid(read: WireColumns, attribute: Attribute) -> np.ndarray:
     """Which reports of ``read`` carry ``attribute`` intact and valid; those that carry it damaged
     (written behind the store's back) are logged."""
     valid: np.ndarray = read.intact & attribute.mech.valid_columns(attribute, read.fields)
-    damaged = int(read.carried.sum()) - int(valid.sum())
+    damaged = np.count_nonzero(read.carried) - np.count_nonzero(valid)
     if damaged:
         log.warning("left out %d stored reports that cannot be counted (schema %r version %s)", damaged,
                     read.schema[:64], read.version)
@@ -216,12 +230,6 @@ def _by_version(rows: Sequence[ReportRow]) -> dict[tuple[str, int], list[ReportR
     for row in rows:
         out.setdefault((row.schema, row.version), []).append(row)
     return out
-
-
-def _numeric(schema: Schema, rows: Sequence[ReportRow]) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ``schema``'s version as their window ends and their numeric form's matrix."""
-    return (np.fromiter((r.window_end for r in rows), dtype=np.int64, count=len(rows)),
-            layout(schema).matrix(r.wire for r in rows))
 
 
 def checked_values(schema: Schema, values: str | bytes) -> dict[str, Any] | None:

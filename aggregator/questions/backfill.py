@@ -36,7 +36,7 @@ from flask import Flask
 
 from .. import context
 from ..ingest.counting import Counting, breakdown_sums
-from ..store import CandidateBatch, Increments, ReportRow, Store, StoredBreakdown, Tx, wire_columns, with_rollup
+from ..store import CandidateBatch, Increments, NumericPage, ReportRow, Store, StoredBreakdown, Tx, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
@@ -137,15 +137,14 @@ def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int
     target = target._replace(watermark=start)
     schema_read = counting.schema(schema, version)
     count, last, ids, ends, matrix = tx.wire_page(schema_read, start, reports)
+    page = NumericPage(schema_read, ends, matrix)
     if isinstance(target, StoredBreakdown):
-        read = wire_columns(schema_read, target.of, ends, matrix)
-        counted = Increments(breakdowns=breakdown_sums(schema_read, [target], ends, matrix))
+        counted = Increments(breakdowns=breakdown_sums(page, [target]))
     else:
-        read = wire_columns(schema_read, target.attribute, ends, matrix)
-        counted = counting.backfill_columns(read, target)
-    per_window = np.bincount(read.window, minlength=len(read.windows))
+        counted = counting.backfill_columns(page.columns(target.attribute), target)
+    per_window = np.bincount(page.window, minlength=len(page.windows))
     return BackfillChunk(schema, version, target, last if count == reports else None, ids, counted,
-                         dict(zip(read.windows, read.ends)), {w: int(n) for w, n in zip(read.windows, per_window)})
+                         dict(zip(page.windows, page.ends)), {w: int(n) for w, n in zip(page.windows, per_window)})
 
 
 def apply_chunk(tx: Tx, counting: Counting, chunk: BackfillChunk) -> bool | None:

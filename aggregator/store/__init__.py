@@ -25,7 +25,7 @@ from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BreakdownAmoun
                    WireColumns, first_of_each_id)
 from .sqlite import SQLiteBackend
 from .store import Backend, Store
-from .wire import Layout, layout, wire_columns
+from .wire import Layout, NumericPage, layout
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -55,6 +55,6 @@ def open_store(location: str, synchronous: str = "full",
 
 __all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow",
            "BreakdownsQuery", "CandidateBatch", "CandidateRow", "CrowdRow", "StoredBreakdown", "StoredKey",
-           "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "Layout", "ReportRow", "Retention",
-           "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
-           "WireColumns", "first_of_each_id", "is_postgres", "layout", "open_store", "wire_columns", "with_rollup"]
+           "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "Layout", "NumericPage",
+           "ReportRow", "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
+           "WireColumns", "first_of_each_id", "is_postgres", "layout", "open_store", "with_rollup"]

@@ -195,7 +195,7 @@ NOT_READ = -1
 
 
 class WireColumns(NamedTuple):
-    """Stored reports of one schema version with an attribute's wire values as integer columns (what
+    """Stored reports of one schema version with an attribute's wire values as numeric columns (what
     the back-fill counts, without a Python object per report): per report the index of its window
     in ``windows`` (whose ends are ``ends``), whether it carries the attribute (or is damaged),
     whether it carries it intact, and each field of the attribute's numeric form

@@ -24,7 +24,7 @@ from ...shared.windows import ROLLUP
 from .rows import (BATCH_N_PREFIX, Activity, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch,
                    CandidateRow, CrowdRow, EstimateRow, EstimatesQuery, Increments, Known, ReportRow, Retention, Stale,
                    StoredBreakdown, StoredKey, WindowCounters, WireColumns, estimates_by_window, schema_key_ok)
-from .wire import Layout, layout, wire_columns
+from .wire import Layout, NumericPage, layout
 
 TABLES = ("schemas", "reports", "totals", "counters", "dirty", "estimates", "candidates", "backfills", "breakdowns",
           "breakdown_counters", "breakdown_estimates", "crowds", "ohttp_keys")
@@ -582,7 +582,7 @@ class Tx:
         """:meth:`wire_page` as ``attribute``'s columns (:class:`WireColumns`), with how many were
         read, the last id and every id read."""
         count, last, ids, ends, matrix = self.wire_page(schema, after, limit, through)
-        return wire_columns(schema, attribute, ends, matrix), count, last, ids
+        return NumericPage(schema, ends, matrix).columns(attribute), count, last, ids
 
     def wire_read(self, source: str, params: Sequence[Any], layout: Layout
                   ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:

@@ -56,6 +56,7 @@ class Layout:
     width: int = field(init=False)
     _format: struct.Struct = field(init=False, repr=False, compare=False)
     _damaged: list[int | float] = field(init=False, repr=False, compare=False)
+    _damaged_wire: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         formats, damaged = [], []
@@ -66,6 +67,7 @@ class Layout:
         object.__setattr__(self, "width", len(formats))
         object.__setattr__(self, "_format", struct.Struct("<" + "".join(formats)))
         object.__setattr__(self, "_damaged", damaged)
+        object.__setattr__(self, "_damaged_wire", self.damaged())
 
     @property
     def size(self) -> int:
@@ -95,7 +97,7 @@ class Layout:
 
     def matrix(self, wires: Iterable[bytes]) -> np.ndarray:
         """Reports' ``wire`` as one matrix, a row each (one of another size reads as damaged)."""
-        size, damaged = self.size, self.damaged()
+        size, damaged = self.size, self._damaged_wire
         return self.joined(b"".join(w if len(w) == size else damaged for w in wires))
 
     def joined(self, data: bytes) -> np.ndarray:
@@ -123,15 +125,27 @@ def layout(schema: Schema) -> Layout:
     return Layout(places)
 
 
-def wire_columns(schema: Schema, attribute: str, window_ends: np.ndarray, matrix: np.ndarray) -> WireColumns:
-    """Reports of ``schema`` as ``attribute``'s columns: ``window_ends`` is each report's window's
-    end (which names the window: the one holding the second before it), ``matrix`` their ``wire``
-    (:meth:`Layout.matrix`)."""
-    ends = np.unique(window_ends)
-    names = tuple(window_of(datetime.fromtimestamp(int(end) - 1, timezone.utc), schema.window) for end in ends)
-    carried, intact, fields = layout(schema).columns(matrix, attribute)
-    return WireColumns(schema.name, schema.version, names, tuple(int(e) for e in ends),
-                       np.searchsorted(ends, window_ends), carried, intact, fields)
+class NumericPage:
+    """Reports of one schema version in their numeric form: each one's window worked out once, and
+    any attribute's columns read from it (:meth:`columns`)."""
+
+    def __init__(self, schema: Schema, window_ends: np.ndarray, matrix: np.ndarray, packing: Layout | None = None):
+        """``window_ends``: each report's window's end (which names the window: the one holding the
+        second before it); ``matrix``: their ``wire`` (:meth:`Layout.matrix` of ``packing``, the
+        schema's layout)."""
+        self.schema, self.matrix = schema, matrix
+        self.layout = layout(schema) if packing is None else packing
+        ends = np.unique(window_ends)
+        self.windows = tuple(window_of(datetime.fromtimestamp(int(end) - 1, timezone.utc), schema.window)
+                             for end in ends)
+        self.ends = tuple(int(e) for e in ends)
+        self.window = np.searchsorted(ends, window_ends)
+
+    def columns(self, attribute: str) -> WireColumns:
+        """``attribute``'s columns, for each report."""
+        carried, intact, fields = self.layout.columns(self.matrix, attribute)
+        return WireColumns(self.schema.name, self.schema.version, self.windows, self.ends, self.window,
+                           carried, intact, fields)
 
 
 def pack_stored_reports(definitions: Iterable[tuple[str, int, str]],

@@ -241,10 +241,11 @@ class Mechanism(ABC):
 
     def tally(self, attribute: Target, reported: Iterable[tuple[Any, int]]) -> dict[str, int | float]:
         """What many checked wire values add to the counters, summed per key: ``reported`` holds
-        ``(wire value, how many reports sent it)``. Counting calls this once per attribute and
-        window; equal wire values (most of them, for shares) go through :meth:`statistics` once.
-        A mechanism whose statistics are cheaper in bulk (``olh``: numpy over every candidate)
-        overrides it."""
+        ``(wire value, how many reports sent it)``: the definition from wire values, which
+        :meth:`tally_columns` (what counting runs, on the stored numeric form) must agree with
+        (tests/test_agg_wire.py holds it to that); equal wire values go through :meth:`statistics`
+        once. A mechanism whose statistics are cheaper in bulk (``olh``: numpy over every
+        candidate) overrides it."""
         alike: dict[Hashable, list[Any]] = {}
         for value, count in reported:
             # OUE vectors as tuples, so that they can be counted alike.
@@ -260,9 +261,9 @@ class Mechanism(ABC):
         return sums
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
-        """Many checked wire values as one numpy array (the form :meth:`report_amounts` reads and
-        :meth:`respond_bulk` makes): read once, at the door. Only a mechanism a breakdown may be
-        of has it (:attr:`indicates` or :attr:`unbiased_number`)."""
+        """Many checked wire values as one numpy array (the form :meth:`report_amounts` reads,
+        :meth:`respond_bulk` makes and :meth:`wire_of_columns` gives from the stored numeric form).
+        Only a mechanism a breakdown may be of has it (:attr:`indicates` or :attr:`unbiased_number`)."""
         raise NotImplementedError(f"{self.name} has no per-report amounts")
 
     def report_amounts(self, attribute: Target, wire: np.ndarray) -> np.ndarray:
