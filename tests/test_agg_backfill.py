@@ -10,6 +10,7 @@ import io
 import json
 import math
 import random
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -327,16 +328,16 @@ def test_the_scheduler_back_fills_right_after_an_add(make_app):
 
 
 # Numeric forms no ingest stores (:mod:`ldp_telemetry.aggregator.store.wire`: the flag that the report
-# carries "home", then its a, b and y, then dark_mode's flag and bit, each a little-endian int64),
-# put behind the store's back: a field out of its range (a from 1, y below g = 8 at epsilon 2), a
-# negative one, a home flagged damaged, and forms of another size. The back-fill leaves each out,
-# with a warning, and counts the others.
+# carries "home" (a byte), then its a, b and y (four bytes each), then dark_mode's flag and bit (a
+# byte each), little-endian), put behind the store's back: a field out of its range (a from 1, y
+# below g = 8 at epsilon 2), a negative one, a home flagged damaged, and forms of another size. The
+# back-fill leaves each out, with a warning, and counts the others.
 def _wire(*numbers: int) -> bytes:
-    return b"".join(n.to_bytes(8, "little", signed=True) for n in numbers)
+    return struct.pack("<biiibb", *numbers)
 
 
 DAMAGED = [_wire(1, 0, 2, 3, 0, 0), _wire(1, 1, 2, 8, 1, 1), _wire(1, -1, 2, 3, 0, 0), _wire(-1, 1, 2, 3, 0, 0),
-           _wire(1, 1, 2), b""]
+           _wire(1, 1, 2, 3, 0, 0)[:-1], b""]
 
 
 def test_damaged_stored_values_are_left_out_of_the_back_fill_and_the_others_counted(clocked, caplog):

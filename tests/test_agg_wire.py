@@ -63,25 +63,36 @@ def reports_of_every_mechanism(count: int, seed: int = 26) -> list[dict]:
     return [encode_report(EVERY, validate_record(EVERY, r), "2026-11-28", source)["values"] for r in records]
 
 
+# SCHEMA's record: dark_mode's flag and bit (a byte each), then home's flag and a, b, y (four bytes
+# each), then top's flag and a, b, y, level; little-endian, packed.
+RECORD = struct.Struct("<bb biii biiii")
+
+
 def numbers(wire: bytes) -> list[int]:
-    return [int.from_bytes(wire[i:i + 8], "little", signed=True) for i in range(0, len(wire), 8)]
+    return list(RECORD.unpack(wire))
 
 
-def test_the_layout_holds_a_flag_and_the_fields_of_each_attribute_in_order():
+def test_the_layout_holds_a_flag_and_the_fields_of_each_attribute_in_order_each_as_narrow_as_it_can_be():
     packing = layout(SCHEMA)
     assert {name: (p.at, p.fields) for name, p in packing.places.items()} == {
         "dark_mode": (0, ("bit",)), "home": (2, ("a", "b", "y")), "top": (6, ("a", "b", "y", "level"))}
+    assert packing.size == RECORD.size == 2 + 13 + 17
     assert numbers(packing.pack({"dark_mode": True, "home": HOME, "top": TOP})) == [1, 1, 1, 5, 7, 1, 1, 9, 0, 0, 1]
     assert numbers(packing.pack({"top": TOP})) == [0, 0, 0, 0, 0, 0, 1, 9, 0, 0, 1]  # the others not carried
     assert numbers(packing.damaged()) == [NOT_READ] * 11  # every flag says damaged (and every field)
+    # Read back, a string's fields are 64-bit, so that its hash arithmetic never overflows.
+    carried, intact, fields = packing.columns(packing.matrix([packing.pack({"home": HOME})]), "home")
+    assert list(carried) == list(intact) == [True] and {f: c.dtype for f, c in fields.items()} == dict.fromkeys(
+        "aby", np.dtype(np.int64))
 
 
-def test_a_mean_is_stored_as_the_double_it_was_sent_as():
+def test_a_mean_is_stored_as_the_double_it_was_sent_as_and_an_oue_vector_as_words():
     packing = layout(EVERY)
-    at = packing.places["pm"].at
-    wire = packing.pack({"pm": 0.125})
-    assert numbers(wire)[at] == 1 and struct.unpack_from("<d", wire, 8 * (at + 1))[0] == 0.125
-    assert math.isnan(struct.unpack_from("<d", packing.damaged(), 8 * (at + 1))[0])  # no valid number
+    records = packing.matrix([packing.pack({"pm": 0.125, "page": [1] + [0] * 68 + [1]}), packing.damaged()])
+    _, intact, fields = packing.columns(records, "pm")
+    assert list(intact) == [True, False] and fields["value"][0] == 0.125 and math.isnan(fields["value"][1])
+    _, _, words = packing.columns(records, "page")
+    assert (int(words["w0"][0]), int(words["w1"][0])) == (1, 1 << 5)  # bits 0 and 69
 
 
 def test_every_mechanisms_columns_give_back_its_wire_values_and_count_as_its_statistics_do():
@@ -112,22 +123,17 @@ def test_every_mechanisms_columns_give_back_its_wire_values_and_count_as_its_sta
 def test_columns_that_no_check_would_take_are_not_valid():
     packing = layout(EVERY)
     good = reports_of_every_mechanism(1)[0]
-    matrix = packing.matrix([packing.pack(good)]).copy()
-    bad = {"flag": 2, "os": 3, "bit": -1, "home": 0}  # a bit of 2, a fourth category, a duchi bit of -1, a = 0
-    for name, number in bad.items():
-        place = packing.places[name]
-        row = matrix.copy()
-        row[0, place.at + 1] = number
+    records = packing.matrix([packing.pack(good)]).copy()
+    # A bit of 2, a fourth category, a duchi bit of -1, a = 0, bit 70 of a 70-bit vector, a mean far
+    # past pm's bound.
+    bad = {("flag", "bit"): 2, ("os", "index"): 3, ("bit", "bit"): -1, ("home", "a"): 0, ("page", "w1"): 1 << 6,
+           ("pm", "value"): 1e6}
+    for (name, field), number in bad.items():
+        record = records.copy()
+        record[f"{name}.{field}"][0] = number
         attribute = EVERY.attribute(name)
-        assert not attribute.mech.valid_columns(attribute, packing.columns(row, name)[2]).any(), name
-    row = matrix.copy()
-    row[0, packing.places["page"].at + 2] = 1 << 6  # bit 70 of a 70-bit vector
-    page = EVERY.attribute("page")
-    assert not page.mech.valid_columns(page, packing.columns(row, "page")[2]).any()
-    row = matrix.copy()
-    row[0, packing.places["pm"].at + 1] = np.float64(1e6).view(np.int64)  # far past pm's bound
-    pm = EVERY.attribute("pm")
-    assert not pm.mech.valid_columns(pm, packing.columns(row, "pm")[2]).any()
+        assert packing.columns(record, name)[1].all()
+        assert not attribute.mech.valid_columns(attribute, packing.columns(record, name)[2]).any(), name
     # A damaged report (or one of another size) is carried but never intact.
     carried, intact, _ = packing.columns(packing.matrix([packing.damaged(), b"short"]), "tab")
     assert carried.all() and not intact.any()
@@ -152,10 +158,10 @@ def test_the_migration_packs_each_stored_report_checking_each_attribute_and_skip
         pack_stored_reports([("sites", 1, definition), ("broken", 1, "{"), ("plain", 1, json.dumps(plain.to_dict()))],
                             page, written.extend)
     packing = layout(SCHEMA)
-    by_id = {report_id: numbers(wire) for wire, report_id in written}
+    by_id = {report_id: numbers(wire) for wire, report_id in written if report_id != "id-5"}
     assert by_id == {"id-1": numbers(packing.pack({"dark_mode": True, "home": HOME, "top": TOP})),
                      "id-2": [0, 0, NOT_READ, NOT_READ, NOT_READ, NOT_READ, 1, 9, 0, 0, 1],
-                     "id-3": numbers(packing.damaged()),
-                     "id-5": numbers(layout(plain).pack({"dark_mode": True}))}
+                     "id-3": numbers(packing.damaged())}
+    assert written[-1] == (layout(plain).pack({"dark_mode": True}), "id-5") == (b"\x01\x01", "id-5")
     assert pages == ["", "id-5"]  # one pass in id order over every stored report
     assert any("'broken' version 1" in r.getMessage() for r in caplog.records)

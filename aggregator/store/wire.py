@@ -1,18 +1,19 @@
 """The stored numeric form of a report's values: what counting, the back-fill and discovery read, no JSON.
 
 A report is stored twice over in one row: its values as received (compact JSON text, ``values``)
-and, beside them, ``wire``: the numeric form of every attribute
-(:meth:`Mechanism.columns`: a string attribute's ``a``, ``b``, ``y`` and, when it discovers,
-``level``; a category's index; an OUE vector's bits packed in words; a mean's number), packed
-once at ingest from the validated values. So counting the reports folded in, back-filling new
-candidates or a breakdown over a million stored reports, and discovery read bytes the database
-hands over as they are and numpy views as a matrix, instead of parsing each report's JSON again.
+and, beside them, ``wire``: the numeric form of every attribute (:meth:`Mechanism.columns`: a
+string attribute's ``a``, ``b``, ``y`` and, when it discovers, ``level``; a category's index; an
+OUE vector's bits in words; a mean's number), packed once at ingest from the validated values. So
+counting the reports folded in, back-filling new candidates or a breakdown over a million stored
+reports, and discovery read bytes the database hands over as they are and numpy views as one
+record a report, instead of parsing each report's JSON again.
 
 The layout is a schema version's, fixed at publication: for each attribute, in the schema's order,
-a flag (1: the report carries the attribute, 0: not, under ``split: "sample"``; -1: damaged) then
-its fields, each 8 little-endian bytes, a signed integer or a double (:attr:`Mechanism.column_format`).
-Every stored report of a version has its width; a row that has not (written behind the store's
-back) reads as damaged in every attribute.
+a one-byte flag (1: the report carries the attribute, 0: not, under ``split: "sample"``; -1:
+damaged) then its fields, little-endian, each as narrow as its values allow
+(:attr:`Mechanism.column_format`: a bit takes a byte, a category index two, a string's hash
+parameters four each), so that a report's row stays short. Every stored report of a version has
+its size; a row that has not (written behind the store's back) reads as damaged in every attribute.
 """
 
 from __future__ import annotations
@@ -32,16 +33,21 @@ from .rows import NOT_READ, WireColumns
 
 log = logging.getLogger(__name__)
 
-_INT64 = np.dtype("<i8")
-_DOUBLE = np.dtype("<f8")
-_CARRIED, _ABSENT, _DAMAGED = 1, 0, NOT_READ  # an attribute's flag
+_CARRIED, _ABSENT, _DAMAGED = 1, 0, NOT_READ  # an attribute's flag, a signed byte
+_FLAG_FORMAT = "b"
+# Each struct format a field may be stored as: how numpy reads it, and what a damaged field holds
+# (no valid value, though an intact flag is what says a field may be read).
+_STORED: dict[str, tuple[str, int | float]] = {
+    "b": ("i1", NOT_READ), "h": ("<i2", NOT_READ), "i": ("<i4", NOT_READ), "q": ("<i8", NOT_READ),
+    "Q": ("<u8", 2**64 - 1), "d": ("<f8", float("nan"))}
 # Stored reports the migrations that pack ``wire`` pack per statement.
 PACK_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
 class Place:
-    """Where an attribute sits in a report's ``wire``: the index of its flag, then its fields."""
+    """Where an attribute sits in a report's ``wire``: the index of its flag among the record's
+    numbers, then its fields."""
 
     at: int
     attribute: Attribute
@@ -50,21 +56,23 @@ class Place:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each attribute sits in a schema version's ``wire``; ``width``: the numbers a report holds."""
+    """Where each attribute sits in a schema version's ``wire``; ``record``: one report's, as numpy
+    reads it (one named field a number: the flag ``"<attribute>"``, the fields ``"<attribute>.<field>"``)."""
 
     places: dict[str, Place]
-    width: int = field(init=False)
+    record: np.dtype = field(init=False, repr=False, compare=False)
     _format: struct.Struct = field(init=False, repr=False, compare=False)
     _damaged: list[int | float] = field(init=False, repr=False, compare=False)
     _damaged_wire: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        formats, damaged = [], []
-        for place in self.places.values():
+        formats, names, damaged = [], [], []
+        for name, place in self.places.items():
             kind = place.attribute.mech.column_format
-            formats += ["q"] + [kind] * len(place.fields)
-            damaged += [_DAMAGED] + [NOT_READ if kind == "q" else float("nan")] * len(place.fields)
-        object.__setattr__(self, "width", len(formats))
+            formats += [_FLAG_FORMAT] + [kind] * len(place.fields)
+            names += [name] + [f"{name}.{f}" for f in place.fields]
+            damaged += [_DAMAGED] + [_STORED[kind][1]] * len(place.fields)
+        object.__setattr__(self, "record", np.dtype({"names": names, "formats": [_STORED[f][0] for f in formats]}))
         object.__setattr__(self, "_format", struct.Struct("<" + "".join(formats)))
         object.__setattr__(self, "_damaged", damaged)
         object.__setattr__(self, "_damaged_wire", self.damaged())
@@ -72,14 +80,12 @@ class Layout:
     @property
     def size(self) -> int:
         """The bytes of one report's ``wire``."""
-        return self.width * _INT64.itemsize
+        return self._format.size
 
     def pack(self, values: Mapping[str, Any], damaged: Iterable[str] = ()) -> bytes:
         """The ``wire`` of a report with these (validated) values; the attributes ``damaged`` names
         are flagged so (a stored report's that no longer checks)."""
-        if not self.width:
-            return b""
-        packed: list[int | float] = [0] * self.width
+        packed: list[int | float] = [0] * len(self._damaged)
         for name, place in self.places.items():
             reported = values.get(name)
             if reported is not None:
@@ -96,23 +102,25 @@ class Layout:
         return self.pack({}, damaged=self.places)
 
     def matrix(self, wires: Iterable[bytes]) -> np.ndarray:
-        """Reports' ``wire`` as one matrix, a row each (one of another size reads as damaged)."""
+        """Reports' ``wire`` as one array of records (:attr:`record`), one a report (one of another
+        size reads as damaged)."""
         size, damaged = self.size, self._damaged_wire
         return self.joined(b"".join(w if len(w) == size else damaged for w in wires))
 
     def joined(self, data: bytes) -> np.ndarray:
-        """Reports' ``wire`` of this layout's size, one after another, as one matrix."""
-        return np.frombuffer(data, dtype=_INT64).reshape(-1, self.width)
+        """Reports' ``wire`` of this layout's size, one after another, as one array of records."""
+        return np.frombuffer(data, dtype=self.record)
 
-    def columns(self, matrix: np.ndarray, attribute: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-        """From a matrix of reports' ``wire`` (:meth:`matrix`), whether each carries ``attribute``
-        (or is damaged), whether it is intact (carried and not damaged), and each of its fields
-        (doubles viewed as such)."""
+    def columns(self, records: np.ndarray, attribute: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """From reports' records (:meth:`matrix`), whether each carries ``attribute`` (or is
+        damaged), whether it is intact (carried and not damaged), and each of its fields: integers
+        widened to 64 bits (arithmetic on them never overflows), words unsigned, doubles as they are."""
         place = self.places[attribute]
-        kind = _DOUBLE if place.attribute.mech.column_format == "d" else _INT64
-        flag = matrix[:, place.at]
+        flag = records[attribute]
+        kind = place.attribute.mech.column_format
         return flag != _ABSENT, flag == _CARRIED, {
-            f: matrix[:, place.at + 1 + i].view(kind) for i, f in enumerate(place.fields)}
+            f: records[f"{attribute}.{f}"].astype(np.int64 if kind in "bhiq" else _STORED[kind][0])
+            for f in place.fields}
 
 
 def layout(schema: Schema) -> Layout:

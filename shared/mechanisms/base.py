@@ -194,7 +194,9 @@ class Mechanism(ABC):
         many reports' :meth:`columns` (field -> numpy array), a mask of them (or True for all)."""
         return True
 
-    # How each field of :meth:`columns` is stored: "q", a signed 64-bit integer; "d", a double.
+    # How each field of :meth:`columns` is stored, as a struct format: "b", "h", "i", "q" signed
+    # integers of 1, 2, 4 and 8 bytes (as narrow as the field's values allow: a stored report's row
+    # stays short), "Q" an unsigned 64-bit word, "d" a double. Read back, integers are 64-bit.
     column_format: ClassVar[str] = "q"
 
     @abstractmethod
@@ -320,9 +322,9 @@ class Mechanism(ABC):
 
 class OneBitColumns:
     """The numeric form of a one-bit wire value (``rr``'s true or false, ``duchi``'s 0 or 1): one
-    column, the bit. A mixin, before the mechanism's class."""
+    column, the bit, in a byte. A mixin, before the mechanism's class."""
 
-    column_format = "q"
+    column_format = "b"
 
     def columns(self, attribute: Target) -> tuple[str, ...]:
         return ("bit",)

@@ -301,6 +301,8 @@ class OptimalLocalHashing(HitMechanism):
         """Level 0 only: a prefix's report (level ≥ 1) is for discovery, and supports no candidate."""
         return reported.get("level", 0) == 0
 
+    column_format = "i"  # each field below P = 2^31 - 1
+
     def columns(self, attribute: Target) -> tuple[str, ...]:
         return tuple(key for key, _, _ in _ranges(attribute))
 

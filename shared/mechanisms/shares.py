@@ -324,6 +324,8 @@ class GeneralisedRR(ShareMechanism):
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int]]:
         return ((reported, 1),)
 
+    column_format = "h"  # an index below MAX_CATEGORIES
+
     def columns(self, attribute: Target) -> tuple[str, ...]:
         return ("index",)
 
@@ -424,17 +426,16 @@ class OptimisedUnaryEncoding(ShareMechanism):
         categories = attribute.categories
         return ((categories[i], 1) for i, bit in enumerate(reported) if bit)
 
+    column_format = "Q"
+
     def columns(self, attribute: Target) -> tuple[str, ...]:
-        """The vector's bits packed 64 to a word (bit j of the vector is bit j mod 64 of word j // 64),
-        as signed integers: a 1,024-category vector is 16 numbers, not 1,024."""
+        """The vector's bits packed 64 to a word (bit j of the vector is bit j mod 64 of word j // 64):
+        a 1,024-category vector is 16 numbers, not 1,024."""
         return tuple(f"w{i}" for i in range(-(-len(attribute.categories) // _WORD_BITS)))
 
     def column_values(self, attribute: Target, reported: Any) -> list[int | float]:
-        words = []
-        for start in range(0, len(reported), _WORD_BITS):
-            word = sum(bit << j for j, bit in enumerate(reported[start:start + _WORD_BITS]))
-            words.append(word - (1 << _WORD_BITS) if word >> (_WORD_BITS - 1) else word)
-        return words
+        return [sum(bit << j for j, bit in enumerate(reported[start:start + _WORD_BITS]))
+                for start in range(0, len(reported), _WORD_BITS)]
 
     def valid_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         """No bit set past the last category (the words' other bits are the vector's)."""
@@ -442,14 +443,14 @@ class OptimisedUnaryEncoding(ShareMechanism):
 
         d = len(attribute.categories)
         spare = _WORD_BITS * len(self.columns(attribute)) - d
-        last = columns[f"w{(d - 1) // _WORD_BITS}"].view(np.uint64)
+        last = columns[f"w{(d - 1) // _WORD_BITS}"]
         valid: np.ndarray = (last >> np.uint64(_WORD_BITS - spare) == 0) if spare else np.ones(len(last), dtype=bool)
         return valid
 
     def wire_of_columns(self, attribute: Target, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         import numpy as np
 
-        words = np.column_stack([columns[f].astype("<i8") for f in self.columns(attribute)])
+        words = np.column_stack([columns[f].astype("<u8") for f in self.columns(attribute)])
         bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :len(attribute.categories)]
         return bits.astype(np.int8)
 
