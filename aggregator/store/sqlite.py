@@ -47,30 +47,17 @@ def _insert_new_reports_sql(rows: int) -> str:
             + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows) + " RETURNING id")
 
 
-@lru_cache(maxsize=8)
-def _insert_all_reports_sql(rows: int) -> str:
-    """Insert ``rows`` reports, every one new, or none (a stored id fails the whole statement)."""
-    return f"INSERT INTO reports {_REPORT_COLUMNS} VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
-
-
 class SQLiteTx(Tx):
     """SQLite's statements: its write lock already holds what is read, so no locking clauses."""
 
     def insert_new(self, rows: Sequence[ReportRow]) -> set[str]:
-        # Most chunks hold no stored id: inserted in one step of SQLite, which runs without the GIL.
-        # Else the statement is undone (SQLite's ABORT keeps the transaction) and the chunk inserted
-        # again skipping stored ids, RETURNING those it inserted: one row a step, each taking the GIL
-        # back, which under load costs the request threads. Under the write lock no id goes in twice.
+        # RETURNING yields only the rows not ignored: under the write lock no id goes in twice.
         ordered = sorted(rows, key=_FIRST)  # by id: a key sorts strings, faster than comparing tuples
         inserted: set[str] = set()
         for start in range(0, len(ordered), _CHUNK):
             chunk = ordered[start:start + _CHUNK]
-            params = list(chain.from_iterable(chunk))
-            try:
-                self.conn.execute(_insert_all_reports_sql(len(chunk)), params)
-                inserted.update(map(_FIRST, chunk))
-            except sqlite3.IntegrityError:
-                inserted.update(map(_FIRST, self.conn.execute(_insert_new_reports_sql(len(chunk)), params)))
+            inserted.update(map(_FIRST, self.conn.execute(_insert_new_reports_sql(len(chunk)),
+                                                          list(chain.from_iterable(chunk)))))
         return inserted
 
     def add(self, increments: Increments) -> None:
