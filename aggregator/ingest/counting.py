@@ -15,7 +15,7 @@ stored before their numeric form, :func:`..store.wire.pack_stored_reports`).
 
 A report's values are decoded and checked once, at ingest (:mod:`.reader`, or :meth:`Counting.countable`
 for lines read back from a dead process's inbox), and packed into their numeric form
-(:mod:`..store.wire`); counting reads that form alone, a matrix per schema version, each
+(:mod:`..store.wire`); counting reads that form alone, one array of records per schema version, each
 attribute's columns counted in bulk by its mechanism (:meth:`Mechanism.tally_columns`), each
 breakdown's by one matrix product: no JSON is parsed to count, at ingest or in a back-fill.
 """
@@ -82,7 +82,7 @@ class Counting:
     def __call__(self, rows: Sequence[ReportRow], known: Mapping[tuple[str, int], Known] | None = None
                  ) -> Increments:
         """What ``rows`` (countable ones) add to the counters, summed per counter: per schema
-        version their numeric form as one matrix, each attribute's columns of a window counted by
+        version their numeric form as one array of records, each attribute's columns of a window counted by
         its mechanism together (:meth:`Mechanism.tally_columns`: a string attribute's supports in
         bulk, numpy over every candidate).
 

@@ -568,9 +568,9 @@ class Tx:
                   ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
         """The stored reports of a schema version after the id ``after`` (and at most ``through``), in
         id order, at most ``limit``, in their numeric form (:mod:`.wire`): how many were read, the
-        last id, every id read (separated by spaces), their window ends and their ``wire`` as a
-        matrix. A job reads the retained reports a page at a time, never all at once, and never as
-        a Python object per report it keeps."""
+        last id, every id read (separated by spaces), their window ends and their ``wire`` as an
+        array of records (:meth:`.wire.Layout.matrix`). A job reads the retained reports a page at a
+        time, never all at once, and never as a Python object per report it keeps."""
         p = self.param
         bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
         return self.wire_read(
@@ -587,7 +587,8 @@ class Tx:
     def wire_read(self, source: str, params: Sequence[Any], layout: Layout
                   ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
         """The reports ``source`` (SQL from ``FROM``, and its ``params``) selects: how many, the
-        last id, their ids (separated by spaces), their window ends and their ``wire`` as a matrix."""
+        last id, their ids (separated by spaces), their window ends and their ``wire`` as an array
+        of records."""
         rows = self._all(f"SELECT id, window_end, wire {source}", params)
         ends = np.array([end for _, end, _ in rows], dtype=np.int64)
         return (len(rows), rows[-1][0] if rows else None, " ".join(i for i, _, _ in rows), ends,
