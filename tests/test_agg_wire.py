@@ -81,14 +81,14 @@ def test_the_layout_holds_a_flag_and_the_fields_of_each_attribute_in_order_each_
     assert numbers(packing.pack({"top": TOP})) == [0, 0, 0, 0, 0, 0, 1, 9, 0, 0, 1]  # the others not carried
     assert numbers(packing.damaged()) == [NOT_READ] * 11  # every flag says damaged (and every field)
     # Read back, a string's fields are 64-bit, so that its hash arithmetic never overflows.
-    carried, intact, fields = packing.columns(packing.matrix([packing.pack({"home": HOME})]), "home")
+    carried, intact, fields = packing.columns(packing.records([packing.pack({"home": HOME})]), "home")
     assert list(carried) == list(intact) == [True] and {f: c.dtype for f, c in fields.items()} == dict.fromkeys(
         "aby", np.dtype(np.int64))
 
 
 def test_a_mean_is_stored_as_the_double_it_was_sent_as_and_an_oue_vector_as_words():
     packing = layout(EVERY)
-    records = packing.matrix([packing.pack({"pm": 0.125, "page": [1] + [0] * 68 + [1]}), packing.damaged()])
+    records = packing.records([packing.pack({"pm": 0.125, "page": [1] + [0] * 68 + [1]}), packing.damaged()])
     _, intact, fields = packing.columns(records, "pm")
     assert list(intact) == [True, False] and fields["value"][0] == 0.125 and math.isnan(fields["value"][1])
     _, _, words = packing.columns(records, "page")
@@ -98,10 +98,10 @@ def test_a_mean_is_stored_as_the_double_it_was_sent_as_and_an_oue_vector_as_word
 def test_every_mechanisms_columns_give_back_its_wire_values_and_count_as_its_statistics_do():
     reports = reports_of_every_mechanism(300)
     packing = layout(EVERY)
-    matrix = packing.matrix(packing.pack(values) for values in reports)
+    records = packing.records(packing.pack(values) for values in reports)
     for attribute in EVERY.attributes:
         mech = attribute.mech
-        carried, intact, fields = packing.columns(matrix, attribute.name)
+        carried, intact, fields = packing.columns(records, attribute.name)
         assert carried.all() and intact.all() and mech.valid_columns(attribute, fields).all()
         sent = [values[attribute.name] for values in reports]
         # The three windows below are runs of 100 reports; each run's tally is the statistics'
@@ -123,7 +123,7 @@ def test_every_mechanisms_columns_give_back_its_wire_values_and_count_as_its_sta
 def test_columns_that_no_check_would_take_are_not_valid():
     packing = layout(EVERY)
     good = reports_of_every_mechanism(1)[0]
-    records = packing.matrix([packing.pack(good)]).copy()
+    records = packing.records([packing.pack(good)]).copy()
     # A bit of 2, a fourth category, a duchi bit of -1, a = 0, bit 70 of a 70-bit vector, a mean far
     # past pm's bound.
     bad = {("flag", "bit"): 2, ("os", "index"): 3, ("bit", "bit"): -1, ("home", "a"): 0, ("page", "w1"): 1 << 6,
@@ -135,7 +135,7 @@ def test_columns_that_no_check_would_take_are_not_valid():
         assert packing.columns(record, name)[1].all()
         assert not attribute.mech.valid_columns(attribute, packing.columns(record, name)[2]).any(), name
     # A damaged report (or one of another size) is carried but never intact.
-    carried, intact, _ = packing.columns(packing.matrix([packing.damaged(), b"short"]), "tab")
+    carried, intact, _ = packing.columns(packing.records([packing.damaged(), b"short"]), "tab")
     assert carried.all() and not intact.any()
 
 

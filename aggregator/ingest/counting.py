@@ -162,8 +162,8 @@ class Counting:
         if kept is None or kept[0] is not schema:
             kept = self._layouts[key] = (schema, layout(schema))
         packing = kept[1]
-        return NumericPage(schema, np.fromiter((r.window_end for r in rows), dtype=np.int64, count=len(rows)),
-                           packing.matrix(r.wire for r in rows), packing)
+        return NumericPage(schema, packing, np.fromiter((r.window_end for r in rows), dtype=np.int64, count=len(rows)),
+                           packing.records(r.wire for r in rows))
 
     def _tallied(self, read: WireColumns, attribute: Attribute) -> Iterator[tuple[int, int, np.ndarray]]:
         """Per window of ``read`` (by its index) where ``attribute`` counts some report: how many it

@@ -20,9 +20,9 @@ So every retained report is counted for the batch once, by ingest or here, on ev
 store; several processes may back-fill at once (a chunk whose watermark moved meanwhile is
 dropped). The job applies each chunk while it reads and counts the next one from where that apply
 moves the watermark (the database's work beside numpy's, on another core): the next chunk's apply
-finds the watermark there, or is dropped as any chunk is whose watermark moved. A complete batch is estimated: in each retained window over all its reports, in the
-``all`` rollup over the reports of the windows still retained when it reached them (its ``n`` says
-how many).
+finds the watermark there, or is dropped as any chunk is whose watermark moved. A complete batch
+is estimated: in each retained window over all its reports, in the ``all`` rollup over the reports
+of the windows still retained when it reached them (its ``n`` says how many).
 """
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ from flask import Flask
 
 from .. import context
 from ..ingest.counting import Counting, breakdown_sums
-from ..store import CandidateBatch, Increments, NumericPage, ReportRow, Store, StoredBreakdown, Tx, with_rollup
+from ..store import CandidateBatch, Increments, ReportRow, Store, StoredBreakdown, Tx, with_rollup
 
 # (report, candidate) pairs one chunk of the back-fill reads and counts, without a lock, and at
 # most MAX_BACKFILL_REPORTS reports; then a short transaction adds a counter per (window,
 # candidate) and moves the watermark, so fewer, larger chunks cost less in all (`make bench` prints
 # what a back-fill of 1,000 candidates over 1,000,000 reports takes). 250,000 reports keep a chunk's
 # memory near 85 MB (the chunk being applied meanwhile keeps some 12 MB: its ids and what it counts;
-# the job's peak measured no higher than before it read ahead) and the apply's lock short: under steady ingest new reports land inside the
-# chunk's id range (ids are random), and the apply then compares the range's ids under the lock.
+# the job's peak measured no higher than before it read ahead) and the apply's lock short: under
+# steady ingest new reports land inside the chunk's id range (ids are random), and the apply then
+# compares the range's ids under the lock.
 BACKFILL_CELLS = 250_000_000
 MIN_BACKFILL_REPORTS = 100
 MAX_BACKFILL_REPORTS = 250_000
@@ -136,8 +137,7 @@ def read_chunk(tx: Tx, counting: Counting, schema: str, version: int, batch: int
     start = target.watermark if after is None else after
     target = target._replace(watermark=start)
     schema_read = counting.schema(schema, version)
-    count, last, ids, ends, matrix = tx.wire_page(schema_read, start, reports)
-    page = NumericPage(schema_read, ends, matrix)
+    count, last, ids, page = tx.wire_page(schema_read, start, reports)
     if isinstance(target, StoredBreakdown):
         counted = Increments(breakdowns=breakdown_sums(page, [target]))
     else:

@@ -56,5 +56,5 @@ def open_store(location: str, synchronous: str = "full",
 __all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow",
            "BreakdownsQuery", "CandidateBatch", "CandidateRow", "CrowdRow", "StoredBreakdown", "StoredKey",
            "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "Layout", "NumericPage",
-           "ReportRow", "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx", "WindowCounters",
-           "WireColumns", "first_of_each_id", "is_postgres", "layout", "open_store", "with_rollup"]
+           "ReportRow", "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx",
+           "WindowCounters", "WireColumns", "first_of_each_id", "is_postgres", "layout", "open_store", "with_rollup"]

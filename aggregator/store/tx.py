@@ -565,34 +565,35 @@ class Tx:
         self.conn.execute(f"UPDATE backfills SET watermark = {self.param} WHERE batch = {self.param}", (through, batch))
 
     def wire_page(self, schema: Schema, after: str, limit: int, through: str | None = None
-                  ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
+                  ) -> tuple[int, str | None, str, NumericPage]:
         """The stored reports of a schema version after the id ``after`` (and at most ``through``), in
-        id order, at most ``limit``, in their numeric form (:mod:`.wire`): how many were read, the
-        last id, every id read (separated by spaces), their window ends and their ``wire`` as an
-        array of records (:meth:`.wire.Layout.matrix`). A job reads the retained reports a page at a
-        time, never all at once, and never as a Python object per report it keeps."""
+        id order, at most ``limit``: how many were read, the last id, every id read (separated by
+        spaces), and the reports in their numeric form (:mod:`.wire`). A job reads the retained
+        reports a page at a time, never all at once, and never as a Python object per report it keeps."""
         p = self.param
         bound, bound_params = ("", []) if through is None else (f" AND id <= {p}", [through])
-        return self.wire_read(
+        packing = layout(schema)
+        count, last, ids, ends, records = self.wire_read(
             f"FROM reports WHERE id > {p}{bound} AND schema = {p} AND version = {p} ORDER BY id LIMIT {p}",
-            [after, *bound_params, schema.name, schema.version, limit], layout(schema))
+            [after, *bound_params, schema.name, schema.version, limit], packing)
+        return count, last, ids, NumericPage(schema, packing, ends, records)
 
     def wire_columns(self, schema: Schema, attribute: str, after: str, limit: int, through: str | None = None
                      ) -> tuple[WireColumns, int, str | None, str]:
         """:meth:`wire_page` as ``attribute``'s columns (:class:`WireColumns`), with how many were
         read, the last id and every id read."""
-        count, last, ids, ends, matrix = self.wire_page(schema, after, limit, through)
-        return NumericPage(schema, ends, matrix).columns(attribute), count, last, ids
+        count, last, ids, page = self.wire_page(schema, after, limit, through)
+        return page.columns(attribute), count, last, ids
 
     def wire_read(self, source: str, params: Sequence[Any], layout: Layout
                   ) -> tuple[int, str | None, str, np.ndarray, np.ndarray]:
         """The reports ``source`` (SQL from ``FROM``, and its ``params``) selects: how many, the
         last id, their ids (separated by spaces), their window ends and their ``wire`` as an array
-        of records."""
+        of records (:meth:`.wire.Layout.records`)."""
         rows = self._all(f"SELECT id, window_end, wire {source}", params)
         ends = np.array([end for _, end, _ in rows], dtype=np.int64)
         return (len(rows), rows[-1][0] if rows else None, " ".join(i for i, _, _ in rows), ends,
-                layout.matrix(w for _, _, w in rows))
+                layout.records(w for _, _, w in rows))
 
     def count_in_range(self, schema: str, version: int, after: str, through: str | None, cutoff: float) -> int:
         """Stored reports of a schema version with id in (``after``, ``through``] and a window after ``cutoff``."""

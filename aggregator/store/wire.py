@@ -35,11 +35,12 @@ log = logging.getLogger(__name__)
 
 _CARRIED, _ABSENT, _DAMAGED = 1, 0, NOT_READ  # an attribute's flag, a signed byte
 _FLAG_FORMAT = "b"
-# Each struct format a field may be stored as: how numpy reads it, and what a damaged field holds
+# Each struct format a field may be stored as: how numpy reads it, what it is read back as
+# (integers widened to 64 bits: arithmetic on them never overflows) and what a damaged field holds
 # (no valid value, though an intact flag is what says a field may be read).
-_STORED: dict[str, tuple[str, int | float]] = {
-    "b": ("i1", NOT_READ), "h": ("<i2", NOT_READ), "i": ("<i4", NOT_READ), "q": ("<i8", NOT_READ),
-    "Q": ("<u8", 2**64 - 1), "d": ("<f8", float("nan"))}
+_STORED: dict[str, tuple[str, type[np.generic], int | float]] = {
+    "b": ("i1", np.int64, NOT_READ), "h": ("<i2", np.int64, NOT_READ), "i": ("<i4", np.int64, NOT_READ),
+    "q": ("<i8", np.int64, NOT_READ), "Q": ("<u8", np.uint64, 2**64 - 1), "d": ("<f8", np.float64, float("nan"))}
 # Stored reports the migrations that pack ``wire`` pack per statement.
 PACK_CHUNK = 10_000
 
@@ -71,11 +72,11 @@ class Layout:
             kind = place.attribute.mech.column_format
             formats += [_FLAG_FORMAT] + [kind] * len(place.fields)
             names += [name] + [f"{name}.{f}" for f in place.fields]
-            damaged += [_DAMAGED] + [_STORED[kind][1]] * len(place.fields)
+            damaged += [_DAMAGED] + [_STORED[kind][2]] * len(place.fields)
         object.__setattr__(self, "record", np.dtype({"names": names, "formats": [_STORED[f][0] for f in formats]}))
         object.__setattr__(self, "_format", struct.Struct("<" + "".join(formats)))
         object.__setattr__(self, "_damaged", damaged)
-        object.__setattr__(self, "_damaged_wire", self.damaged())
+        object.__setattr__(self, "_damaged_wire", self.pack({}, damaged=self.places))
 
     @property
     def size(self) -> int:
@@ -99,9 +100,9 @@ class Layout:
 
     def damaged(self) -> bytes:
         """The ``wire`` a report reads as when its own is not of this layout's size."""
-        return self.pack({}, damaged=self.places)
+        return self._damaged_wire
 
-    def matrix(self, wires: Iterable[bytes]) -> np.ndarray:
+    def records(self, wires: Iterable[bytes]) -> np.ndarray:
         """Reports' ``wire`` as one array of records (:attr:`record`), one a report (one of another
         size reads as damaged)."""
         size, damaged = self.size, self._damaged_wire
@@ -112,15 +113,13 @@ class Layout:
         return np.frombuffer(data, dtype=self.record)
 
     def columns(self, records: np.ndarray, attribute: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-        """From reports' records (:meth:`matrix`), whether each carries ``attribute`` (or is
-        damaged), whether it is intact (carried and not damaged), and each of its fields: integers
-        widened to 64 bits (arithmetic on them never overflows), words unsigned, doubles as they are."""
+        """From reports' records (:meth:`records`), whether each carries ``attribute`` (or is
+        damaged), whether it is intact (carried and not damaged), and each of its fields, as read
+        back (:data:`_STORED`)."""
         place = self.places[attribute]
         flag = records[attribute]
-        kind = place.attribute.mech.column_format
-        return flag != _ABSENT, flag == _CARRIED, {
-            f: records[f"{attribute}.{f}"].astype(np.int64 if kind in "bhiq" else _STORED[kind][0])
-            for f in place.fields}
+        read_as = _STORED[place.attribute.mech.column_format][1]
+        return flag != _ABSENT, flag == _CARRIED, {f: records[f"{attribute}.{f}"].astype(read_as) for f in place.fields}
 
 
 def layout(schema: Schema) -> Layout:
@@ -137,12 +136,11 @@ class NumericPage:
     """Reports of one schema version in their numeric form: each one's window worked out once, and
     any attribute's columns read from it (:meth:`columns`)."""
 
-    def __init__(self, schema: Schema, window_ends: np.ndarray, matrix: np.ndarray, packing: Layout | None = None):
-        """``window_ends``: each report's window's end (which names the window: the one holding the
-        second before it); ``matrix``: their ``wire`` (:meth:`Layout.matrix` of ``packing``, the
-        schema's layout)."""
-        self.schema, self.matrix = schema, matrix
-        self.layout = layout(schema) if packing is None else packing
+    def __init__(self, schema: Schema, packing: Layout, window_ends: np.ndarray, records: np.ndarray):
+        """``packing``: the schema's layout; ``window_ends``: each report's window's end (which names
+        the window: the one holding the second before it); ``records``: their ``wire``
+        (:meth:`Layout.records`)."""
+        self.schema, self.layout, self.records = schema, packing, records
         ends = np.unique(window_ends)
         self.windows = tuple(window_of(datetime.fromtimestamp(int(end) - 1, timezone.utc), schema.window)
                              for end in ends)
@@ -151,7 +149,7 @@ class NumericPage:
 
     def columns(self, attribute: str) -> WireColumns:
         """``attribute``'s columns, for each report."""
-        carried, intact, fields = self.layout.columns(self.matrix, attribute)
+        carried, intact, fields = self.layout.columns(self.records, attribute)
         return WireColumns(self.schema.name, self.schema.version, self.windows, self.ends, self.window,
                            carried, intact, fields)
 

@@ -221,10 +221,15 @@ class MeanMechanism(Mechanism):
     def wire_bytes(self, attribute: Target) -> int:
         return len("-2.2250738585072014e-308")  # the longest JSON text of a double
 
+    def accepted(self, epsilon: float) -> float:
+        """The largest absolute wire value :meth:`check` takes: :meth:`bound`, and another client's
+        rounding past it."""
+        return self.bound(epsilon) * (1 + TOLERANCE)
+
     def check(self, attribute: Target, reported: Any) -> None:
-        limit = self.bound(attribute.epsilon)
         if (isinstance(reported, bool) or not isinstance(reported, (int, float))
-                or not abs(reported) <= limit * (1 + TOLERANCE)):  # another client's rounding
+                or not abs(reported) <= self.accepted(attribute.epsilon)):
+            limit = self.bound(attribute.epsilon)
             raise WireError(f"must be a number from {-limit:.17g} to {limit:.17g} ({self.title})")
 
     def statistics(self, attribute: Target, reported: Any) -> Iterable[tuple[str, int | float]]:
@@ -263,7 +268,7 @@ class MeanMechanism(Mechanism):
         """Numbers within :meth:`check`'s bound (NaN is not)."""
         import numpy as np
 
-        valid: np.ndarray = np.abs(columns["value"]) <= self.bound(attribute.epsilon) * (1 + TOLERANCE)
+        valid: np.ndarray = np.abs(columns["value"]) <= self.accepted(attribute.epsilon)
         return valid
 
     def wire_array(self, attribute: Target, reported: Sequence[Any]) -> np.ndarray:
