@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from ldp_telemetry.serving.loop import EVENT_LOOP
 from ldp_telemetry.tools.process import ServerProcess
 
 from . import naive as naive_app
@@ -46,7 +47,7 @@ def _running(server: ServerProcess) -> Iterator[str]:
 def _command(http_server: str, target: str) -> list[str]:
     """``target`` (a module:factory) under ``http_server`` on ``{port}``, WORKERS processes."""
     if http_server == "granian":
-        return [sys.executable, "-m", "granian", "--interface", "rsgi", "--factory", "--workers", str(WORKERS),
+        return [sys.executable, "-m", "granian", "--interface", "rsgi", "--loop", EVENT_LOOP, "--factory", "--workers", str(WORKERS),
                 "--host", "127.0.0.1", "--port", "{port}", "--no-ws", "--working-dir", str(ROOT), target]
     return [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--worker-class", "sync",
             "--bind", "127.0.0.1:{port}", "--chdir", str(ROOT), f"{target}()"]

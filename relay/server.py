@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
+from ..serving.loop import EVENT_LOOP
 from .settings import PREFIX, RelaySettings
 
 TARGET = "ldp_telemetry.relay.app:create_rsgi_app"
@@ -41,14 +42,14 @@ LOGGING: dict[str, Any] = {
 def serve(settings: RelaySettings, environ: MutableMapping[str, str]) -> None:
     """Run the relay until stopped (SIGINT/SIGTERM). ``environ`` is this process's environment:
     the checked settings go into it, so that the worker reads the same ones."""
-    from granian.constants import HTTPModes, Interfaces
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.server import Server
 
     for field, value in vars(settings).items():
         environ[PREFIX + field.upper()] = str(value)
-    Server(TARGET, factory=True, interface=Interfaces.RSGI, address=settings.host, port=settings.port, workers=1,
-           http=HTTPModes.http1, websockets=False, backlog=BACKLOG,
+    Server(TARGET, factory=True, interface=Interfaces.RSGI, loop=Loops(EVENT_LOOP), address=settings.host,
+           port=settings.port, workers=1, http=HTTPModes.http1, websockets=False, backlog=BACKLOG,
            http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
            log_dictconfig=LOGGING, log_access=False, respawn_failed_workers=True,
            workers_kill_timeout=STOP_SECONDS).serve()

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+from ldp_telemetry.serving.loop import EVENT_LOOP
+
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ["pyproject.toml", "README.md", "client", "aggregator", "shared", "tools", "relay", "serving"]
 PACKAGES = ["ldp_telemetry.client", "ldp_telemetry.aggregator", "ldp_telemetry.shared", "ldp_telemetry.tools",
@@ -114,6 +116,9 @@ def test_the_aggregator_extra(built):
     assert extra["apscheduler"].contains("3.11") and not extra["apscheduler"].contains("4.0")
     assert not extra["apscheduler"].contains("4.0.0a6", prereleases=True)
     assert extra["flask"].contains("3.1")
+    # serve and the relay name granian's event loop (serving/loop.py): it comes with granian's extra
+    granian = next(r for r in requirements if r.name == "granian")
+    assert EVENT_LOOP in granian.extras
 
 
 def test_the_relay_extra_is_cryptography_alone(built):

@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any
 
+from ...serving.loop import EVENT_LOOP
 from ..settings import load
 from .logs import LOGGING
 from .rsgi import HEADER_BYTES
@@ -137,7 +138,7 @@ def _supervisor_class() -> type:
 
 def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_log: bool = False) -> None:
     """Run the aggregator until stopped (SIGINT/SIGTERM). ``config`` must already be checked."""
-    from granian.constants import HTTPModes, Interfaces
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
 
     for name, value in config.items():
@@ -152,8 +153,9 @@ def serve(config: dict[str, Any], *, host: str, port: int, workers: int, access_
     max_rss = load(config)["LDP_WORKER_MAX_RSS"] or None
     try:
         supervisor = _supervisor_class()
-        supervisor(TARGET, factory=True, interface=Interfaces.RSGI, address=host, port=port, workers=workers,
-                   http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG, backpressure=connections,
+        supervisor(TARGET, factory=True, interface=Interfaces.RSGI, loop=Loops(EVENT_LOOP), address=host, port=port,
+                   workers=workers, http=HTTPModes.http1, websockets=False, backlog=LISTEN_BACKLOG,
+                   backpressure=connections,
                    http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_MS, max_buffer_size=HEADER_BYTES),
                    log_dictconfig=LOGGING, log_access=access_log, log_access_format=ACCESS_LOG_FORMAT,
                    respawn_failed_workers=True, workers_kill_timeout=STOP_SECONDS, workers_max_rss=max_rss,
