@@ -159,6 +159,21 @@ def test_an_escape_is_left_to_the_rules_which_accept_it():
     assert by_the_rules(body) == read(json.dumps({"reports": batch}).encode())
 
 
+@pytest.mark.parametrize("bad_id", ["a" * 15, "a" * 65, "a" * 20 + ".", "a" * 8 + " " + "a" * 8, "é" * 16, ""])
+def test_an_id_the_rules_refuse_anywhere_in_a_batch_is_left_to_them(bad_id):
+    """The ids' form is checked in one match over the whole batch: a bad one, first, in the
+    middle or last, is left to the rules (which refuse it); ids of 16 and 64 characters are read."""
+    batch = reports(EVERY, 3)
+    batch[0]["id"], batch[2]["id"] = "a" * 16, "B-_9" * 16
+    assert read(json.dumps({"reports": batch}, ensure_ascii=False).encode()) is not None
+    for i in range(3):
+        edited = [dict(r, id=bad_id) if j == i else r for j, r in enumerate(batch)]
+        body = json.dumps({"reports": edited}, ensure_ascii=False).encode()
+        assert read(body) is None
+        with pytest.raises(ApiError):
+            by_the_rules(body)
+
+
 # What a random edit inserts: JSON's punctuation, keys and values of every kind, and an escape.
 PIECES = st.sampled_from(['"', ":", ",", "{", "}", "[", "]", " ", "\\", "0", "1", "-1", "1e999", "2.0", "true",
                           "null", '"id"', '"os":', '"values":', '"linux"', '"mac:os"', '"a"', '"y": 0',
