@@ -30,6 +30,7 @@ say: the caller counts (:mod:`..ingest.counting`) inside the transaction it runs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence, TypeVar
 
 from ...shared.schema import NAME_RE, is_version
@@ -50,9 +51,15 @@ class ReportRow(NamedTuple):
     wire: bytes  # the numeric form counting reads (:mod:`.wire`); b"" until packed
 
 
+_ID_OF = itemgetter(0)  # a ReportRow's id, read in C
+
+
 def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
     """``rows`` with each id once, the first of an id kept (an id repeated in a batch, or in the
     inbox, is a duplicate: stored and counted once)."""
+    rows = list(rows)
+    if len(set(map(_ID_OF, rows))) == len(rows):  # most batches repeat no id: no Python step a row
+        return rows
     unique: dict[str, ReportRow] = {}
     for row in rows:
         unique.setdefault(row.id, row)

@@ -105,6 +105,9 @@ class Layout:
     def records(self, wires: Iterable[bytes]) -> np.ndarray:
         """Reports' ``wire`` as one array of records (:attr:`record`), one a report (one of another
         size reads as damaged)."""
+        wires = list(wires)
+        if set(map(len, wires)) <= {self.size}:  # most pages: every wire of this layout, no Python step a report
+            return self.joined(b"".join(wires))
         size, damaged = self.size, self._damaged_wire
         return self.joined(b"".join(w if len(w) == size else damaged for w in wires))
 
