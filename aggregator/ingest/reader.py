@@ -129,29 +129,30 @@ class BatchReader:
         if not 0 < len(reports) <= max_batch:
             return None
         rows, colons = [], 1
-        # Per window of a schema version: its name and end, shared by its rows (and so the hashes
-        # counting takes of them).
-        windows: dict[tuple[str, int, str], tuple[str, str, int]] = {}
+        # Per window of a schema version: its reading, name and end, shared by its rows (and so the
+        # hashes counting takes of them).
+        windows: dict[tuple[str, int, str], tuple[_Version, str, str, int]] = {}
         for report in reports:
-            version = self._version(report.schema, report.version)
-            if version is None:
-                return None
-            schema = version.schema
-            values = version.values(bytes(report.values))
-            # In range before subtracting, as the rules do.
-            if values is None or not (0 < report.epsilon <= MAX_EPSILON
-                                      and abs(report.epsilon - schema.epsilon) <= TOLERANCE):
-                return None
             key = (report.schema, report.version, report.window)
             window = windows.get(key)
             if window is None:
+                version = self._version(report.schema, report.version)
+                if version is None:
+                    return None
                 try:
-                    window = windows[key] = (schema.name, report.window, policy.end(report.window, schema.window))
+                    window = windows[key] = (version, version.schema.name, report.window,
+                                             policy.end(report.window, version.schema.window))
                 except ValueError:  # ReportError, or a window of the wrong form
                     return None
+            version, name, window_name, end = window
+            values = version.values(bytes(report.values))
+            # In range before subtracting, as the rules do.
+            if values is None or not (0 < report.epsilon <= MAX_EPSILON
+                                      and abs(report.epsilon - version.schema.epsilon) <= TOLERANCE):
+                return None
             colons += len(REPORT_FIELDS) + values.colons
             # tuple.__new__: a NamedTuple's own __new__ is a Python function, a call per report.
-            rows.append(tuple.__new__(ReportRow, (report.id, window[0], schema.version, window[1], window[2],
+            rows.append(tuple.__new__(ReportRow, (report.id, name, report.version, window_name, end,
                                                   values.text, values.wire)))
         if body.count(b":") != colons or len(windows) > MAX_BATCH_WINDOWS or not _ids_valid(rows):
             return None
