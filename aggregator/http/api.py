@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request, url_for
+from flask import Blueprint, Flask, Response, current_app, jsonify, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from ...shared import ohttp
@@ -26,7 +26,7 @@ from .. import ohttp_keys
 from ..errors import ApiError, detail, refuse_unknown
 from ..ingest.batch import store_batch, window_policy
 from .openapi import openapi_document
-from ..store import EstimateRow
+from ..store import EstimateRow, ReportRow
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -187,11 +187,18 @@ def post_reports() -> tuple[Response, int]:
         metrics.rejected_batches.inc()
         metrics.rejected.inc(len({d["index"] for d in exc.details if "index" in d}))
         raise
-    outcome = store_batch(context.writer(), rows, reports)
+    return jsonify(accept_batch(current_app, rows, reports)), 202
+
+
+def accept_batch(app: Flask, rows: list[ReportRow], reports: int) -> dict[str, int]:
+    """Store the ``rows`` of a batch of ``reports`` valid reports and count them in ``/metrics``:
+    the 202's object. The route's step, and :mod:`.ingest_path`'s."""
+    outcome = store_batch(context.writer(app), rows, reports)
+    metrics = context.metrics(app)
     metrics.accepted.inc(outcome.accepted)
     metrics.duplicates.inc(outcome.duplicates)
     metrics.batch_size.observe(reports)
-    return jsonify({"accepted": outcome.accepted, "duplicates": outcome.duplicates}), 202
+    return {"accepted": outcome.accepted, "duplicates": outcome.duplicates}
 
 
 # -- the relay ---------------------------------------------------------------------------------

@@ -43,11 +43,19 @@ def cacheable(response: Response, seconds: int) -> Response:
     return response
 
 
+def not_a_page() -> dict[str, str]:
+    """What :func:`init_app`'s hook adds to an answer that is neither a page nor cacheable (JSON)."""
+    return {**_ALWAYS, "Content-Security-Policy": _NOT_A_PAGE}
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["script_nonce"] = script_nonce
 
     @app.after_request
     def secure(response: Response) -> Response:
+        if response.mimetype != "text/html" and not g.get("cacheable", False):
+            response.headers.update(not_a_page())
+            return response
         response.headers.update({k: v for k, v in _ALWAYS.items()
                                  if not (k == "Cache-Control" and g.get("cacheable", False))})
         response.headers["Content-Security-Policy"] = (_POLICY.format(nonce=script_nonce())

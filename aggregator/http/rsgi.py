@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -63,6 +64,9 @@ THREADS = 8
 # own, HEAVY_THREADS threads, so that a burst of them queues there, on the event loop, and never
 # takes the threads that ingest and health checks need.
 HEAVY_THREADS = 2
+log = logging.getLogger(__name__)
+# An answer: its status, headers and whole body.
+Answer = tuple[int, list[tuple[str, str]], bytes]
 # Request headers the bridge consumes itself: the body arrives whole, with its length.
 _BODY_FRAMING = {"CONTENT_LENGTH", "TRANSFER_ENCODING"}
 
@@ -75,11 +79,15 @@ class BufferedWSGI:
                  cors_origins: tuple[str, ...] = ("*",),
                  heavy: Callable[[str, str], bool] = lambda method, path: False, heavy_threads: int = HEAVY_THREADS,
                  larger_body: Callable[[str, str, str | None], int | None] = lambda method, path, authorization: None,
-                 larger_body_seconds: float = LARGER_BODY_SECONDS):
+                 larger_body_seconds: float = LARGER_BODY_SECONDS,
+                 answer_first: Callable[[dict[str, Any]], Answer | None] = lambda environ: None):
         """``heavy(method, path)`` says whether a request's answer can be large (see :data:`HEAVY_THREADS`);
         ``larger_body(method, path, Authorization)`` the larger body a request may have (a relay's
-        batch: :func:`.gateway.larger_body`), read within ``larger_body_seconds``, or None."""
+        batch: :func:`.gateway.larger_body`), read within ``larger_body_seconds``, or None.
+        ``answer_first(environ)`` answers a complete request before the app, or None to leave it to
+        the app (:class:`.ingest_path.IngestPath`)."""
         self.wsgi_app = wsgi_app
+        self.answer_first = answer_first
         self.max_body = max_body
         # The errors answered here, before the app runs, carry CORS headers as the app's own do.
         self.cors_origins = cors_origins
@@ -128,7 +136,8 @@ class BufferedWSGI:
         environ = self._environ(scope, headers, body, length)
         lane = self.heavy_executor if self.heavy(scope.method, scope.path) else self.executor
         loop = asyncio.get_running_loop()
-        status, response_headers, content = await loop.run_in_executor(lane, _call, self.wsgi_app, environ)
+        status, response_headers, content = await loop.run_in_executor(lane, _answer, self.answer_first,
+                                                                       self.wsgi_app, environ)
         if not complete:
             response_headers = [*response_headers, ("Connection", "close")]
         proto.response_bytes(status, response_headers, content)
@@ -189,7 +198,20 @@ def _headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {key: ",".join(parts) for key, parts in values.items()}
 
 
-def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+def _answer(first: Callable[[dict[str, Any]], Answer | None], app: Callable[..., Iterable[bytes]],
+            environ: dict[str, Any]) -> Answer:
+    """``first``'s answer to a complete request, else the app's. A fault of ``first`` is logged
+    and the app answers: a request is never lost to it."""
+    try:
+        answered = first(environ)
+    except Exception:
+        log.exception("answering %s %s before the app failed; the app answers it", environ["REQUEST_METHOD"],
+                      environ["PATH_INFO"][:200])
+        answered = None
+    return _call(app, environ) if answered is None else answered
+
+
+def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> Answer:
     """Run the WSGI app on a complete request; its status, headers and whole body."""
     started: list[Any] = []
 
@@ -216,12 +238,13 @@ def _error(proto: HTTPProtocol, cors: list[tuple[str, str]], status: int, messag
 def create_rsgi_app() -> BufferedWSGI:
     """The aggregator from its ``LDP_*`` environment, behind :class:`BufferedWSGI` (granian's factory)."""
     from .. import create_app
+    from .ingest_path import IngestPath
 
     die_with_master()
     app = create_app()
     return BufferedWSGI(app, max_body=app.config["MAX_CONTENT_LENGTH"], trusted_proxies=app.config["LDP_PROXY_IPS"],
                         cors_origins=app.config["LDP_CORS_ORIGINS"], heavy=large_answer,
-                        larger_body=larger_body(app.config))
+                        larger_body=larger_body(app.config), answer_first=IngestPath(app))
 
 
 def large_answer(method: str, path: str) -> bool:
