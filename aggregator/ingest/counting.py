@@ -23,7 +23,6 @@ breakdown's by one matrix product: no JSON is parsed to count, at ingest or in a
 from __future__ import annotations
 
 import logging
-from operator import itemgetter
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import msgspec
@@ -32,15 +31,13 @@ import numpy as np
 from ...shared import breakdowns as shared_breakdowns
 from ...shared.reports import check_values
 from ...shared.schema import Attribute, Schema
-from ..store import (BATCH_N_PREFIX, AmountRow, BreakdownAmountRow, CandidateBatch, Increments, Known, Layout,
-                     NumericPage, ReportRow, StoredBreakdown, TotalRow, WireColumns, layout)
+from ..store import (BATCH_N_PREFIX, ROW_END, ROW_VERSION, ROW_WIRE, AmountRow, BreakdownAmountRow, CandidateBatch,
+                     Increments, Known, Layout, NumericPage, ReportRow, StoredBreakdown, TotalRow, WireColumns, layout)
 
 log = logging.getLogger(__name__)
 
 _NOTHING_KNOWN = Known(-1)  # a schema version of which no candidate or breakdown was read
 _read_json = msgspec.json.Decoder().decode
-# A ReportRow's (schema, version), window end and numeric form, read in C.
-_VERSION_OF, _END_OF, _WIRE_OF = itemgetter(1, 2), itemgetter(4), itemgetter(6)
 
 
 class Counting:
@@ -165,8 +162,8 @@ class Counting:
         if kept is None or kept[0] is not schema:
             kept = self._layouts[key] = (schema, layout(schema))
         packing = kept[1]
-        return NumericPage(schema, packing, np.fromiter(map(_END_OF, rows), dtype=np.int64, count=len(rows)),
-                           packing.records(map(_WIRE_OF, rows)))
+        return NumericPage(schema, packing, np.fromiter(map(ROW_END, rows), dtype=np.int64, count=len(rows)),
+                           packing.records(map(ROW_WIRE, rows)))
 
     def _tallied(self, read: WireColumns, attribute: Attribute) -> Iterator[tuple[int, int, np.ndarray]]:
         """Per window of ``read`` (by its index) where ``attribute`` counts some report: how many it
@@ -229,7 +226,7 @@ def _valid(read: WireColumns, attribute: Attribute) -> np.ndarray:
 
 def _by_version(rows: Sequence[ReportRow]) -> dict[tuple[str, int], list[ReportRow]]:
     """``rows`` per schema version, in order."""
-    versions = set(map(_VERSION_OF, rows))
+    versions = set(map(ROW_VERSION, rows))
     if len(versions) == 1:  # most batches: no Python step a row
         return {versions.pop(): list(rows)}
     out: dict[tuple[str, int], list[ReportRow]] = {}

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from operator import itemgetter
 from typing import Annotated, Callable, NamedTuple
 
 import msgspec
@@ -37,7 +36,7 @@ import msgspec
 from ...shared.reports import ID_RE, MAX_BATCH_WINDOWS, REPORT_FIELDS
 from ...shared.checks import TOLERANCE
 from ...shared.schema import MAX_EPSILON, MAX_VERSION, Schema
-from ..store import ReportRow, first_of_each_id, layout
+from ..store import ROW_ID, ReportRow, first_of_each_id, layout
 from .batch import WindowPolicy, stored_json
 from .counting import checked_values
 
@@ -47,7 +46,6 @@ from .counting import checked_values
 # whatever clients send.
 VALUES_CACHE = 4096
 VALUES_CACHED_BYTES = 256
-_ID_OF = itemgetter(0)  # a ReportRow's id
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,7 +74,7 @@ _IDS_RE = re.compile(rf"(?:{ID_RE.pattern}\n)*")
 def _ids_valid(rows: list[ReportRow]) -> bool:
     """Whether every row's id has the form the rules take (:data:`...shared.reports.ID_RE`). An id
     holding a newline would match as two: the count of newlines rules that out."""
-    joined = "\n".join(map(_ID_OF, rows)) + "\n"
+    joined = "\n".join(map(ROW_ID, rows)) + "\n"
     return joined.count("\n") == len(rows) and _IDS_RE.fullmatch(joined) is not None
 
 

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from operator import itemgetter
 from typing import Callable, Hashable, Mapping, NamedTuple, Sequence
 
-from ..store import CrowdRow, Increments, Known, ReportRow, Store, StoreBusy, Tx, first_of_each_id, with_rollup
+from ..store import (ROW_END, ROW_ID, ROW_VERSION, ROW_WINDOW, CrowdRow, Increments, Known, ReportRow, Store, StoreBusy,
+                     Tx, first_of_each_id, with_rollup)
 from .counting import Counting
 from .groupcommit import GroupCommit
 from .inbox import SETTLE_SECONDS, FoldProgress, Inbox
@@ -49,11 +49,6 @@ FOLD_CHUNK = 5_000
 # What a schema version's candidates count as before they were read: a mark no version has, so the
 # transaction reads them (and counts again).
 _UNREAD = Known(-1)
-# A ReportRow's id, (schema, version), (schema, version, window) and window's end: itemgetter maps in C.
-_ID_OF = itemgetter(0)
-_VERSION_OF = itemgetter(1, 2)
-_WINDOW_OF = itemgetter(1, 2, 3)
-_END_OF = itemgetter(4)
 
 
 class _Batch(NamedTuple):
@@ -87,7 +82,7 @@ class ReportWriter:
         if self._inbox is not None:
             return self._inbox.append(rows)
         self._look_up_schemas(rows)
-        known = {key: self._known.get(key, _UNREAD) for key in set(map(_VERSION_OF, rows))}
+        known = {key: self._known.get(key, _UNREAD) for key in set(map(ROW_VERSION, rows))}
         return int(self._group.run(_Batch(rows, self.counting(rows, known), {k: v.mark for k, v in known.items()})))
 
     def write_relayed(self, rows: Sequence[ReportRow], looks: Mapping[str, Hashable]) -> int:
@@ -128,7 +123,7 @@ class ReportWriter:
     def _look_up_schemas(self, rows: Sequence[ReportRow]) -> None:
         """Look up the schemas of ``rows`` before a transaction counts them (a lookup may open a
         transaction of its own)."""
-        for name, version in set(map(_VERSION_OF, rows)):
+        for name, version in set(map(ROW_VERSION, rows)):
             self.counting.schema(name, version)
 
     def _store_new(self, tx: Tx, batches: Sequence[_Batch]) -> list[int]:
@@ -137,12 +132,12 @@ class ReportWriter:
         is new and whose window is retained inserted and counted (by what was counted before the
         transaction, when it was counted at the marks read here and all are new), and what they
         count added. How many of each batch were new (an id in two batches is new in the first only)."""
-        known = tx.known(set().union(*(map(_VERSION_OF, b.rows) for b in batches)), self._known)
+        known = tx.known(set().union(*(map(ROW_VERSION, b.rows) for b in batches)), self._known)
         cutoff = tx.cutoff(lock=True)
         news, increments = [], Increments()
         for b in batches:
             kept = b.rows
-            if cutoff is not None and b.rows and min(map(_END_OF, b.rows)) <= cutoff:
+            if cutoff is not None and b.rows and min(map(ROW_END, b.rows)) <= cutoff:
                 kept = [r for r in b.rows if r.window_end > cutoff]
             inserted = tx.insert_new(kept)
             new = kept if len(inserted) == len(kept) else [r for r in kept if r.id in inserted]
@@ -168,12 +163,12 @@ class ReportWriter:
         be counted (a damaged line of a dead process's segment: only rows not ``validated`` by this
         process's ingest are checked) is left out."""
         unique = [r for r in first_of_each_id(rows) if r.id not in progress.stored]
-        countable = sorted(unique if validated else self.counting.countable(unique), key=_ID_OF)
+        countable = sorted(unique if validated else self.counting.countable(unique), key=ROW_ID)
         self._look_up_schemas(countable)
         for start in range(0, len(countable), FOLD_CHUNK):
             chunk = countable[start:start + FOLD_CHUNK]
             new = self.store.run_tx("fold", lambda tx: self._store_new(tx, [_Batch(chunk, None, {})])[0])
-            progress.stored.update(map(_ID_OF, chunk))
+            progress.stored.update(map(ROW_ID, chunk))
             progress.duplicates += len(chunk) - new
 
 
@@ -182,7 +177,7 @@ def _arrivals(new: Sequence[ReportRow], looks: Mapping[str, Hashable] | None) ->
     (``looks`` None), or through a relay, where the window's crowd is the fewest of them whose
     requests look alike (the same ``looks``): reports the aggregator can tell apart by their
     request's key id or size are no crowd for each other."""
-    windows: Counter[tuple[str, int, str]] = Counter(map(_WINDOW_OF, new))
+    windows: Counter[tuple[str, int, str]] = Counter(map(ROW_WINDOW, new))
     if looks is None:
         return [CrowdRow(*key, 0, n, None) for key, n in sorted(windows.items())]
     alike = Counter(((r.schema, r.version, r.window), looks[r.id]) for r in new)

@@ -19,10 +19,10 @@ from typing import Callable
 from .tx import Tx
 from .errors import StoreBusy, StoreError, StoreUnavailable
 from .rollup import with_rollup
-from .rows import (BATCH_N_PREFIX, NOT_READ, Activity, AmountRow, BreakdownAmountRow, BreakdownEstimateRow,
-                   BreakdownsQuery, CandidateBatch, CandidateRow, CrowdRow, EstimateRow, EstimatesQuery, Expired,
-                   Increments, Known, ReportRow, Retention, Stale, StoredBreakdown, StoredKey, TotalRow, WindowCounters,
-                   WireColumns, first_of_each_id)
+from .rows import (BATCH_N_PREFIX, NOT_READ, ROW_END, ROW_ID, ROW_VERSION, ROW_WINDOW, ROW_WIRE, Activity, AmountRow,
+                   BreakdownAmountRow, BreakdownEstimateRow, BreakdownsQuery, CandidateBatch, CandidateRow, CrowdRow,
+                   EstimateRow, EstimatesQuery, Expired, Increments, Known, ReportRow, Retention, Stale, StoredBreakdown,
+                   StoredKey, TotalRow, WindowCounters, WireColumns, first_of_each_id)
 from .sqlite import SQLiteBackend
 from .store import Backend, Store
 from .wire import Layout, NumericPage, layout
@@ -53,8 +53,9 @@ def open_store(location: str, synchronous: str = "full",
     return Store(db, observe)
 
 
-__all__ = ["BATCH_N_PREFIX", "NOT_READ", "Activity", "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow",
-           "BreakdownsQuery", "CandidateBatch", "CandidateRow", "CrowdRow", "StoredBreakdown", "StoredKey",
+__all__ = ["BATCH_N_PREFIX", "NOT_READ", "ROW_END", "ROW_ID", "ROW_VERSION", "ROW_WINDOW", "ROW_WIRE", "Activity",
+           "AmountRow", "BreakdownAmountRow", "BreakdownEstimateRow", "BreakdownsQuery", "CandidateBatch", "CandidateRow",
+           "CrowdRow", "StoredBreakdown", "StoredKey",
            "Backend", "EstimateRow", "EstimatesQuery", "Expired", "Increments", "Known", "Layout", "NumericPage",
            "ReportRow", "Retention", "Stale", "Store", "StoreBusy", "StoreError", "StoreUnavailable", "TotalRow", "Tx",
            "WindowCounters", "WireColumns", "first_of_each_id", "is_postgres", "layout", "open_store", "with_rollup"]

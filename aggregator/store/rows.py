@@ -51,14 +51,18 @@ class ReportRow(NamedTuple):
     wire: bytes  # the numeric form counting reads (:mod:`.wire`); b"" until packed
 
 
-_ID_OF = itemgetter(0)  # a ReportRow's id, read in C
+# A ReportRow's fields read in C (by map, or as a sort key), by position: its id, its (schema,
+# version), its (schema, version, window), its window's end and its numeric form.
+ROW_ID, ROW_VERSION, ROW_WINDOW = itemgetter(0), itemgetter(1, 2), itemgetter(1, 2, 3)
+ROW_END, ROW_WIRE = itemgetter(4), itemgetter(6)
+assert ReportRow._fields[:5] + ReportRow._fields[6:] == ("id", "schema", "version", "window", "window_end", "wire")
 
 
 def first_of_each_id(rows: Iterable[ReportRow]) -> list[ReportRow]:
     """``rows`` with each id once, the first of an id kept (an id repeated in a batch, or in the
     inbox, is a duplicate: stored and counted once)."""
     rows = list(rows)
-    if len(set(map(_ID_OF, rows))) == len(rows):  # most batches repeat no id: no Python step a row
+    if len(set(map(ROW_ID, rows))) == len(rows):  # most batches repeat no id: no Python step a row
         return rows
     unique: dict[str, ReportRow] = {}
     for row in rows:
