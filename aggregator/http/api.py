@@ -177,8 +177,17 @@ def discover_now(name: str, version: str) -> Response:
 
 # -- reports -----------------------------------------------------------------------------------
 
+# Where :class:`.ingest_path.IngestPath` leaves the error that stopped it storing a batch (the
+# store's refusal, a fault; a WSGI environ key): the route answers it without reading or writing
+# the batch again.
+REFUSED = "ldp.ingest_refused"
+
+
 @bp.post("/reports")
 def post_reports() -> tuple[Response, int]:
+    refused = request.environ.get(REFUSED)
+    if refused is not None:
+        raise refused
     metrics = context.metrics()
     try:
         rows, reports = report_batch(json_body(text_plain=True), context.reader(), context.catalog(),

@@ -10,25 +10,34 @@ window policy and batch limit, :func:`.api.accept_batch` (which stores the rows 
 :func:`.cors.headers_for`).
 
 It answers nothing else: another path, method or Content-Type, a query string, a body cut short
-or too large, a batch the reader leaves to the exact rules, or a store that refuses the batch now
-(busy, unavailable) all return None, and the bridge hands the request to the app, which decides
-as it always did (and names every fault). So it decides nothing the route would not, and
-``tests/test_agg_ingest_path.py`` holds its answers to the app's, header for header.
+or too large, a batch the reader leaves to the exact rules, or an app in debug mode (whose JSON is
+indented) return None, and the bridge hands the request to the app, which decides as it always did
+(and names every fault). So it decides nothing the route would not, and
+``tests/test_agg_ingest_path.py`` holds its answers to the app's: the same status, headers (their
+order aside) and bytes, the same rows stored and the same ``/metrics``. A store that refuses the
+batch now (busy, unavailable), or any fault while storing, is handed over too, with its error
+under :data:`.api.REFUSED`: the route raises it before anything else, so the app answers it (503,
+or 500 and a log line) without reading or writing the batch a second time. A fault of this module
+before the write is logged and the app reads the batch afresh; after it there is nothing left to
+fail but rendering two integers.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from flask import Flask
 
 from ..ingest.batch import window_policy
 from ..store import StoreError
-from .api import accept_batch
+from .api import REFUSED, accept_batch
 from .cors import headers_for
 from .headers import not_a_page
 from .rsgi import Answer
+
+log = logging.getLogger(__name__)
 
 PATH = "/api/v1/reports"
 # The Content-Types clients send (the Python client, the JavaScript client's fetch and its
@@ -49,21 +58,28 @@ class IngestPath:
 
     def __call__(self, environ: dict[str, Any]) -> Answer | None:
         if (environ["REQUEST_METHOD"] != "POST" or environ["PATH_INFO"] != PATH or environ["QUERY_STRING"]
-                or environ.get("CONTENT_TYPE") not in CONTENT_TYPES):
+                or environ.get("CONTENT_TYPE") not in CONTENT_TYPES or self.app.debug):
             return None
         body: bytes = environ["wsgi.input"].getvalue()  # not read: the app reads it whole if this declines
         if not 0 < len(body) <= self.max_body or str(len(body)) != environ["CONTENT_LENGTH"]:
             return None
-        read = self.reader.rows(body, window_policy(self.app), self.max_batch)
-        if read is None:
+        try:
+            read = self.reader.rows(body, window_policy(self.app), self.max_batch)
+            if read is None:
+                return None
+            cors = headers_for(PATH, "POST", environ.get("HTTP_ORIGIN"), self.origins)
+        except StoreError as exc:  # reading the retention cutoff or a schema
+            environ[REFUSED] = exc
+            return None
+        except Exception:  # nothing done yet: the app reads the batch afresh
+            log.exception("reading a batch of reports before the app failed; the app reads it")
             return None
         try:
-            # The app answers the store's refusal (503, Retry-After) after trying again itself.
             accepted = accept_batch(self.app, *read)
-        except StoreError:
+        except Exception as exc:  # the store's refusal, or a fault while storing: never stored twice
+            environ[REFUSED] = exc
             return None
-        # As Flask's jsonify writes it (compact, the documented order, a newline).
+        # As Flask's jsonify writes it outside debug mode (compact, the documented order, a newline).
         content = (json.dumps(accepted, separators=(",", ":")) + "\n").encode()
-        cors = headers_for(PATH, "POST", environ.get("HTTP_ORIGIN"), self.origins)
         return 202, [("Content-Type", "application/json"), ("Content-Length", str(len(content))),
                      *self.headers, *cors.items()], content

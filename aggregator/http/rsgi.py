@@ -9,7 +9,9 @@ batch with a relay's token: ``LDP_MAX_RELAY_BODY``) and in time (:data:`BODY_SEC
 body; :data:`LARGER_BODY_SECONDS` for a relay's batch), and only then hands the complete request to the
 Flask app in one of a few threads (several requests in flight let the store's group commit share
 one transaction between them); reads whose answers grow with the data run in a lane of their own
-(:data:`HEAVY_THREADS`). Responses are collected and sent whole: granian's RSGI stream has no
+(:data:`HEAVY_THREADS`). In that thread a client's plainly valid batch of reports is answered
+before the app, without Flask's request machinery (``answer_first``, :mod:`.ingest_path`);
+everything else goes to the app. Responses are collected and sent whole: granian's RSGI stream has no
 backpressure (what is sent waits in the worker's memory until the client reads it), so streaming
 would bound nothing. What a worker holds for a client that does not read is bounded instead by
 the size of an answer (an anonymous page of estimates is capped, :mod:`.api`) and by HTTP/1.1's
@@ -34,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -64,7 +65,6 @@ THREADS = 8
 # own, HEAVY_THREADS threads, so that a burst of them queues there, on the event loop, and never
 # takes the threads that ingest and health checks need.
 HEAVY_THREADS = 2
-log = logging.getLogger(__name__)
 # An answer: its status, headers and whole body.
 Answer = tuple[int, list[tuple[str, str]], bytes]
 # Request headers the bridge consumes itself: the body arrives whole, with its length.
@@ -200,14 +200,8 @@ def _headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def _answer(first: Callable[[dict[str, Any]], Answer | None], app: Callable[..., Iterable[bytes]],
             environ: dict[str, Any]) -> Answer:
-    """``first``'s answer to a complete request, else the app's. A fault of ``first`` is logged
-    and the app answers: a request is never lost to it."""
-    try:
-        answered = first(environ)
-    except Exception:
-        log.exception("answering %s %s before the app failed; the app answers it", environ["REQUEST_METHOD"],
-                      environ["PATH_INFO"][:200])
-        answered = None
+    """``first``'s answer to a complete request, else the app's."""
+    answered = first(environ)
     return _call(app, environ) if answered is None else answered
 
 
