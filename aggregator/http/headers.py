@@ -53,11 +53,9 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def secure(response: Response) -> Response:
-        if response.mimetype != "text/html" and not g.get("cacheable", False):
-            response.headers.update(not_a_page())
-            return response
-        response.headers.update({k: v for k, v in _ALWAYS.items()
-                                 if not (k == "Cache-Control" and g.get("cacheable", False))})
-        response.headers["Content-Security-Policy"] = (_POLICY.format(nonce=script_nonce())
-                                                       if response.mimetype == "text/html" else _NOT_A_PAGE)
+        headers = (not_a_page() if response.mimetype != "text/html"
+                   else {**_ALWAYS, "Content-Security-Policy": _POLICY.format(nonce=script_nonce())})
+        if g.get("cacheable", False):
+            del headers["Cache-Control"]  # the answer's own, set by cacheable()
+        response.headers.update(headers)
         return response
