@@ -207,6 +207,16 @@ def test_bad_input_is_a_clear_4xx_and_changes_nothing(loaded, name, method, path
     assert db_state(app) == before
 
 
+@pytest.mark.parametrize("number", ["9" * 5000, "-" + "9" * 5000])
+def test_a_number_too_long_is_refused_in_a_sentence_of_ours(loaded, number):
+    """Not in Python's words, which name its settings (sys.set_int_max_str_digits)."""
+    _, client = loaded
+    response = client.post(R, data='{"reports": [{"epsilon": ' + number + "}]}", content_type="application/json")
+    assert response.status_code == 400
+    assert response.get_json()["details"] == [{"field": "body", "message": f"the number {number[:40]}... has more "
+                                                                           "than 4300 digits"}]
+
+
 # Each request refuses a key it does not read in the same words (errors.refuse_unknown).
 UNKNOWN_KEYS = [
     ("POST", R, {"json": {"reports": [report()], "extra": 1}}, "field", "reports"),

@@ -96,10 +96,15 @@ def test_malformed_http_never_gets_a_5xx_from_a_live_server(live):
         assert answer.startswith(b"HTTP/1."), (name, answer[:200])
         assert 400 <= status_of(answer) < 500, (name, answer[:300])
     assert file_state(live.db_path) == before
-    # Refusals of a body that could not be read speak the API's JSON error shape.
+    # Refusals of a body that could not be read speak the API's JSON error shape, with the headers
+    # every answer of the app carries.
     for name in ("chunk size not hex", "body shorter than Content-Length, then EOF"):
-        body = json.loads(answers[name].split(b"\r\n\r\n", 1)[1])
+        head, content = answers[name].split(b"\r\n\r\n", 1)
+        body = json.loads(content)
         assert set(body) == {"error", "details"} and body["error"], (name, body)
+        for header in (b"x-content-type-options: nosniff", b"x-frame-options: deny", b"cache-control: no-store",
+                       b"content-security-policy: default-src 'none'"):
+            assert header in head.lower(), (name, head)
     # The workers are all still serving.
     for _ in range(4):
         assert requests.get(live.url + "/healthz", timeout=5).status_code == 200

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from typing import Any, NoReturn
 
@@ -33,6 +34,14 @@ class _NotJson(ValueError):
 
 def _reject_constant(name: str) -> NoReturn:
     raise _NotJson(f"{name} is not a JSON number")
+
+
+def _integer(text: str) -> int:
+    """A JSON integer, in a sentence of ours when it is too long for ``int()`` (Python's own names
+    its settings)."""
+    if len(text.lstrip("-")) > sys.get_int_max_str_digits():
+        raise _NotJson(f"the number {text[:40]}... has more than {sys.get_int_max_str_digits()} digits")
+    return int(text)
 
 
 def _finite_float(text: str) -> float:
@@ -120,11 +129,11 @@ def strict_json_object(data: bytes) -> dict[str, Any]:
         # JSON between systems is UTF-8 (RFC 8259 8.1), decoded strictly: json.loads(bytes) would
         # also take UTF-16 or UTF-32, and UTF-8-encoded lone surrogates. A leading BOM is ignored.
         obj = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, parse_float=_finite_float,
-                         object_pairs_hook=_unique_keys)
+                         parse_int=_integer, object_pairs_hook=_unique_keys)
     except _NotJson as exc:
         raise ApiError(400, "the body is not valid JSON", [detail("body", str(exc))]) from None
     except (ValueError, RecursionError) as exc:
-        # JSONDecodeError, UnicodeDecodeError (not UTF-8), an integer of more than 4300 digits, deep nesting
+        # JSONDecodeError, UnicodeDecodeError (not UTF-8), deep nesting
         raise ApiError(400, "the body is not valid JSON", [detail("body", str(exc)[:200])]) from None
     if not isinstance(obj, dict):
         raise ApiError(400, "the body must be a JSON object", [detail("body", f"got {type(obj).__name__}")])

@@ -45,6 +45,7 @@ from ...serving.process import die_with_master
 from ...shared.checks import parse_digits
 from .cors import headers_for
 from .gateway import larger_body
+from .headers import not_a_page
 
 if TYPE_CHECKING:  # granian's types; the bridge itself never imports granian
     from granian.rsgi import HTTPProtocol, Scope
@@ -224,8 +225,10 @@ def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> Answe
 
 
 def _error(proto: HTTPProtocol, cors: list[tuple[str, str]], status: int, message: str) -> None:
-    body = json.dumps({"error": message, "details": []}).encode()
-    proto.response_bytes(status, [("content-type", "application/json"), ("cache-control", "no-store"),
+    """The bridge's own refusal, written as the app writes its errors (compact JSON, a newline, the
+    headers every answer carries)."""
+    body = (json.dumps({"error": message, "details": []}, separators=(",", ":")) + "\n").encode()
+    proto.response_bytes(status, [("content-type", "application/json"), *not_a_page().items(),
                                   ("connection", "close"), *cors], body)
 
 
