@@ -154,9 +154,10 @@ def declined() -> list[tuple[str, dict]]:
 
 MAX_BATCH = 40
 MAX_BODY = 4096
+DECLINED = declined()
 
 
-@pytest.mark.parametrize("case", declined(), ids=[c[0] for c in declined()])
+@pytest.mark.parametrize("case", DECLINED, ids=[c[0] for c in DECLINED])
 def test_what_it_declines_the_app_answers(pair, case):
     (fast_app, app), fast = pair(LDP_MAX_BATCH=MAX_BATCH, LDP_MAX_BODY=MAX_BODY)
     args = dict(case[1])

@@ -39,8 +39,9 @@ def _reject_constant(name: str) -> NoReturn:
 def _integer(text: str) -> int:
     """A JSON integer, in a sentence of ours when it is too long for ``int()`` (Python's own names
     its settings)."""
-    if len(text.lstrip("-")) > sys.get_int_max_str_digits():
-        raise _NotJson(f"the number {text[:40]}... has more than {sys.get_int_max_str_digits()} digits")
+    most = sys.get_int_max_str_digits()
+    if len(text.lstrip("-")) > most:
+        raise _NotJson(f"the number {text[:40]}... has more than {most} digits")
     return int(text)
 
 

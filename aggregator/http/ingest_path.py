@@ -24,18 +24,18 @@ fail but rendering two integers.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from flask import Flask
 
+from .. import context
 from ..ingest.batch import window_policy
 from ..store import StoreError
 from .api import REFUSED, accept_batch
 from .cors import headers_for
 from .headers import not_a_page
-from .rsgi import Answer
+from .rsgi import Answer, json_answer
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class IngestPath:
 
     def __init__(self, app: Flask):
         self.app = app
-        self.reader = app.extensions["ldp"]["reader"]
+        self.reader = context.reader(app)
         self.max_batch: int = app.config["LDP_MAX_BATCH"]
         self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
         self.origins: tuple[str, ...] = app.config["LDP_CORS_ORIGINS"]
@@ -79,7 +79,6 @@ class IngestPath:
         except Exception as exc:  # the store's refusal, or a fault while storing: never stored twice
             environ[REFUSED] = exc
             return None
-        # As Flask's jsonify writes it outside debug mode (compact, the documented order, a newline).
-        content = (json.dumps(accepted, separators=(",", ":")) + "\n").encode()
+        content = json_answer(accepted)
         return 202, [("Content-Type", "application/json"), ("Content-Length", str(len(content))),
                      *self.headers, *cors.items()], content

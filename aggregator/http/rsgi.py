@@ -224,10 +224,16 @@ def _call(app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> Answe
     return started[0], started[1], content
 
 
+def json_answer(obj: Any) -> bytes:
+    """``obj`` as the app's ``jsonify`` writes it outside debug mode: compact, in its own order, and
+    a newline."""
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+
 def _error(proto: HTTPProtocol, cors: list[tuple[str, str]], status: int, message: str) -> None:
     """The bridge's own refusal, written as the app writes its errors (compact JSON, a newline, the
     headers every answer carries)."""
-    body = (json.dumps({"error": message, "details": []}, separators=(",", ":")) + "\n").encode()
+    body = json_answer({"error": message, "details": []})
     proto.response_bytes(status, [("content-type", "application/json"), *not_a_page().items(),
                                   ("connection", "close"), *cors], body)
 

@@ -23,10 +23,10 @@ Files are ``<db>-inbox/<random>.log``, one line per report (the tab-separated fi
 :class:`..store.ReportRow`; none can hold a tab or a newline), each locked with ``flock`` by the
 process appending to it. A segment whose lock can be taken was left by a process that died: it is
 folded by whoever finds it (:meth:`Inbox.settle`, which every app start and every refresh calls,
-or a folding thread). Segments are deleted once folded, a fraction of a second after they were
-written under load: arrival order survives only that long. The database's own WAL also holds the
-folds in the order they were made; the store truncates it after folding (``after_folding``: at
-once when settling, else at most a second later).
+or a folding thread). Segments are deleted once folded, within about half a second of being
+written (:data:`FOLD_INTERVAL`): arrival order survives only that long. The database's own WAL
+also holds the folds in the order they were made; the store truncates it after folding
+(``after_folding``: at once when settling, else at most a second later).
 
 A folded segment is emptied before it is deleted, so one that cannot be deleted (its folder made
 read-only) is never folded again, by anyone; one that can be neither emptied nor deleted (an
